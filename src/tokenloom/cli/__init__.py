@@ -1,0 +1,1 @@
+"""The ``tokenloom`` command line: thin commands over the library, one error boundary."""

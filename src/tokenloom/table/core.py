@@ -1,0 +1,283 @@
+"""Create, open and commit to a tokenloom table — the only module that writes to Lance.
+
+A table is one Lance dataset with stable row ids. Every tokenloom stage commits exactly one new
+version and records what it did in that version's transaction properties, so ``tokenloom info``
+can tell every version's origin without a side log.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tokenloom.errors import TableError, TableNotFoundError
+from tokenloom.table.schema import BASE_SCHEMA, OP_KEY, validate_base_schema
+
+__all__ = ["Table", "VersionInfo", "normalize_uri", "NEXT_ID_KEY"]
+
+#: Transaction property: the smallest id no row has ever had (the id high-water mark).
+NEXT_ID_KEY = "tokenloom.next_id"
+
+
+def normalize_uri(uri: str | os.PathLike[str]) -> str:
+    """Return an absolute local path, or an object-store URI unchanged."""
+    text = os.fspath(uri)
+    if "://" in text:
+        return text
+    return os.path.abspath(os.path.expanduser(text))
+
+
+@dataclass(frozen=True, kw_only=True)
+class VersionInfo:
+    """One table version and what created it."""
+
+    version: int
+    """The Lance version number."""
+    timestamp: _dt.datetime
+    """When the version was committed (UTC, as Lance records it)."""
+    operation: str
+    """The tokenloom operation (``create``, ``ingest``, ...) or the Lance operation name."""
+    message: str = ""
+    """The commit message, a one-line human summary."""
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Every transaction property tokenloom recorded (``tokenloom.*`` keys)."""
+    num_rows: int = 0
+    """Rows visible in this version."""
+
+
+class Table:
+    """A handle on a tokenloom table at ``uri``, optionally pinned to one version.
+
+    Use :meth:`create` or :meth:`open`; the constructor is internal.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        dataset: lance.LanceDataset,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.uri = uri
+        self._ds = dataset
+        self.storage_options = dict(storage_options or {})
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        uri: str | os.PathLike[str],
+        *,
+        exist_ok: bool = False,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> Table:
+        """Create an empty table (version 1) with stable row ids and the base schema.
+
+        Args:
+            uri: A local path or an object-store URI Lance accepts.
+            exist_ok: Return the existing table instead of failing when one is there.
+            storage_options: Passed to Lance for object stores.
+
+        Raises:
+            TableError: if a dataset already exists and ``exist_ok`` is false.
+        """
+        norm = normalize_uri(uri)
+        if cls.exists(norm, storage_options=storage_options):
+            if exist_ok:
+                return cls.open(norm, storage_options=storage_options)
+            raise TableError(f"a table already exists at {norm}; open it instead of creating it")
+        ds = lance.write_dataset(
+            BASE_SCHEMA.empty_table(),
+            norm,
+            mode="create",
+            enable_stable_row_ids=True,
+            storage_options=dict(storage_options or {}) or None,
+            commit_message="create tokenloom table",
+            transaction_properties={OP_KEY: "create", NEXT_ID_KEY: "0"},
+        )
+        return cls(norm, ds, storage_options=storage_options)
+
+    @classmethod
+    def open(
+        cls,
+        uri: str | os.PathLike[str],
+        *,
+        version: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> Table:
+        """Open an existing table, at its latest version unless ``version`` pins one.
+
+        Raises:
+            TableNotFoundError: if nothing is at ``uri``.
+            TableError: if ``version`` does not exist or the dataset lacks the base columns.
+        """
+        norm = normalize_uri(uri)
+        if not cls.exists(norm, storage_options=storage_options):
+            raise TableNotFoundError(
+                f"no tokenloom table at {norm}; create one with "
+                f"`tokenloom ingest FILES --table {norm}`"
+            )
+        try:
+            ds = lance.dataset(
+                norm, version=version, storage_options=dict(storage_options or {}) or None
+            )
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise TableError(f"cannot open {norm} at version {version}: {exc}") from exc
+        validate_base_schema(ds.schema, norm)
+        return cls(norm, ds, storage_options=storage_options)
+
+    @staticmethod
+    def exists(uri: str, *, storage_options: Mapping[str, str] | None = None) -> bool:
+        """Whether a Lance dataset exists at ``uri``."""
+        if "://" not in uri:
+            return os.path.isdir(os.path.join(uri, "_versions"))
+        try:
+            lance.dataset(uri, storage_options=dict(storage_options or {}) or None)
+        except (ValueError, OSError, RuntimeError):
+            return False
+        return True
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def dataset(self) -> lance.LanceDataset:
+        """The underlying Lance dataset at the version this handle is on."""
+        return self._ds
+
+    @property
+    def version(self) -> int:
+        """The version this handle reads."""
+        return int(self._ds.version)
+
+    @property
+    def latest_version(self) -> int:
+        """The newest committed version (may be newer than :attr:`version`)."""
+        return int(self._ds.latest_version)
+
+    def checkout(self, version: int | None = None) -> Table:
+        """Return a handle on ``version`` (default: the latest)."""
+        if version is None:
+            ds = lance.dataset(self.uri, storage_options=self.storage_options or None)
+        else:
+            ds = self._ds.checkout_version(version)
+        return Table(self.uri, ds, storage_options=self.storage_options)
+
+    def count_rows(self, filter: str | None = None) -> int:
+        """Rows in this version, optionally under a SQL filter."""
+        return int(self._ds.count_rows(filter=filter))
+
+    def rows_per_source(self) -> dict[str, int]:
+        """Row count per ``source`` value, largest first."""
+        counts: dict[str, int] = {}
+        for batch in self._ds.to_batches(columns=["source"], batch_size=65536):
+            vc = pc.value_counts(batch.column(0))
+            for item in vc.to_pylist():
+                counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def transaction_properties(self, version: int) -> dict[str, str]:
+        """The properties recorded by the commit that created ``version`` ({} when unknown)."""
+        try:
+            txn = self._ds.read_transaction(version)
+        except (ValueError, OSError, RuntimeError):
+            return {}
+        return dict(txn.transaction_properties or {}) if txn is not None else {}
+
+    def versions(self) -> list[VersionInfo]:
+        """Every readable version, oldest first, with what created it."""
+        out = []
+        for v in self._ds.versions():
+            number = int(v["version"])
+            props = self.transaction_properties(number)
+            op = props.get(OP_KEY)
+            if op is None:
+                op = self._lance_operation_name(number)
+            meta = v.get("metadata") or {}
+            out.append(
+                VersionInfo(
+                    version=number,
+                    timestamp=v["timestamp"],
+                    operation=op,
+                    message=props.get("__lance_commit_message", ""),
+                    properties={k: val for k, val in props.items() if k.startswith("tokenloom.")},
+                    num_rows=int(meta.get("total_rows", 0)),
+                )
+            )
+        return out
+
+    def _lance_operation_name(self, version: int) -> str:
+        try:
+            txn = self._ds.read_transaction(version)
+        except (ValueError, OSError, RuntimeError):
+            return "unknown"
+        if txn is None:
+            return "unknown"
+        return type(txn.operation).__name__.lower()
+
+    def next_id(self) -> int:
+        """The smallest id never used by any row of any version.
+
+        The high-water mark recorded by the latest id-assigning commit is authoritative (it
+        survives deletes of the newest rows); the stored ids are the fallback when old
+        transactions were cleaned up.
+        """
+        recorded = 0
+        for v in reversed(self._ds.versions()):
+            props = self.transaction_properties(int(v["version"]))
+            if NEXT_ID_KEY in props:
+                recorded = int(props[NEXT_ID_KEY])
+                break
+        stored = 0
+        if self._ds.count_rows() > 0:
+            max_id = pc.max(self._ds.to_table(columns=["id"]).column("id")).as_py()
+            stored = int(max_id) + 1
+        return max(recorded, stored)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        operation: lance.LanceOperation.BaseOperation,
+        *,
+        op: str,
+        message: str,
+        properties: Mapping[str, Any] | None = None,
+        read_version: int | None = None,
+    ) -> Table:
+        """Commit one Lance operation as one new version and return a handle on it.
+
+        Args:
+            operation: The Lance operation (Append, Merge, ...).
+            op: The tokenloom operation name recorded for ``tokenloom info``.
+            message: A one-line summary recorded as the commit message.
+            properties: Extra ``tokenloom.*`` properties; non-string values are JSON-encoded.
+            read_version: The version the operation was planned on (default: this handle's).
+        """
+        props = {OP_KEY: op, "__lance_commit_message": message}
+        for key, value in (properties or {}).items():
+            props[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        txn = lance.Transaction(
+            read_version=self.version if read_version is None else read_version,
+            operation=operation,
+            transaction_properties=props,
+        )
+        ds = lance.LanceDataset.commit(
+            self.uri, txn, storage_options=self.storage_options or None
+        )
+        return Table(self.uri, ds, storage_options=self.storage_options)
+
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of this version."""
+        return self._ds.schema
+
+    def __repr__(self) -> str:
+        return f"Table({self.uri!r}, version={self.version})"
