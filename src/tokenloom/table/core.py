@@ -270,9 +270,7 @@ class Table:
             operation=operation,
             transaction_properties=props,
         )
-        ds = lance.LanceDataset.commit(
-            self.uri, txn, storage_options=self.storage_options or None
-        )
+        ds = lance.LanceDataset.commit(self.uri, txn, storage_options=self.storage_options or None)
         return Table(self.uri, ds, storage_options=self.storage_options)
 
     def schema(self) -> pa.Schema:

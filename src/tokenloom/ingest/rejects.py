@@ -1,0 +1,132 @@
+"""Rejected input: the reasons, one record per rejection, and the log that counts them.
+
+Every record ingest cannot turn into a row ends up here with where it came from (file, line and
+byte offset, or row index) and why, so nothing is lost silently and every drop is inspectable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import IO, Any
+
+__all__ = ["Reason", "Reject", "RejectLog", "excerpt_of"]
+
+
+class Reason:
+    """The reasons a record is rejected (the values are what the rejects file and counts use)."""
+
+    INVALID_JSON = "invalid_json"
+    """A JSONL line that does not parse as JSON."""
+    NOT_AN_OBJECT = "not_an_object"
+    """A JSONL line that parses, but to a list/number/string instead of an object."""
+    MISSING_TEXT = "missing_text_field"
+    """The record (or the whole Parquet file) has no text field."""
+    NULL_TEXT = "null_text"
+    """The text field is null."""
+    NON_STRING_TEXT = "non_string_text"
+    """The text field is a number, list, object or bytes instead of a string."""
+    INVALID_UTF8 = "invalid_utf8"
+    """The bytes are not valid UTF-8 (use ``errors="replace"`` to keep such documents)."""
+    INVALID_UNICODE = "invalid_unicode"
+    """The text holds lone surrogates (e.g. a JSON ``"\\ud800"`` escape), not encodable as UTF-8."""
+    EMPTY_TEXT = "empty_text"
+    """The text is empty or whitespace only."""
+    BINARY_FILE = "binary_file"
+    """A file in a text directory that holds NUL bytes."""
+    UNREADABLE_FILE = "unreadable_file"
+    """An input that does not exist or cannot be opened/read (permissions, I/O error)."""
+    READ_ERROR = "read_error"
+    """A file that broke while being read (truncated/corrupt gzip, zstd or Parquet); the records
+    before the break are kept."""
+    TOO_LARGE = "too_large"
+    """A record larger than ``max_doc_bytes``."""
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    """An input whose kind tokenloom does not read (by file extension)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reject:
+    """One rejected record (or a whole rejected file when ``count`` > 1)."""
+
+    file: str
+    """The input file."""
+    reason: str
+    """One of the :class:`Reason` values."""
+    detail: str = ""
+    """A human explanation (the parser's message, the bad type, the size...)."""
+    line: int | None = None
+    """1-based line number in a JSONL file."""
+    offset: int | None = None
+    """Byte offset of the record in the (uncompressed) file."""
+    row: int | None = None
+    """0-based row index in a Parquet file."""
+    count: int = 1
+    """How many records this rejection stands for (a Parquet file without the text column)."""
+    excerpt: str = ""
+    """The first bytes of the raw record, for a look without opening the file."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object written to the rejects file (unset locators left out)."""
+        out: dict[str, Any] = {"file": self.file, "reason": self.reason}
+        for key in ("line", "offset", "row"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        if self.count != 1:
+            out["count"] = self.count
+        if self.detail:
+            out["detail"] = self.detail
+        if self.excerpt:
+            out["excerpt"] = self.excerpt
+        return out
+
+
+def excerpt_of(raw: bytes | str, limit: int = 160) -> str:
+    """A short printable excerpt of a raw record."""
+    if isinstance(raw, bytes):
+        raw = raw[:limit].decode("utf-8", errors="backslashreplace")
+    return raw[:limit].encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+class RejectLog:
+    """Counts rejections by reason and writes them, one JSON object per line, to ``path``.
+
+    The file is created on the first rejection only; :attr:`path` stays ``None`` until then.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._target = path
+        self._fh: IO[str] | None = None
+        self.counts: Counter[str] = Counter()
+
+    @property
+    def path(self) -> str | None:
+        """Where rejections were written, or ``None`` when there were none."""
+        return self._target if self._fh is not None else None
+
+    @property
+    def total(self) -> int:
+        """Records rejected so far."""
+        return sum(self.counts.values())
+
+    def add(self, reject: Reject) -> None:
+        """Record one rejection."""
+        if self._fh is None:
+            os.makedirs(os.path.dirname(self._target) or ".", exist_ok=True)
+            self._fh = open(self._target, "w", encoding="utf-8")  # noqa: SIM115
+        self._fh.write(json.dumps(reject.to_json(), ensure_ascii=False) + "\n")
+        self.counts[reject.reason] += reject.count
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if self._fh is not None:
+            self._fh.close()
+
+    def __enter__(self) -> RejectLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

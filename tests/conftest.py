@@ -1,0 +1,47 @@
+"""Shared fixtures: small real texts and tables built through the real APIs."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import Iterable
+
+import pytest
+
+
+def real_paragraphs(n: int = 200) -> list[str]:
+    """Distinct real English paragraphs: docstrings of standard-library functions."""
+    import collections
+    import json as json_mod
+    import os.path
+    import shutil
+    import statistics
+    import textwrap
+
+    seen: set[str] = set()
+    out: list[str] = []
+    for module in (os.path, shutil, json_mod, statistics, textwrap, collections, inspect):
+        for name in sorted(vars(module)):
+            doc = inspect.getdoc(getattr(module, name))
+            if doc and len(doc) > 40 and doc not in seen:
+                seen.add(doc)
+                out.append(doc)
+    if len(out) < n:
+        raise RuntimeError(f"only {len(out)} docstrings available, {n} requested")
+    return out[:n]
+
+
+def write_jsonl(path: os.PathLike[str] | str, records: Iterable[object]) -> None:
+    """Write records (dicts, or raw ``bytes`` lines) as JSONL."""
+    with open(path, "wb") as fh:
+        for rec in records:
+            if isinstance(rec, bytes):
+                fh.write(rec.rstrip(b"\n") + b"\n")
+            else:
+                fh.write(json.dumps(rec, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+@pytest.fixture(scope="session")
+def paragraphs() -> list[str]:
+    return real_paragraphs(200)
