@@ -11,6 +11,7 @@ __all__ = [
     "TableError",
     "TableNotFoundError",
     "IngestError",
+    "CorpusError",
     "MissingDependencyError",
     "require",
 ]
@@ -30,6 +31,10 @@ class TableNotFoundError(TableError):
 
 class IngestError(TokenloomError):
     """An ingest run could not produce any row (individual bad records are rejections instead)."""
+
+
+class CorpusError(TokenloomError):
+    """The bundled corpus cannot be built as asked (an unknown source, a bad limit)."""
 
 
 class MissingDependencyError(TokenloomError):

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-
 from tests.conftest import write_jsonl
+
 from tokenloom.errors import IngestError
 from tokenloom.ingest import Reason, ingest
 from tokenloom.table import Table
@@ -134,8 +134,17 @@ def messy_corpus(tmp_path, paragraphs):
     ]
     inputs = [
         tmp_path / n
-        for n in ("mixed.jsonl", "part.jsonl.gz", "part.jsonl.zst", "broken.jsonl.gz",
-                  "cells.parquet", "nocol.parquet", "docs", "missing.jsonl", "notes.docx")
+        for n in (
+            "mixed.jsonl",
+            "part.jsonl.gz",
+            "part.jsonl.zst",
+            "broken.jsonl.gz",
+            "cells.parquet",
+            "nocol.parquet",
+            "docs",
+            "missing.jsonl",
+            "notes.docx",
+        )
     ]
     return inputs, valid, bad
 
@@ -162,8 +171,10 @@ def test_every_valid_row_once_every_bad_one_rejected(tmp_path, messy_corpus):
     assert len(logged) == len(bad)
     for name, reason, loc in bad:
         hits = [
-            r for r in logged
-            if r["file"].endswith(name) and r["reason"] == reason
+            r
+            for r in logged
+            if r["file"].endswith(name)
+            and r["reason"] == reason
             and all(r.get(k) == v for k, v in loc.items())
         ]
         assert hits, f"no rejection {reason} for {name} {loc} in {logged}"
@@ -171,15 +182,19 @@ def test_every_valid_row_once_every_bad_one_rejected(tmp_path, messy_corpus):
     raw = (tmp_path / "mixed.jsonl").read_bytes()
     for r in logged:
         if r["file"].endswith("mixed.jsonl") and r["reason"] != Reason.INVALID_UTF8:
-            assert raw[r["offset"]:].split(b"\n", 1)[0] == raw.split(b"\n")[r["line"] - 1]
+            assert raw[r["offset"] :].split(b"\n", 1)[0] == raw.split(b"\n")[r["line"] - 1]
 
 
 def test_errors_replace_keeps_invalid_utf8(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [b'{"text": "caf\xe9 au lait"}', b'{"text": "a \\ud800 b"}'])
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x.txt").write_bytes("Maß".encode("latin-1"))
-    result = ingest([tmp_path / "a.jsonl", tmp_path / "d"], tmp_path / "t.lance",
-                    errors="replace", progress=False)
+    result = ingest(
+        [tmp_path / "a.jsonl", tmp_path / "d"],
+        tmp_path / "t.lance",
+        errors="replace",
+        progress=False,
+    )
     assert result.rejected == {}
     texts = sorted(Table.open(tmp_path / "t.lance").dataset.to_table()["text"].to_pylist())
     assert texts == ["Ma\ufffd", "a \ufffd b", "caf\ufffd au lait"]
@@ -190,8 +205,12 @@ def test_too_large_records_are_rejected_by_limit(tmp_path, paragraphs):
     write_jsonl(tmp_path / "a.jsonl", [{"text": paragraphs[0]}, {"text": big}])
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "big.txt").write_text(big)
-    result = ingest([tmp_path / "a.jsonl", tmp_path / "d"], tmp_path / "t.lance",
-                    max_doc_bytes=len(big) // 2, progress=False)
+    result = ingest(
+        [tmp_path / "a.jsonl", tmp_path / "d"],
+        tmp_path / "t.lance",
+        max_doc_bytes=len(big) // 2,
+        progress=False,
+    )
     assert result.rows_written == 1
     assert result.rejected == {Reason.TOO_LARGE: 2}
 
@@ -199,8 +218,11 @@ def test_too_large_records_are_rejected_by_limit(tmp_path, paragraphs):
 def test_nothing_readable_is_an_error_and_leaves_no_table(tmp_path):
     write_jsonl(tmp_path / "bad.jsonl", [b"{not json", b'{"text": null}'])
     with pytest.raises(IngestError, match="nothing could be ingested") as err:
-        ingest([tmp_path / "bad.jsonl", tmp_path / "missing.jsonl"], tmp_path / "t.lance",
-               progress=False)
+        ingest(
+            [tmp_path / "bad.jsonl", tmp_path / "missing.jsonl"],
+            tmp_path / "t.lance",
+            progress=False,
+        )
     assert "invalid_json=1" in str(err.value) and "unreadable_file=1" in str(err.value)
     assert not (tmp_path / "t.lance").exists()
     rejects = list((tmp_path / "t.lance.rejects").iterdir())

@@ -11,8 +11,8 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from tests.conftest import write_jsonl
+
 from tokenloom.ingest import ingest, ingested_fingerprints
 from tokenloom.table import Table
 
@@ -51,13 +51,17 @@ def test_reingest_is_skipped_unless_forced(tmp_path, paragraphs):
 
 
 def test_source_meta_and_formats(tmp_path, paragraphs):
-    write_jsonl(tmp_path / "web.jsonl", [
-        {"text": paragraphs[0], "source": "wiki", "title": "T0", "id": "orig-7"},
-        {"text": paragraphs[1], "url": "https://example.org/x"},
-        {"text": paragraphs[2], "source": 17},  # unusable source: file stem, value kept in meta
-    ])
-    pq.write_table(pa.table({"content": paragraphs[3:5], "source": ["books", None]}),
-                   tmp_path / "b.parquet")
+    write_jsonl(
+        tmp_path / "web.jsonl",
+        [
+            {"text": paragraphs[0], "source": "wiki", "title": "T0", "id": "orig-7"},
+            {"text": paragraphs[1], "url": "https://example.org/x"},
+            {"text": paragraphs[2], "source": 17},  # unusable source: file stem, value kept in meta
+        ],
+    )
+    pq.write_table(
+        pa.table({"content": paragraphs[3:5], "source": ["books", None]}), tmp_path / "b.parquet"
+    )
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "n1.txt").write_text(paragraphs[5])
     uri = tmp_path / "t.lance"
@@ -89,14 +93,16 @@ def test_killed_ingest_leaves_table_readable_and_rerun_completes(tmp_path, parag
     ingest([tmp_path / "first.jsonl"], uri, progress=False)
     # A big file that produces data files, then a FIFO that blocks the run until it is killed.
     n_big = 300_000
-    write_jsonl(tmp_path / "big.jsonl", [{"text": f"{paragraphs[i % 200]} #{i}"}
-                                         for i in range(n_big)])
+    write_jsonl(
+        tmp_path / "big.jsonl", [{"text": f"{paragraphs[i % 200]} #{i}"} for i in range(n_big)]
+    )
     fifo = tmp_path / "stuck.jsonl"
     os.mkfifo(fifo)
     data_dir = uri / "data"
     before = set(os.listdir(data_dir))
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_INGEST, str(tmp_path / "big.jsonl"),
-                             str(fifo), str(uri)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_INGEST, str(tmp_path / "big.jsonl"), str(fifo), str(uri)]
+    )
     try:
         deadline = time.time() + 120
         while len(set(os.listdir(data_dir)) - before) < 2 and time.time() < deadline:
@@ -130,8 +136,12 @@ def test_concurrent_ingests_get_disjoint_dense_ids(tmp_path, paragraphs):
         path = tmp_path / f"part{k}.jsonl"
         write_jsonl(path, [{"text": f"{p} (part {k})"} for p in paragraphs[: 40 + 10 * k]])
         files.append(path)
-    procs = [subprocess.Popen([sys.executable, "-c", _CONCURRENT, str(f), str(uri)],
-                              stdout=subprocess.PIPE, text=True) for f in files]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CONCURRENT, str(f), str(uri)], stdout=subprocess.PIPE, text=True
+        )
+        for f in files
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     table = Table.open(uri)

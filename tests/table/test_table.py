@@ -7,8 +7,8 @@ import os
 import lance
 import pyarrow as pa
 import pytest
-
 from tests.conftest import write_jsonl
+
 from tokenloom.errors import TableError, TableNotFoundError
 from tokenloom.ingest import ingest
 from tokenloom.table import BASE_SCHEMA, Table, table_info
@@ -41,8 +41,9 @@ def _data_file_bytes_on_disk(uri: str) -> int:
 
 def test_info_column_bytes_match_files_on_disk(tmp_path, paragraphs):
     src = tmp_path / "a.jsonl"
-    write_jsonl(src, [{"text": p, "source": "docs" if i % 3 else "api"}
-                      for i, p in enumerate(paragraphs)])
+    write_jsonl(
+        src, [{"text": p, "source": "docs" if i % 3 else "api"} for i, p in enumerate(paragraphs)]
+    )
     uri = str(tmp_path / "t.lance")
     ingest([src], uri, progress=False)
     write_jsonl(tmp_path / "b.jsonl", [{"text": p} for p in paragraphs[:50]])
@@ -77,7 +78,16 @@ def test_old_versions_stay_readable_and_ids_are_never_reused(tmp_path, paragraph
     assert (result.first_id, result.last_id) == (10, 12)
     t = Table.open(uri)
     assert sorted(t.dataset.to_table(columns=["id"])["id"].to_pylist()) == [
-        0, 1, 2, 3, 4, 5, 6, 10, 11, 12
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        10,
+        11,
+        12,
     ]
     assert Table.open(uri, version=2).count_rows() == 10  # the old version is untouched
     assert t.versions()[2].operation == "delete"

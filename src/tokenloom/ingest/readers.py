@@ -76,9 +76,9 @@ def _fix_surrogates(text: str, opts: ReadOptions) -> tuple[str | None, str]:
     return None, f"lone surrogate U+{ord(match.group()):04X} at character {match.start()}"
 
 
-def _meta_json(meta: dict[str, Any]) -> str:
+def _meta_json(meta: dict[str, Any], *, check: bool = True) -> str:
     text = json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str)
-    if _SURROGATES.search(text):
+    if check and _SURROGATES.search(text):
         text = json.dumps(meta, ensure_ascii=True, sort_keys=True, default=str)
     return text
 
@@ -255,7 +255,9 @@ def _parse_line(
             excerpt=excerpt_of(line),
         )
     text, reason, detail = check_text(obj.pop(field), opts)
-    if text is not None:
+    # Valid UTF-8 decodes to a str without surrogates; only a \\uD8xx-\\uDFxx escape makes one.
+    escaped = b"\\ud" in line or b"\\uD" in line
+    if text is not None and escaped:
         text, detail = _fix_surrogates(text, opts)
         reason = Reason.INVALID_UNICODE
     if text is None:
@@ -275,7 +277,7 @@ def _parse_line(
             obj["source"] = rec_source  # keep an unusable source value in meta, not lost
     obj["_file"] = inp.relpath
     obj["_line"] = line_no
-    return text, source, _meta_json(obj)
+    return text, source, _meta_json(obj, check=escaped)
 
 
 def read_parquet(inp: InputFile, opts: ReadOptions, progress: Progress) -> Iterator[Doc | Reject]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tokenloom.errors import IngestError
 from tokenloom.ingest.inputs import InputFile, discover, fingerprint_bytes, fingerprint_file
@@ -126,11 +127,12 @@ class _Batcher:
             return None
         n = len(self.texts)
         ids = pa.array(range(self.next_id, self.next_id + n), type=pa.int64())
-        n_chars = pa.array([len(t) for t in self.texts], type=pa.int64())
+        texts = pa.array(self.texts, type=pa.large_string())
+        n_chars = pc.utf8_length(texts).cast(pa.int64())
         batch = pa.record_batch(
             [
                 ids,
-                pa.array(self.texts, type=pa.large_string()),
+                texts,
                 pa.array(self.sources, type=pa.string()),
                 n_chars,
                 pa.array(self.metas, type=pa.string()),

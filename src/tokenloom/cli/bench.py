@@ -1,0 +1,67 @@
+"""``tokenloom bench``: benchmarks printed as ratios measured side by side in one run."""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option
+
+__all__ = ["command"]
+
+
+@click.group("bench")
+def command() -> None:
+    """Benchmarks that print ratios measured side by side in one run."""
+
+
+@command.command(
+    "ingest",
+    epilog="""\b
+Examples:
+  tokenloom bench ingest                       # on the bundled corpus, built on the fly
+  tokenloom bench ingest --corpus corpus/ --repeats 5
+  python -m tokenloom.bench ingest --json""",
+)
+@click.option(
+    "--corpus",
+    "corpus_dir",
+    default=None,
+    metavar="DIR",
+    help="A directory of JSONL files [default: build the bundled corpus in a temp dir].",
+)
+@click.option(
+    "--repeats",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Alternating runs of each reader; medians are compared.",
+)
+@json_option
+def ingest_bench(corpus_dir: str | None, repeats: int, as_json: bool) -> None:
+    """Ingest MB/s next to pyarrow's raw JSON reader on the same files, as a ratio."""
+    from tokenloom.bench.ingest import run_ingest_bench
+
+    with tempfile.TemporaryDirectory(prefix="tokenloom-corpus-") as tmp:
+        if corpus_dir is None:
+            from tokenloom.corpus import build_corpus
+
+            corpus_dir = tmp
+            build_corpus(corpus_dir)
+        paths = sorted(glob.glob(os.path.join(corpus_dir, "*.jsonl")))
+        if not paths:
+            raise click.BadParameter(f"no *.jsonl file in {corpus_dir}", param_hint="--corpus")
+        bench = run_ingest_bench(paths, repeats=repeats)
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(
+        f"{bench.files} files, {bench.megabytes:,.1f} MB, {bench.rows:,} rows, "
+        f"median of {repeats} alternating runs"
+    )
+    click.echo(f"  pyarrow.json.read_json (parse only)   {bench.pyarrow_mb_s:8.1f} MB/s")
+    click.echo(f"  tokenloom ingest (validate+write+commit) {bench.tokenloom_mb_s:8.1f} MB/s")
+    click.echo(f"  ratio tokenloom/pyarrow               {bench.ratio:8.2f}x")

@@ -1,0 +1,67 @@
+"""``tokenloom info``: rows, versions, columns with bytes on disk, rows per source."""
+
+from __future__ import annotations
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["command", "format_info"]
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.2f} MB" if n >= 10_000 else f"{n:,} B"
+
+
+def format_info(info) -> str:  # noqa: ANN001 - TableInfo
+    """The human-readable summary of a :class:`tokenloom.table.TableInfo`."""
+    lines = [
+        f"table    {info.uri}",
+        f"version  {info.version}    rows {info.rows:,}    fragments {info.fragments}    "
+        f"data files {info.data_files} ({_mb(info.data_file_bytes)})",
+        "",
+        "columns",
+    ]
+    for col in info.columns:
+        lines.append(f"  {col.name:<16} {col.type:<28} {_mb(col.bytes):>14}")
+    lines.append(
+        f"  {'(file overhead)':<16} {'footers, metadata, alignment':<28} "
+        f"{_mb(info.overhead_bytes):>14}"
+    )
+    lines += ["", "versions"]
+    for v in info.versions:
+        when = v.timestamp.strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(
+            f"  {v.version:>4}  {when}  {v.operation:<10} {v.num_rows:>10,} rows  {v.message}"
+        )
+    lines += ["", "rows per source"]
+    for source, count in info.rows_per_source.items():
+        lines.append(f"  {source:<24} {count:>10,}")
+    return "\n".join(lines)
+
+
+@click.command(
+    "info",
+    epilog="""\b
+Examples:
+  tokenloom info --table corpus.lance
+  tokenloom info --table corpus.lance --version 2 --json""",
+)
+@table_option
+@click.option(
+    "--version",
+    "version",
+    type=int,
+    default=None,
+    help="Describe this version instead of the latest.",
+)
+@json_option
+def command(table: str, version: int | None, as_json: bool) -> None:
+    """Summarise a table: rows, versions and what made them, column sizes, sources."""
+    from tokenloom.table import Table, table_info
+
+    info = table_info(Table.open(table, version=version))
+    if as_json:
+        emit_json(info.to_json())
+    else:
+        click.echo(format_info(info))

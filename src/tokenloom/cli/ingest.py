@@ -1,0 +1,120 @@
+"""``tokenloom ingest``: raw files into the table as one new version."""
+
+from __future__ import annotations
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["command"]
+
+
+@click.command(
+    "ingest",
+    epilog="""\b
+Examples:
+  tokenloom ingest corpus/*.jsonl --table corpus.lance
+  tokenloom ingest dump.jsonl.zst --table corpus.lance --source web --text-field content
+  tokenloom ingest books/ --glob '**/*.txt' --table corpus.lance --source books
+  tokenloom ingest data.parquet --table corpus.lance --errors replace --json
+
+\b
+Bad records (broken JSON, missing/null/non-string text, invalid UTF-8, empty
+documents, binary or unreadable files, oversized records) are skipped, counted
+by reason and listed in a rejects file; valid records are never lost with them.
+Files ingested before (same content fingerprint) are skipped unless --force.""",
+)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@table_option
+@click.option(
+    "--source",
+    default=None,
+    help="Source name for every row [default: the record's "
+    "'source' field, else the file stem or directory name].",
+)
+@click.option(
+    "--text-field",
+    default="text",
+    show_default=True,
+    help="JSON key or Parquet column holding the document text.",
+)
+@click.option(
+    "--glob",
+    "glob_",
+    default="**/*.txt",
+    show_default=True,
+    help="Files taken from directory inputs, one document per file.",
+)
+@click.option(
+    "--errors",
+    type=click.Choice(["strict", "replace"]),
+    default="strict",
+    show_default=True,
+    help="Invalid UTF-8: reject the record, or keep it with U+FFFD.",
+)
+@click.option(
+    "--force", is_flag=True, help="Ingest files even if their content was ingested before."
+)
+@click.option(
+    "--max-doc-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=512,
+    show_default=True,
+    help="Reject records larger than this many MiB.",
+)
+@click.option(
+    "--rejects",
+    "rejects_path",
+    default=None,
+    metavar="FILE",
+    help="Write rejections here [default: <table>.rejects/ingest-<time>.jsonl].",
+)
+@json_option
+def command(
+    paths: tuple[str, ...],
+    table: str,
+    source: str | None,
+    text_field: str,
+    glob_: str,
+    errors: str,
+    force: bool,
+    max_doc_mb: float,
+    rejects_path: str | None,
+    as_json: bool,
+) -> None:
+    """Ingest JSONL (.gz/.zst), Parquet and text directories into a table."""
+    from tokenloom.ingest import ingest
+
+    result = ingest(
+        paths,
+        table,
+        source=source,
+        text_field=text_field,
+        errors=errors,
+        glob=glob_,
+        force=force,
+        max_doc_bytes=int(max_doc_mb * (1 << 20)),
+        rejects_path=rejects_path,
+    )
+    if as_json:
+        emit_json(result.to_json())
+        return
+    for path in result.skipped_files:
+        click.echo(f"skipped {path}: already ingested (same content); --force to ingest again")
+    if result.version is None:
+        click.echo(f"nothing new for {result.table}")
+        return
+    mb = result.bytes_read / 1e6
+    click.echo(
+        f"wrote {result.rows_written:,} rows (ids {result.first_id}..{result.last_id}) to "
+        f"{result.table} as version {result.version}  [{mb:,.1f} MB in {result.seconds:.1f} s, "
+        f"{mb / max(result.seconds, 1e-9):,.1f} MB/s]"
+    )
+    if result.rejected:
+        total = sum(result.rejected.values())
+        click.echo(f"rejected {total:,} records:")
+        for reason, count in result.rejected.items():
+            click.echo(f"  {reason:<20} {count:>10,}")
+        click.echo(f"every rejection is listed in {result.rejects_path}")
+    else:
+        click.echo("rejected 0 records")
