@@ -34,9 +34,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from tokenloom.cli import bench, corpus, demo, info, ingest
+    from tokenloom.cli import backfill, bench, corpus, demo, info, ingest
 
-    for module in (corpus, ingest, info, bench, demo):
+    for module in (corpus, ingest, info, backfill, bench, demo):
         cli.add_command(module.command)
 
 

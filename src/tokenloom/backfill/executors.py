@@ -1,0 +1,130 @@
+"""Executors run work units: inline, in a ``spawn`` process pool (the default), or as Ray tasks.
+
+Lance is not fork-safe, so the local pool always uses ``spawn``. A worker killed mid-unit breaks
+the pool; the executor starts a new one and resubmits what is not done (finished units are
+checkpointed, so nothing is computed twice).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from tokenloom.backfill.worker import UnitResult, UnitTask, run_unit
+from tokenloom.errors import TokenloomError, require
+
+__all__ = ["Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "make_executor"]
+
+OnResult = Callable[[UnitResult], None]
+
+
+class Executor:
+    """Runs unit tasks and reports each finished one."""
+
+    name = "abstract"
+
+    def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
+        raise NotImplementedError
+
+
+class InlineExecutor(Executor):
+    """Runs units one after another in this process (``workers=0``; for debugging and tests)."""
+
+    name = "inline"
+
+    def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
+        for task in tasks:
+            on_result(run_unit(task))
+
+
+class LocalExecutor(Executor):
+    """A pool of ``workers`` spawned processes."""
+
+    name = "local"
+
+    def __init__(self, workers: int, *, max_restarts: int = 3) -> None:
+        self.workers = workers
+        self.max_restarts = max_restarts
+
+    def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
+        pending = list(tasks)
+        restarts = 0
+        ctx = multiprocessing.get_context("spawn")
+        while pending:
+            done: set[str] = set()
+            pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            try:
+                futures = {pool.submit(run_unit, t): t for t in pending}
+                remaining = set(futures)
+                while remaining:
+                    finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
+                    for fut in finished:
+                        result = fut.result()  # a UDF error propagates from here
+                        done.add(futures[fut].unit.name)
+                        on_result(result)
+                pending = []
+            except BrokenProcessPool as exc:
+                restarts += 1
+                if restarts > self.max_restarts:
+                    raise TokenloomError(
+                        f"backfill workers died {restarts} times (last: {exc}); finished units "
+                        "are checkpointed — run the same command again to continue"
+                    ) from exc
+                pending = [t for t in pending if t.unit.name not in done]
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayExecutor(Executor):
+    """Ray tasks: on an existing cluster (``address``) or a local one sized for this machine."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, *, address: str | None = None, max_retries: int = 3) -> None:
+        self.workers = workers
+        self.address = address
+        self.max_retries = max_retries
+
+    def _init(self):  # noqa: ANN202 - returns the ray module
+        ray = require("ray", extra="ray")
+        if ray.is_initialized():
+            return ray
+        # Workers must import the modules that define the UDFs, as this process does.
+        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        if self.address:
+            ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=self.workers,
+                object_store_memory=256 << 20,  # results go to checkpoint files, not the store
+                include_dashboard=False,
+                log_to_driver=False,
+                runtime_env={"env_vars": env},
+            )
+        return ray
+
+    def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
+        ray = self._init()
+        remote = ray.remote(max_retries=self.max_retries, num_cpus=1)(run_unit)
+        refs = [remote.remote(t) for t in tasks]
+        while refs:
+            ready, refs = ray.wait(refs, num_returns=1)
+            try:
+                on_result(ray.get(ready[0]))
+            except ray.exceptions.RayTaskError as exc:
+                for ref in refs:
+                    ray.cancel(ref, force=True)
+                raise exc.as_instanceof_cause() from None
+
+
+def make_executor(executor: str, workers: int, *, ray_address: str | None = None) -> Executor:
+    """Build an executor by name: ``local`` (``workers=0`` runs inline) or ``ray``."""
+    if executor == "local":
+        return InlineExecutor() if workers == 0 else LocalExecutor(workers)
+    if executor == "ray":
+        return RayExecutor(max(1, workers), address=ray_address)
+    raise TokenloomError(f"executor must be 'local' or 'ray', not {executor!r}")

@@ -1,0 +1,119 @@
+"""What a worker does for one unit: read its rows, run the UDF, write the result atomically.
+
+Runs in a spawned process, a Ray task, or inline. Datasets and UDF instances are cached per
+process, so a class UDF's setup (loading a tokenizer or a model) happens once per worker.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from tokenloom.backfill.checkpoint import JobStore
+from tokenloom.backfill.plan import Unit
+from tokenloom.backfill.udf import UDF, UDFError
+
+__all__ = ["UnitTask", "UnitResult", "run_unit"]
+
+_DATASETS: dict[tuple[str, int], lance.LanceDataset] = {}
+_UDFS: dict[str, UDF] = {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitTask:
+    """Everything a worker needs for one unit (picklable)."""
+
+    uri: str
+    version: int
+    storage_options: dict[str, str] | None
+    udf: UDF
+    unit: Unit
+    where: str | None
+    store_root: str
+    column: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitResult:
+    """What a worker reports back."""
+
+    unit: str
+    rows: int
+    seconds: float
+
+
+def _dataset(uri: str, version: int, storage_options: dict[str, str] | None) -> Any:
+    key = (uri, version)
+    if key not in _DATASETS:
+        _DATASETS[key] = lance.dataset(uri, version=version, storage_options=storage_options)
+    return _DATASETS[key]
+
+
+def _udf(udf: UDF) -> UDF:
+    return _UDFS.setdefault(udf.fingerprint(), udf)
+
+
+def _failing_row(udf: UDF, batch: pa.RecordBatch) -> tuple[int, BaseException] | None:
+    """Find the first row on which the UDF raises (the error path only)."""
+    for i in range(batch.num_rows):
+        try:
+            udf(batch.slice(i, 1))
+        except Exception as exc:  # noqa: BLE001 - reported with the row id
+            return int(batch.column("id")[i].as_py()), exc
+    return None
+
+
+def compute_rows(udf: UDF, table: pa.Table) -> pa.Table:
+    """Run ``udf`` over ``table`` (which holds ``id`` and the inputs) in batches.
+
+    Returns:
+        A table of ``id`` and the output columns.
+
+    Raises:
+        UDFError: naming the UDF and the first row id it failed on.
+    """
+    outputs = []
+    for batch in table.to_batches(max_chunksize=udf.batch_size):
+        try:
+            outputs.append(udf(batch))
+        except UDFError:
+            raise
+        except Exception as exc:
+            found = _failing_row(udf, batch)
+            row_id, cause = found if found is not None else (None, exc)
+            where = f"row id {row_id}" if row_id is not None else "a batch (no single row fails)"
+            raise UDFError(
+                f"UDF {udf.name} v{udf.version} failed on {where}: "
+                f"{type(cause).__name__}: {cause}. Nothing was committed; fix the UDF, bump its "
+                "version and run again"
+            ) from None
+    ids = table.column("id").combine_chunks() if table.num_rows else pa.array([], pa.int64())
+    if outputs:
+        out = pa.Table.from_batches(outputs)
+    else:
+        out = udf.output.empty_table()
+    return out.add_column(0, "id", ids)
+
+
+def run_unit(task: UnitTask) -> UnitResult:
+    """Compute one unit and checkpoint its result; returns quickly if it is already done."""
+    started = time.perf_counter()
+    udf = _udf(task.udf)
+    store = JobStore(task.store_root, task.column, udf.fingerprint())
+    if store.has(task.unit):
+        return UnitResult(unit=task.unit.name, rows=0, seconds=0.0)
+    ds = _dataset(task.uri, task.version, task.storage_options)
+    frag = ds.get_fragment(task.unit.fragment_id)
+    flt = f"id >= {task.unit.lo} AND id <= {task.unit.hi}"
+    if task.where:
+        flt = f"({flt}) AND ({task.where})"
+    columns = ["id", *[c for c in udf.inputs if c != "id"]]
+    table = frag.to_table(columns=columns, filter=flt)
+    store.write(task.unit, compute_rows(udf, table))
+    return UnitResult(
+        unit=task.unit.name, rows=table.num_rows, seconds=time.perf_counter() - started
+    )

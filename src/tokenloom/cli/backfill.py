@@ -1,0 +1,155 @@
+"""``tokenloom backfill``: add a column computed by a UDF; show the progress of backfill jobs."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["command"]
+
+
+@click.group("backfill")
+def command() -> None:
+    """Add columns computed by UDFs — parallel, checkpointed, resumable, rewriting nothing."""
+
+
+@command.command(
+    "run",
+    epilog="""\b
+Examples:
+  tokenloom backfill run --table corpus.lance --udf mypkg.udfs:n_words --workers 4
+  tokenloom backfill run --table corpus.lance --udf mypkg.udfs:Tokenize --arg spec=gpt2
+  tokenloom backfill run --table corpus.lance --udf mypkg.udfs:score --where "source = 'wiki_en'"
+  tokenloom backfill run --table corpus.lance --udf mypkg.udfs:embed --executor ray
+
+\b
+Killed? Run the same command again: finished work units are reused and the
+column is committed once. After new rows are ingested, the same command
+computes the column for the new rows only.""",
+)
+@table_option
+@click.option(
+    "--udf",
+    "udf_ref",
+    required=True,
+    metavar="MODULE:NAME",
+    help="The UDF, as an import path (a function or class decorated with @udf).",
+)
+@click.option(
+    "--column",
+    "name",
+    default=None,
+    help="Name of the new column [default: the UDF's output name].",
+)
+@click.option(
+    "--arg",
+    "args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Constructor argument of a class UDF (VALUE parsed as JSON, else text).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Parallel workers [default: CPU count, at most 8]; 0 runs inline.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Spawned local processes, or Ray tasks.",
+)
+@click.option("--ray-address", default=None, help="An existing Ray cluster [default: local].")
+@click.option("--where", default=None, metavar="SQL", help="Compute only these rows; others null.")
+@click.option(
+    "--unit-rows",
+    type=click.IntRange(min=1),
+    default=16384,
+    show_default=True,
+    help="Rows per checkpointed work unit.",
+)
+@json_option
+def run(
+    table: str,
+    udf_ref: str,
+    name: str | None,
+    args: tuple[str, ...],
+    workers: int | None,
+    executor: str,
+    ray_address: str | None,
+    where: str | None,
+    unit_rows: int,
+    as_json: bool,
+) -> None:
+    """Compute a UDF for every row lacking it and commit the column as one new version."""
+    from tokenloom.backfill import add_column, load_udf
+
+    kwargs = {}
+    for item in args:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--arg")
+        try:
+            kwargs[key] = json.loads(value)
+        except ValueError:
+            kwargs[key] = value
+    udf = load_udf(udf_ref, **kwargs)
+    result = add_column(
+        table,
+        name,
+        udf,
+        workers=workers,
+        executor=executor,
+        where=where,
+        unit_rows=unit_rows,
+        ray_address=ray_address,
+    )
+    if as_json:
+        emit_json(result.to_json())
+    elif result.version is None:
+        click.echo(f"{', '.join(result.columns)}: every row already has it; nothing to do")
+    else:
+        click.echo(
+            f"added {', '.join(result.columns)} for {result.rows:,} rows as version "
+            f"{result.version} ({result.units} units, {result.units_reused} reused from an "
+            f"earlier run, {result.bytes_added / 1e6:,.2f} MB added, {result.seconds:.1f} s)"
+        )
+
+
+@command.command(
+    "status",
+    epilog="""\b
+Examples:
+  tokenloom backfill status --table corpus.lance
+  tokenloom backfill status --table corpus.lance --json""",
+)
+@table_option
+@json_option
+def status(table: str, as_json: bool) -> None:
+    """Show each backfill job of a table: state and done/remaining work units."""
+    from tokenloom.backfill import default_checkpoint_root, list_jobs
+    from tokenloom.table import normalize_uri
+
+    jobs = list_jobs(default_checkpoint_root(normalize_uri(table)))
+    if as_json:
+        emit_json([j.to_json() for j in jobs])
+        return
+    if not jobs:
+        click.echo("no backfill jobs")
+        return
+    for j in jobs:
+        udf = f"{j.udf.get('name')} v{j.udf.get('version')}"
+        line = (
+            f"{j.column:<24} {udf:<28} {j.state:<10} units {j.units_done}/{j.units_total} "
+            f"({j.units_remaining} remaining)  rows {j.rows_done:,}/{j.rows_total:,}"
+        )
+        if j.version is not None:
+            line += f"  -> version {j.version}"
+        click.echo(line)
+        if j.error:
+            click.echo(f"    error: {j.error}")

@@ -1,0 +1,59 @@
+"""UDFs used by the backfill tests (module level, so spawned workers and Ray import them)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tokenloom.backfill import udf
+
+
+@udf(inputs=["text"], output=pa.field("n_words", pa.int32()), version="1")
+def n_words(batch: pa.RecordBatch) -> pa.Array:
+    """Whitespace-separated words per document."""
+    return pc.list_value_length(pc.utf8_split_whitespace(batch.column("text"))).cast(pa.int32())
+
+
+@udf(inputs=["text"], output=pa.field("n_upper", pa.int64()), version="1", batch_size=64)
+def slow_upper(batch: pa.RecordBatch) -> pa.Array:
+    """Uppercase letters per document, slowly (so a test can kill a run midway)."""
+    time.sleep(float(os.environ.get("TOKENLOOM_TEST_SLEEP", "0.02")))
+    return pa.array([sum(c.isupper() for c in t) for t in batch.column("text").to_pylist()])
+
+
+@udf(
+    inputs=["id", "text"],
+    output={"words": pa.list_(pa.string()), "first_char": pa.string()},
+    version="1",
+)
+class Splitter:
+    """A class UDF with two outputs and a lazy per-worker set-up."""
+
+    def __init__(self, lower: bool = False) -> None:
+        self.lower = lower
+        self.pid = os.getpid()
+
+    def __call__(self, batch: pa.RecordBatch) -> dict:
+        text = batch.column("text")
+        if self.lower:
+            text = pc.utf8_lower(text)
+        words = pc.utf8_split_whitespace(text, max_splits=3)
+        return {"words": words, "first_char": pc.utf8_slice_codeunits(text, 0, 1)}
+
+
+@udf(inputs=["id", "text"], output=pa.field("checked", pa.int64()), version="1")
+def fails_on_13(batch: pa.RecordBatch) -> pa.Array:
+    """Raises on the row whose id is 13."""
+    ids = batch.column("id").to_pylist()
+    if 13 in ids:
+        raise ValueError("unlucky row")
+    return pa.array(ids)
+
+
+@udf(inputs=["id", "text"], output=pa.field("checked", pa.int64()), version="2")
+def fails_on_13_fixed(batch: pa.RecordBatch) -> pa.Array:
+    """The fixed version of :func:`fails_on_13`."""
+    return batch.column("id")
