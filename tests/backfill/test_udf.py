@@ -58,3 +58,10 @@ def test_wrong_results_are_named():
         n_words({"body": ["a"]})
     with pytest.raises(UDFError, match="package.module:name"):
         load_udf("no_colon")
+
+
+def test_renamed_udf_survives_pickling():
+    renamed = n_words.with_output(pa.schema([pa.field("words_total", pa.int32())]))
+    clone = pickle.loads(pickle.dumps(renamed))
+    assert clone.columns == ["words_total"]
+    assert clone.fingerprint() == renamed.fingerprint() != n_words.fingerprint()

@@ -110,6 +110,7 @@ def add_column(
     store.save_job(column="+".join(udf.columns), udf=udf.describe())
     runner = make_executor(executor, workers, ray_address=ray_address)
     result = BackfillResult(columns=udf.columns, version=None)
+    vanished = 0
     try:
         for attempt in range(1, max_attempts + 1):
             result.attempts = attempt
@@ -124,6 +125,12 @@ def add_column(
             _run_units(ds, handle, udf, units, where, store, root, runner, result, progress)
             new_frags, schema, nbytes = _assemble(ds, udf, fragments, units, store)
             if new_frags is None:
+                vanished += 1
+                if vanished > 2:
+                    raise BackfillError(
+                        f"results of finished units keep disappearing from {store.units_dir}; "
+                        "is something cleaning that directory?"
+                    )
                 continue  # a result vanished while assembling: compute it again
             try:
                 committed = handle.commit(
@@ -166,17 +173,7 @@ def _renamed(udf: UDF, name: str | None) -> UDF:
         raise BackfillError(
             f"UDF {udf.name} has outputs {udf.columns}; pass name=None for multi-output UDFs"
         )
-    renamed = UDF(
-        udf.target,
-        inputs=udf.inputs,
-        output=pa.schema([udf.output.field(0).with_name(name)]),
-        version=udf.version,
-        name=udf.name,
-        batch_size=udf.batch_size,
-        kwargs=udf.kwargs,
-    )
-    renamed._ref = udf._ref
-    return renamed
+    return udf.with_output(pa.schema([udf.output.field(0).with_name(name)]))
 
 
 def _check_request(ds: lance.LanceDataset, udf: UDF) -> None:

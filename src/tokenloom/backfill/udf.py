@@ -124,6 +124,20 @@ class UDF:
             **({"kwargs": self.kwargs} if self.kwargs else {}),
         }
 
+    def with_output(self, output: pa.Schema) -> UDF:
+        """A copy with another output schema of the same types (e.g. renamed columns)."""
+        copy = UDF(
+            self.target,
+            inputs=self.inputs,
+            output=output,
+            version=self.version,
+            name=self.name,
+            batch_size=self.batch_size,
+            kwargs=self.kwargs,
+        )
+        copy._ref = self._ref
+        return copy
+
     def bind(self, **kwargs: Any) -> UDF:
         """A copy of a class UDF with constructor arguments (part of the fingerprint)."""
         bound = UDF(
@@ -205,7 +219,7 @@ class UDF:
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._ref is not None:
-            return (_load_by_ref, (*self._ref, self.kwargs))
+            return (_load_by_ref, (*self._ref, self.kwargs, self.output))
         state = {
             "target": self.target,
             "inputs": self.inputs,
@@ -227,13 +241,22 @@ def _rebuild(state: dict[str, Any]) -> UDF:
     return UDF(target, **state)
 
 
-def _load_by_ref(module: str, qualname: str, kwargs: Mapping[str, Any]) -> UDF:
+def _load_by_ref(
+    module: str,
+    qualname: str,
+    kwargs: Mapping[str, Any],
+    output: pa.Schema | None = None,
+) -> UDF:
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     if not isinstance(obj, UDF):
         raise UDFError(f"{module}:{qualname} is not a UDF")
-    return obj.bind(**kwargs) if kwargs else obj
+    if kwargs:
+        obj = obj.bind(**kwargs)
+    if output is not None and not output.equals(obj.output, check_metadata=True):
+        obj = obj.with_output(output)
+    return obj
 
 
 def _as_batch(batch: Any, inputs: Sequence[str], name: str) -> pa.RecordBatch:

@@ -65,3 +65,46 @@ def ingest_bench(corpus_dir: str | None, repeats: int, as_json: bool) -> None:
     click.echo(f"  pyarrow.json.read_json (parse only)   {bench.pyarrow_mb_s:8.1f} MB/s")
     click.echo(f"  tokenloom ingest (validate+write+commit) {bench.tokenloom_mb_s:8.1f} MB/s")
     click.echo(f"  ratio tokenloom/pyarrow               {bench.ratio:8.2f}x")
+
+
+@command.command(
+    "backfill",
+    epilog="""\b
+Examples:
+  tokenloom bench backfill                    # bundled corpus x4, 2 workers
+  tokenloom bench backfill --copies 10 --workers 2 --json""",
+)
+@click.option(
+    "--copies",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Ingest the bundled corpus this many times (more rows).",
+)
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1))
+@json_option
+def backfill_bench(copies: int, workers: int, repeats: int, as_json: bool) -> None:
+    """Backfill engine overhead: add_column with N workers vs an in-process loop, as a ratio."""
+    from tokenloom.backfill.builtin import n_words
+    from tokenloom.bench.backfill import run_backfill_bench
+    from tokenloom.corpus import build_corpus
+    from tokenloom.ingest import ingest
+
+    with tempfile.TemporaryDirectory(prefix="tokenloom-bench-") as tmp:
+        corpus = os.path.join(tmp, "corpus")
+        build_corpus(corpus)
+        paths = sorted(glob.glob(os.path.join(corpus, "*.jsonl")))
+        uri = os.path.join(tmp, "t.lance")
+        for _ in range(copies):
+            ingest(paths, uri, force=True, progress=False)
+        bench = run_backfill_bench(uri, n_words, workers=workers, repeats=repeats)
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(f"{bench.rows:,} rows, UDF n_words (whitespace word count), median of {repeats}")
+    click.echo(f"  in-process loop (read + UDF, no write)   {bench.loop_rows_s:12,.0f} rows/s")
+    click.echo(
+        f"  add_column, {workers} workers (+ checkpoint, commit) {bench.engine_rows_s:8,.0f} rows/s"
+    )
+    click.echo(f"  engine time / loop time                  {bench.ratio:12.2f}x")
