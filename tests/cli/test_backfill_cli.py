@@ -1,0 +1,44 @@
+"""``tokenloom backfill run`` and ``status`` through the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import write_jsonl
+from tokenloom.ingest import ingest
+from tokenloom.table import Table
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tokenloom.cli.main", *args],
+                          capture_output=True, text=True, env=dict(os.environ))
+
+
+def test_backfill_run_and_status(tmp_path, paragraphs):
+    write_jsonl(tmp_path / "a.jsonl", [{"text": p} for p in paragraphs[:60]])
+    uri = str(tmp_path / "t.lance")
+    ingest([tmp_path / "a.jsonl"], uri, progress=False)
+
+    proc = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:n_words",
+                "--column", "words", "--workers", "2", "--unit-rows", "20", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["columns"] == ["words"] and out["rows"] == 60 and out["units"] == 3
+    assert Table.open(uri).count_rows("words > 0") == 60
+
+    again = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:n_words",
+                 "--column", "words")
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+    status = json.loads(_run("backfill", "status", "--table", uri, "--json").stdout)
+    assert len(status) == 1
+    assert status[0]["state"] == "committed" and status[0]["units_remaining"] == 0
+    assert status[0]["version"] == out["version"]
+    text = _run("backfill", "status", "--table", uri).stdout
+    assert "committed" in text and "3/3" in text
+
+    bad = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:nope")
+    assert bad.returncode == 1 and "cannot load UDF" in bad.stderr
