@@ -201,59 +201,39 @@ def _read_error(inp: InputFile, exc: BaseException, line: int, offset: int) -> R
 def _parse_line(
     line: bytes, inp: InputFile, opts: ReadOptions, field: str, line_no: int, start: int
 ) -> Doc | Reject | None:
-    if len(line) > opts.max_doc_bytes:
+    def reject(reason: str, detail: str, at: int = 0) -> Reject:
         return Reject(
             file=inp.path,
-            reason=Reason.TOO_LARGE,
+            reason=reason,
             line=line_no,
-            offset=start,
-            detail=f"{len(line)} bytes > max_doc_bytes {opts.max_doc_bytes}",
+            offset=start + at,
+            detail=detail,
             excerpt=excerpt_of(line),
         )
+
+    if len(line) > opts.max_doc_bytes:
+        return reject(Reason.TOO_LARGE, f"{len(line)} bytes > max_doc_bytes {opts.max_doc_bytes}")
     if not line.strip():
         return None  # a blank line is not a record
     try:
         decoded = line.decode("utf-8")
     except UnicodeDecodeError as exc:
         if opts.errors == "strict":
-            return Reject(
-                file=inp.path,
-                reason=Reason.INVALID_UTF8,
-                line=line_no,
-                offset=start + exc.start,
-                detail=f"{exc.reason} at byte {exc.start} of the line; --errors replace keeps it",
-                excerpt=excerpt_of(line),
+            return reject(
+                Reason.INVALID_UTF8,
+                f"{exc.reason} at byte {exc.start} of the line; --errors replace keeps it",
+                exc.start,
             )
         decoded = line.decode("utf-8", errors="replace")
     try:
         obj = json.loads(decoded)
     except (json.JSONDecodeError, RecursionError) as exc:
-        return Reject(
-            file=inp.path,
-            reason=Reason.INVALID_JSON,
-            line=line_no,
-            offset=start,
-            detail=str(exc)[:200],
-            excerpt=excerpt_of(line),
-        )
+        return reject(Reason.INVALID_JSON, str(exc)[:200])
     if not isinstance(obj, dict):
-        return Reject(
-            file=inp.path,
-            reason=Reason.NOT_AN_OBJECT,
-            line=line_no,
-            offset=start,
-            detail=f"line is a JSON {type(obj).__name__}",
-            excerpt=excerpt_of(line),
-        )
+        return reject(Reason.NOT_AN_OBJECT, f"line is a JSON {type(obj).__name__}")
     if field not in obj:
-        return Reject(
-            file=inp.path,
-            reason=Reason.MISSING_TEXT,
-            line=line_no,
-            offset=start,
-            detail=f"no {field!r} key (keys: {', '.join(sorted(obj)[:8])}); pass --text-field",
-            excerpt=excerpt_of(line),
-        )
+        keys = ", ".join(sorted(obj)[:8])
+        return reject(Reason.MISSING_TEXT, f"no {field!r} key (keys: {keys}); pass --text-field")
     text, reason, detail = check_text(obj.pop(field), opts)
     # Valid UTF-8 decodes to a str without surrogates; only a \\uD8xx-\\uDFxx escape makes one.
     escaped = b"\\ud" in line or b"\\uD" in line
@@ -261,14 +241,7 @@ def _parse_line(
         text, detail = _fix_surrogates(text, opts)
         reason = Reason.INVALID_UNICODE
     if text is None:
-        return Reject(
-            file=inp.path,
-            reason=reason,
-            line=line_no,
-            offset=start,
-            detail=detail,
-            excerpt=excerpt_of(line),
-        )
+        return reject(reason, detail)
     source = opts.source
     if source is None:
         rec_source = obj.pop("source", None)
