@@ -25,6 +25,8 @@ def test_class_udf_two_outputs_and_bound_arguments():
     assert lower(batch).column("first_char").to_pylist() == ["h", "x"]
     assert lower.fingerprint() != Splitter.fingerprint()
     assert lower.fingerprint() == Splitter.bind(lower=True).fingerprint()
+    # underscore arguments are run-time plumbing, not identity
+    assert lower.bind(_cache="/tmp/x").fingerprint() == lower.fingerprint()
 
 
 def test_fingerprint_changes_with_version_and_inputs():

@@ -32,7 +32,7 @@ def slow_upper(batch: pa.RecordBatch) -> pa.Array:
 class Splitter:
     """A class UDF with two outputs and a lazy per-worker set-up."""
 
-    def __init__(self, lower: bool = False) -> None:
+    def __init__(self, lower: bool = False, _cache: str | None = None) -> None:
         self.lower = lower
         self.pid = os.getpid()
 

@@ -108,11 +108,17 @@ class UDF:
                 "version": self.version,
                 "inputs": list(self.inputs),
                 "output": [(f.name, str(f.type)) for f in self.output],
-                "kwargs": self.kwargs,
+                "kwargs": self.identity_kwargs,
             },
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+    @property
+    def identity_kwargs(self) -> dict[str, Any]:
+        """Constructor arguments that define the results. Arguments whose name starts with ``_``
+        are run-time plumbing (a cache path, a thread count) and are left out of the identity."""
+        return {k: v for k, v in self.kwargs.items() if not k.startswith("_")}
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able identity recorded in commits and field metadata."""
@@ -121,7 +127,7 @@ class UDF:
             "version": self.version,
             "inputs": list(self.inputs),
             "fingerprint": self.fingerprint(),
-            **({"kwargs": self.kwargs} if self.kwargs else {}),
+            **({"kwargs": self.identity_kwargs} if self.identity_kwargs else {}),
         }
 
     def with_output(self, output: pa.Schema) -> UDF:
