@@ -1,0 +1,326 @@
+"""Pack the tokens of a batch's stretches into fixed blocks with labels and segment metadata.
+
+**Input contract of** :func:`pack_blocks`. For each stretch ``i`` of ``spans`` (in ``spans``
+order) the caller passes the document's tokens ``[start_i, stop_i)`` as returned by
+:func:`token_ranges`: ``start_i = tok_start``, and ``stop_i = min(tok_end + 1, doc_len)`` with
+``lookahead=True``, or ``stop_i = tok_end`` with ``lookahead=False``. The extra *lookahead* token is
+present only for a stretch that ends inside its document's tokens (the block ends mid-document); it
+is never written to ``input_ids``, only used as the label of the block's last position. Without it
+that one label is ``-100`` (one lost target per block ending mid-document, for cheaper reads). All
+slices are concatenated into ``tokens`` with ``token_offsets`` (``(S + 1,)``, ``offsets[0] == 0``)
+delimiting them, the layout of an Arrow list array's values and offsets.
+
+**Output choices** (all per block row of the ``(B, L)`` batch):
+
+* ``labels``: the next stream position's id when it belongs to the same document, so a document's
+  last token predicts its EOS (even when the EOS falls in the next block); the EOS predicts
+  nothing (``-100``: the next document is unrelated); padding is ``-100``.
+* Segments: every stretch is one segment, and a block's padding tail is one more segment, so
+  ``cu_seqlens`` (int32, over the flattened ``B * L`` batch) has a boundary at every segment start
+  and every block start and ends at ``B * L``. A block starting mid-document starts a new segment:
+  attention is isolated per segment, so the continuation cannot see its beginning anyway.
+* ``position_ids`` restart at 0 at every ``cu_seqlens`` boundary (segment-relative, padding
+  included); ``doc_ids`` number the stretches of a block 0, 1, 2, ... and are ``-1`` on padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenloom.loader.plan import PlanError
+from tokenloom.loader.shuffle import epoch_permutation
+from tokenloom.loader.spans import Spans
+
+__all__ = ["IGNORE_INDEX", "PackedArrays", "token_ranges", "pack_blocks", "naive_pack"]
+
+IGNORE_INDEX = -100
+"""Label of positions that carry no loss (PyTorch's ``cross_entropy`` default ``ignore_index``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class PackedArrays:
+    """One packed batch of ``B`` blocks of ``L`` positions, as numpy arrays."""
+
+    input_ids: np.ndarray
+    """``(B, L)`` int64: token ids, EOS after each document, ``pad_id`` on padding."""
+    labels: np.ndarray
+    """``(B, L)`` int64: next token of the same document, else ``-100``."""
+    position_ids: np.ndarray
+    """``(B, L)`` int64: index within the segment (restarts at every ``cu_seqlens`` boundary)."""
+    doc_ids: np.ndarray
+    """``(B, L)`` int64: segment index within the block, ``-1`` on padding."""
+    cu_seqlens: np.ndarray
+    """``(num_segments + 1,)`` int32: segment boundaries over the flattened ``B * L`` positions."""
+    max_seqlen: int
+    """Longest segment (padding segments included)."""
+    continues: np.ndarray
+    """``(B,)`` bool: the block's first stretch starts mid-document."""
+    spans: np.ndarray
+    """``(S, 5)`` int64 provenance: (block in batch, position, row id, token start, token end)."""
+    real_tokens: int
+    """Document tokens in the batch (EOS excluded)."""
+    eos_positions: int
+    """EOS positions in the batch."""
+    padding_positions: int
+    """Padding positions in the batch (``B * L - real_tokens - eos_positions``)."""
+    loss_positions: int
+    """Positions whose label is not ``-100``."""
+
+
+def token_ranges(spans: Spans, *, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The token range of its document the reader must pass for each stretch (see module doc).
+
+    Args:
+        spans: The stretches to pack.
+        lookahead: Include the token after a stretch that ends inside its document.
+
+    Returns:
+        ``(start, stop)``, each ``(S,)`` int64: pass ``doc_tokens[start[i]:stop[i]]`` for stretch
+        ``i``.
+    """
+    stop = np.minimum(spans.tok_end + 1, spans.doc_len) if lookahead else spans.tok_end
+    return spans.tok_start, stop
+
+
+def _check_inputs(
+    spans: Spans, offsets: np.ndarray, n_tokens: int, B: int, L: int, la: bool
+) -> None:
+    S = len(spans)
+    if L != spans.seq_len:
+        raise PlanError(f"seq_len={L} but the spans were planned with seq_len={spans.seq_len}")
+    if offsets.shape != (S + 1,) or offsets[0] != 0 or offsets[-1] != n_tokens:
+        raise PlanError(
+            f"token_offsets must have shape ({S + 1},), start at 0 and end at len(tokens)="
+            f"{n_tokens}; got shape {offsets.shape}"
+            + (f", first {offsets[0]}, last {offsets[-1]}" if offsets.size else "")
+        )
+    start, stop = token_ranges(spans, lookahead=la)
+    got = np.diff(offsets)
+    if not np.array_equal(got, stop - start):
+        i = int(np.flatnonzero(got != stop - start)[0])
+        raise PlanError(
+            f"stretch {i} (row id {spans.row_id[i]}) needs tokens [{start[i]}, {stop[i]}) of its "
+            f"document ({stop[i] - start[i]} tokens, lookahead={la}) but {got[i]} were passed"
+        )
+    if S == 0:
+        return
+    m = spans.length
+    block, pos = spans.block, spans.pos
+    if int(block.min()) < 0 or int(block.max()) >= B:
+        raise PlanError(f"spans refer to blocks outside [0, num_blocks_in_batch={B})")
+    new_block = np.ones(S, dtype=bool)
+    new_block[1:] = block[1:] != block[:-1]
+    want_pos = np.zeros(S, dtype=np.int64)
+    want_pos[1:] = np.where(new_block[1:], 0, pos[:-1] + m[:-1])
+    ok = (m >= 1) & (pos == want_pos) & (pos + m <= L)
+    ok[1:] &= block[1:] >= block[:-1]
+    if not bool(ok.all()):
+        i = int(np.flatnonzero(~ok)[0])
+        raise PlanError(
+            f"stretch {i} (block {block[i]}, position {pos[i]}, {m[i]} positions) does not "
+            f"continue the previous one; spans must come from block_spans"
+        )
+
+
+def pack_blocks(
+    spans: Spans,
+    tokens: np.ndarray,
+    token_offsets: np.ndarray,
+    *,
+    num_blocks_in_batch: int,
+    seq_len: int,
+    eos_id: int,
+    pad_id: int,
+    lookahead: bool,
+) -> PackedArrays:
+    """Pack stretches into a ``(B, L)`` batch. Vectorised: O(B * L + S), no per-stretch loop.
+
+    Args:
+        spans: The stretches of the batch's blocks (:func:`~tokenloom.loader.spans.block_spans`).
+        tokens: ``(T,)`` integer token ids of every stretch, per the module's input contract.
+        token_offsets: ``(S + 1,)`` integers delimiting each stretch's tokens in ``tokens``.
+        num_blocks_in_batch: ``B``, the rows of the batch (``len(spans.blocks)`` normally).
+        seq_len: ``L``, positions per block (must equal the plan's).
+        eos_id: Id written after each document.
+        pad_id: Id written on padding positions.
+        lookahead: Whether ``tokens`` holds the lookahead token (see the module docstring).
+
+    Returns:
+        The :class:`PackedArrays`.
+
+    Raises:
+        PlanError: The inputs break the contract (lengths, offsets, ordering, block range).
+    """
+    B, L = int(num_blocks_in_batch), int(seq_len)
+    if B * L >= 2**31:
+        raise PlanError(f"B * L = {B * L} positions do not fit int32 cu_seqlens")
+    toks = np.asarray(tokens).reshape(-1)
+    if toks.size and not np.issubdtype(toks.dtype, np.integer):
+        raise PlanError(f"tokens must hold integer ids, got dtype {toks.dtype}")
+    offs = np.asarray(token_offsets).astype(np.int64, copy=False)
+    _check_inputs(spans, offs, int(toks.shape[0]), B, L, bool(lookahead))
+    S = len(spans)
+    has_eos = spans.has_eos
+    ntok = spans.tok_end - spans.tok_start  # (S,) tokens of each stretch
+    m = ntok + has_eos  # (S,) positions of each stretch
+    P = int(m.sum())  # filled positions: each block's prefix, blocks in order
+    end = np.cumsum(m)  # (S,) one past each stretch's last position among the P
+    eos_at = end[has_eos] - 1  # (E,) where the EOS go
+
+    # Values of the P filled positions: the tokens (lookahead ones removed), EOS inserted.
+    extra = (offs[1:] - offs[:-1]) > ntok  # (S,) stretch came with a lookahead token
+    is_tok = np.ones(P, dtype=bool)
+    is_tok[eos_at] = False
+    values = np.empty(P, dtype=np.int64)
+    if extra.any():
+        keep = np.ones(toks.shape[0], dtype=bool)
+        keep[offs[1:][extra] - 1] = False
+        values[is_tok] = toks[keep]
+    else:
+        values[is_tok] = toks
+    values[eos_at] = eos_id
+
+    # Labels: the next filled value, then fix the positions where that is not the next token of
+    # the same document: each EOS, and each stretch cut by its block's end.
+    lab = np.empty(P, dtype=np.int64)
+    lab[:-1] = values[1:]
+    lab[eos_at] = IGNORE_INDEX
+    cut = ~has_eos  # (S,) stretch ends at the block end before its EOS (at most one per block)
+    last = end[cut] - 1
+    doc_done = spans.tok_end[cut] == spans.doc_len[cut]
+    tail = np.full(last.shape[0], IGNORE_INDEX, dtype=np.int64)
+    tail[doc_done] = eos_id  # the EOS is in the next block, but it is known
+    if lookahead:
+        tail[~doc_done] = toks[offs[1:][cut][~doc_done] - 1]
+    lab[last] = tail
+    lost = 0 if lookahead else int((~doc_done).sum())  # targets given up without lookahead
+
+    # Lay the filled prefixes into (B, L).
+    filled = np.zeros(B, dtype=np.int64)
+    new_block = np.ones(S, dtype=bool)
+    new_block[1:] = spans.block[1:] != spans.block[:-1]
+    last_of_block = np.ones(S, dtype=bool)
+    last_of_block[:-1] = new_block[1:]
+    filled[spans.block[last_of_block]] = (spans.pos + m)[last_of_block]  # prefixes start at 0
+    if P == B * L:
+        input_ids, labels = values, lab
+    else:
+        inside = np.arange(L) < filled[:, None]  # (B, L) filled prefix of each block
+        input_ids = np.full(B * L, pad_id, dtype=np.int64)
+        labels = np.full(B * L, IGNORE_INDEX, dtype=np.int64)
+        input_ids[inside.reshape(-1)] = values
+        labels[inside.reshape(-1)] = lab
+
+    # Segments: each stretch, plus each block's padding tail (whole padding blocks included).
+    first_of_block = np.maximum.accumulate(np.where(new_block, np.arange(S), 0))
+    pad_rows = np.flatnonzero(filled < L)
+    seg_start = np.concatenate([spans.block * L + spans.pos, pad_rows * L + filled[pad_rows]])
+    seg_doc = np.concatenate([np.arange(S) - first_of_block, np.full(pad_rows.shape[0], -1)])
+    order = np.argsort(seg_start, kind="stable")
+    cu = np.append(seg_start[order], B * L)
+    seg_len = np.diff(cu)
+    position_ids = np.arange(B * L, dtype=np.int64) - np.repeat(cu[:-1], seg_len)
+    doc_ids = np.repeat(seg_doc[order].astype(np.int64), seg_len)
+
+    continues = np.zeros(B, dtype=bool)
+    continues[spans.block[new_block]] = spans.tok_start[new_block] > 0
+    provenance = np.stack(
+        [spans.block, spans.pos, spans.row_id, spans.tok_start, spans.tok_end], axis=1
+    ).astype(np.int64, copy=False)
+    real, eos = int(ntok.sum()), int(eos_at.shape[0])
+    return PackedArrays(
+        input_ids=input_ids.reshape(B, L),
+        labels=labels.reshape(B, L),
+        position_ids=position_ids.reshape(B, L),
+        doc_ids=doc_ids.reshape(B, L),
+        cu_seqlens=cu.astype(np.int32),
+        max_seqlen=int(seg_len.max()) if seg_len.size else 0,
+        continues=continues,
+        spans=provenance.reshape(S, 5),
+        real_tokens=real,
+        eos_positions=eos,
+        padding_positions=B * L - real - eos,
+        loss_positions=real - lost,
+    )
+
+
+def naive_pack(
+    rows: Mapping[int, Sequence[int]],
+    blocks: Sequence[int],
+    *,
+    seed: int,
+    epoch: int,
+    seq_len: int,
+    eos_id: int,
+    pad_id: int,
+    lookahead: bool,
+) -> PackedArrays:
+    """Slow reference for the whole pipeline plan → spans → pack: walks the epoch's full stream.
+
+    Args:
+        rows: Every selected row: ``row id -> token ids`` (empty lists allowed).
+        blocks: Block indices of the batch, ``-1`` for a padding block.
+        seed: The job's seed.
+        epoch: The epoch number.
+        seq_len: Positions per block.
+        eos_id: Id written after each document.
+        pad_id: Id written on padding.
+        lookahead: As for :func:`pack_blocks`.
+
+    Returns:
+        The same :class:`PackedArrays` :func:`pack_blocks` must produce.
+    """
+    ids = [i for i in sorted(rows) if len(rows[i]) > 0]
+    stream: list[tuple[int, int, int, int, int]] = []  # (id, doc, row id, token index, doc len)
+    for k, p in enumerate(epoch_permutation(len(ids), seed=seed, epoch=epoch)):
+        rid, toks = ids[p], [int(x) for x in rows[ids[p]]]
+        stream += [(x, k, rid, t, len(toks)) for t, x in enumerate(toks)]
+        stream.append((eos_id, k, rid, len(toks), len(toks)))
+    B, L = len(blocks), seq_len
+    inp, lab = np.full((B, L), pad_id), np.full((B, L), IGNORE_INDEX)
+    posn, seg_ids = np.zeros((B, L), dtype=np.int64), np.full((B, L), -1)
+    cont, cu, spans, eos = np.zeros(B, dtype=bool), [], [], 0
+    for i, b in enumerate(blocks):
+        cur, seg, j0 = None, -1, 0  # current doc (or "pad"), segment index, segment start
+        for j in range(L):
+            p = b * L + j
+            here = "pad" if b < 0 or p >= len(stream) else stream[p][1]
+            if here != cur:
+                cur, j0 = here, j
+                cu.append(i * L + j)
+                if here != "pad":
+                    seg += 1
+                    spans.append([i, j, stream[p][2], stream[p][3], stream[p][3]])
+                    cont[i] |= j == 0 and stream[p][3] > 0
+            posn[i, j] = j - j0
+            if here == "pad":
+                continue
+            x, _, _, t, n = stream[p]
+            inp[i, j], seg_ids[i, j] = x, seg
+            eos += t == n
+            if t < n:
+                spans[-1][4] = t + 1
+                if t + 1 == n:
+                    lab[i, j] = eos_id
+                elif j + 1 < L or lookahead:
+                    lab[i, j] = stream[p + 1][0]
+    cu.append(B * L)
+    seg_len = np.diff(cu)
+    real = sum(s[4] - s[3] for s in spans)
+    return PackedArrays(
+        input_ids=inp.astype(np.int64),
+        labels=lab.astype(np.int64),
+        position_ids=posn,
+        doc_ids=seg_ids.astype(np.int64),
+        cu_seqlens=np.asarray(cu, dtype=np.int32),
+        max_seqlen=int(seg_len.max()) if seg_len.size else 0,
+        continues=cont,
+        spans=np.asarray(spans, dtype=np.int64).reshape(-1, 5),
+        real_tokens=real,
+        eos_positions=eos,
+        padding_positions=B * L - int((seg_ids >= 0).sum()),
+        loss_positions=int((lab != IGNORE_INDEX).sum()),
+    )

@@ -1,0 +1,238 @@
+"""The vectorised packer equals the naive stream walk; the batch contract's invariants hold."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.loader.helpers import (
+    EOS,
+    PAD,
+    assert_packed_equal,
+    columns,
+    corpora,
+    epochs,
+    gather,
+    make_rows,
+    seeds,
+)
+from tokenloom.loader import (
+    PackedArrays,
+    PlanError,
+    block_spans,
+    naive_pack,
+    pack_blocks,
+    plan_epoch,
+    step_blocks,
+    steps_in_epoch,
+    token_ranges,
+)
+
+
+def pack(plan, rows, blocks, *, lookahead: bool) -> PackedArrays:
+    spans = block_spans(plan, np.asarray(blocks, dtype=np.int64))
+    tokens, offsets = gather(spans, rows, lookahead=lookahead)
+    return pack_blocks(
+        spans,
+        tokens,
+        offsets,
+        num_blocks_in_batch=len(blocks),
+        seq_len=plan.seq_len,
+        eos_id=EOS,
+        pad_id=PAD,
+        lookahead=lookahead,
+    )
+
+
+def check_invariants(out: PackedArrays, L: int) -> None:
+    """What attention and loss code relies on, stated without reference to the naive packer."""
+    B = out.input_ids.shape[0]
+    cu = out.cu_seqlens.astype(np.int64)
+    assert out.cu_seqlens.dtype == np.int32 and cu[0] == 0 and cu[-1] == B * L
+    assert (np.diff(cu) > 0).all() and set(range(0, B * L, L)) <= set(cu.tolist())
+    assert out.max_seqlen == (int(np.diff(cu).max()) if B else 0)
+    flat_pos = out.position_ids.reshape(-1)
+    assert set(np.flatnonzero(flat_pos == 0).tolist()) == set(cu[:-1].tolist())
+    assert (flat_pos[1:][flat_pos[1:] != 0] == flat_pos[:-1][flat_pos[1:] != 0] + 1).all()
+    pad = out.doc_ids == -1
+    assert (out.input_ids[pad] == PAD).all() and (out.labels[pad] == -100).all()
+    assert int(pad.sum()) == out.padding_positions
+    assert out.loss_positions == int((out.labels != -100).sum())
+    assert out.real_tokens + out.eos_positions + out.padding_positions == B * L
+    # A label is never taken across a document boundary: with distinct token ids, a non-EOS
+    # label is the next token id of the same row (ids are consecutive within a row).
+    lab, inp = out.labels, out.input_ids
+    tok_label = (lab != -100) & (lab != EOS)
+    assert (lab[tok_label] == inp[tok_label] + 1).all()
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(corpus=corpora(), seed=seeds, epoch=epochs, lookahead=st.booleans(), data=st.data())
+def test_pack_equals_naive(
+    corpus: tuple[int, list[int]], seed: int, epoch: int, lookahead: bool, data: st.DataObject
+) -> None:
+    L, lengths = corpus
+    rows = make_rows(lengths)
+    plan = plan_epoch(*columns(rows), seed=seed, epoch=epoch, seq_len=L)
+    everything = list(range(plan.num_blocks)) + [-1]
+    picked = data.draw(st.lists(st.sampled_from(everything), max_size=8))
+    for blocks in (everything, picked):
+        got = pack(plan, rows, blocks, lookahead=lookahead)
+        want = naive_pack(
+            rows,
+            blocks,
+            seed=seed,
+            epoch=epoch,
+            seq_len=L,
+            eos_id=EOS,
+            pad_id=PAD,
+            lookahead=lookahead,
+        )
+        assert_packed_equal(got, want)
+        check_invariants(got, L)
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(corpus=corpora(), seed=seeds, global_batch=st.sampled_from([1, 2, 3, 4, 6, 12]))
+def test_global_batch_packs_identically_across_world_sizes(
+    corpus: tuple[int, list[int]], seed: int, global_batch: int
+) -> None:
+    L, lengths = corpus
+    rows = make_rows(lengths)
+    plan = plan_epoch(*columns(rows), seed=seed, epoch=0, seq_len=L)
+    by_world = {}
+    for world in (w for w in range(1, 5) if global_batch % w == 0):
+        b = global_batch // world
+        steps = steps_in_epoch(plan, batch_size=b, world_size=world, drop_last=False)
+        by_world[world] = [
+            np.concatenate(
+                [
+                    pack(
+                        plan,
+                        rows,
+                        step_blocks(
+                            s,
+                            rank=r,
+                            world_size=world,
+                            batch_size=b,
+                            num_blocks=plan.num_blocks,
+                            drop_last=False,
+                        ),
+                        lookahead=True,
+                    ).input_ids
+                    for r in range(world)
+                ]
+            )
+            for s in range(steps)
+        ]
+    for world, got in by_world.items():
+        assert len(got) == len(by_world[1])
+        for a, b in zip(got, by_world[1], strict=True):
+            assert np.array_equal(a, b), world
+
+
+def test_worked_example() -> None:
+    # Rows 5: [1, 2, 3], 8: [4]; seq_len 3; order fixed by the plan (checked below).
+    rows = make_rows([3, 1])
+    plan = plan_epoch(*columns(rows), seed=1, epoch=0, seq_len=3)
+    assert plan.row_ids.tolist() == [5, 8]
+    out = pack(plan, rows, [0, 1, -1], lookahead=True)
+    # stream: 1 2 3 E 4 E | blocks [1 2 3] [E 4 E] [pad]
+    assert out.input_ids.tolist() == [[1, 2, 3], [0, 4, 0], [-1, -1, -1]]
+    assert out.labels.tolist() == [[2, 3, 0], [-100, 0, -100], [-100] * 3]
+    assert out.position_ids.tolist() == [[0, 1, 2], [0, 0, 1], [0, 1, 2]]
+    assert out.doc_ids.tolist() == [[0, 0, 0], [0, 1, 1], [-1, -1, -1]]
+    assert out.cu_seqlens.tolist() == [0, 3, 4, 6, 9]
+    assert out.continues.tolist() == [False, True, False]
+    assert out.spans.tolist() == [[0, 0, 5, 0, 3], [1, 0, 5, 3, 3], [1, 1, 8, 0, 1]]
+    counts = (out.real_tokens, out.eos_positions, out.padding_positions, out.loss_positions)
+    assert counts == (4, 2, 3, 4)
+    # Block ending mid-document: the lookahead token is its last label; without it, -100.
+    plan2 = plan_epoch(*columns(rows), seed=1, epoch=0, seq_len=2)
+    assert pack(plan2, rows, [0], lookahead=True).labels.tolist() == [[2, 3]]
+    assert pack(plan2, rows, [0], lookahead=False).labels.tolist() == [[2, -100]]
+
+
+def test_rejects_tokens_breaking_the_contract() -> None:
+    rows = make_rows([5, 2])
+    plan = plan_epoch(*columns(rows), seed=1, epoch=0, seq_len=4)
+    assert plan.row_ids.tolist() == [5, 8]
+    spans = block_spans(plan, np.array([0, 1]))
+    tokens, offsets = gather(spans, rows, lookahead=False)
+    kwargs = {"num_blocks_in_batch": 2, "seq_len": 4, "eos_id": EOS, "pad_id": PAD}
+    with pytest.raises(
+        PlanError,
+        match=r"stretch 0 \(row id 5\) needs tokens \[0, 5\) .*lookahead=True\) but 4 were",
+    ):
+        pack_blocks(spans, tokens, offsets, lookahead=True, **kwargs)
+    with pytest.raises(PlanError, match="must have shape"):
+        pack_blocks(spans, tokens, offsets[:-1], lookahead=False, **kwargs)
+    with pytest.raises(PlanError, match="seq_len=8 but the spans were planned with seq_len=4"):
+        pack_blocks(spans, tokens, offsets, lookahead=False, **{**kwargs, "seq_len": 8})
+    with pytest.raises(PlanError, match=r"outside \[0, num_blocks_in_batch=1\)"):
+        pack_blocks(spans, tokens, offsets, lookahead=False, **{**kwargs, "num_blocks_in_batch": 1})
+    start, stop = token_ranges(spans, lookahead=False)
+    assert (stop - start).tolist() == np.diff(offsets).tolist()
+
+
+def test_pack_throughput() -> None:
+    """Print pack throughput on realistic lengths (median ~450, mean ~750 tokens); no assertion."""
+    rng = np.random.default_rng(0)
+    n = 200_000
+    lengths = rng.lognormal(6.1, 1.0, n).astype(np.int64)
+    ids = np.arange(n, dtype=np.int64)
+    plan = plan_epoch(ids, lengths, seed=0, epoch=0, seq_len=2048)
+    B = 8
+    batches = [np.arange(s * B, (s + 1) * B, dtype=np.int64) for s in range(200)]
+    t_spans = t_pack = 0.0
+    for blocks in batches:
+        t0 = time.perf_counter()
+        spans = block_spans(plan, blocks)
+        t1 = time.perf_counter()
+        start, stop = token_ranges(spans, lookahead=True)
+        size = stop - start  # synthetic reader: token t of row r is r * 8191 + t
+        offsets = np.zeros(len(spans) + 1, dtype=np.int64)
+        np.cumsum(size, out=offsets[1:])
+        within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
+        tokens = (np.repeat(spans.row_id * 8191 + start, size) + within).astype(np.int32)
+        t2 = time.perf_counter()
+        out = pack_blocks(
+            spans,
+            tokens,
+            offsets,
+            num_blocks_in_batch=B,
+            seq_len=2048,
+            eos_id=EOS,
+            pad_id=PAD,
+            lookahead=True,
+        )
+        t_spans += t1 - t0
+        t_pack += time.perf_counter() - t2
+    positions = len(batches) * B * 2048
+    print(
+        f"\nblock_spans: {len(batches) * B / t_spans:,.0f} blocks/s; "
+        f"pack_blocks (B={B}, L=2048): {len(batches) * B / t_pack:,.0f} blocks/s, "
+        f"{positions / t_pack / 1e6:.0f}M positions/s"
+    )
+    assert out.input_ids.shape == (B, 2048)
+
+
+def test_two_million_token_document_packs_exactly() -> None:
+    big = 2_000_000
+    rows = {9: np.arange(1, big + 1, dtype=np.int64)}
+    plan = plan_epoch(*columns(rows), seed=0, epoch=0, seq_len=1024)
+    blocks = np.arange(plan.num_blocks, dtype=np.int64)
+    out = pack(plan, rows, blocks, lookahead=True)
+    pad = plan.padding_positions
+    flat = out.input_ids.reshape(-1)
+    assert np.array_equal(flat, np.concatenate([rows[9], [EOS], np.full(pad, PAD)]))
+    labels = out.labels.reshape(-1)
+    assert np.array_equal(labels[: big - 1], rows[9][1:])  # across block ends: lookahead
+    assert labels[big - 1] == EOS and (labels[big:] == -100).all()
+    assert out.continues.tolist() == [False] + [True] * (plan.num_blocks - 1)
+    assert out.spans.shape == (plan.num_blocks, 5)
+    assert (out.real_tokens, out.loss_positions, out.padding_positions) == (big, big, pad)
