@@ -27,7 +27,25 @@ from tokenloom.loader.state import (
     plan_fingerprint,
 )
 
+_LAZY = {"PackedDataset": "dataset", "DataLoader": "dataset", "LoaderStats": "stats"}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - torch is imported only when these are asked for
+    if name in _LAZY:
+        import importlib
+
+        from tokenloom.errors import require
+
+        if _LAZY[name] == "dataset":
+            require("torch", extra="train")
+        return getattr(importlib.import_module(f"tokenloom.loader.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'tokenloom.loader' has no attribute {name!r}")
+
+
 __all__ = [
+    "DataLoader",
+    "LoaderStats",
+    "PackedDataset",
     "IGNORE_INDEX",
     "PERMUTATION_ALGORITHM",
     "EpochPlan",

@@ -1,0 +1,370 @@
+"""``PackedDataset`` and ``DataLoader``: the epoch plan materialised as torch batches.
+
+The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row lands where; this
+module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
+(:mod:`~tokenloom.loader.pack`) and hands out tensors. DataLoader worker ``w`` of ``W`` builds the
+steps ``w, w+W, ...`` of this rank, and torch's DataLoader delivers workers' batches round-robin,
+so the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
+fingerprint of the plan's inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from tokenloom.loader.pack import pack_blocks, token_ranges
+from tokenloom.loader.plan import EpochPlan, epoch_steps, plan_epoch, step_blocks
+from tokenloom.loader.read import LoaderError, TokenReader, count_column_for, scan_plan_inputs
+from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
+from tokenloom.loader.spans import block_spans
+from tokenloom.loader.state import LoaderState
+from tokenloom.loader.stats import LoaderStats
+
+__all__ = ["PackedDataset", "DataLoader"]
+
+_META = "_loader"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+class PackedDataset(IterableDataset):
+    """Packed blocks of a token column, streamed from the table under a SQL filter.
+
+    Args:
+        table: Table URI/path, or a :class:`tokenloom.table.Table`.
+        token_column: The list column of token ids.
+        filter: SQL filter selecting the rows (``None``: all rows).
+        seq_len: Block length ``L``.
+        batch_size: Blocks per rank per step ``B``.
+        seed: Shuffle seed; the epoch's order is a fresh permutation per (seed, epoch).
+        epoch: The epoch to start in.
+        rank: This rank (default: ``$RANK`` or 0).
+        world_size: Number of ranks (default: ``$WORLD_SIZE`` or 1).
+        version: Table version to pin (default: the latest at construction).
+        eos_id: Separator appended to each document (default: the token column's tokenizer).
+        pad_id: Padding id (default: the tokenizer's pad, else ``eos_id``; padding is masked).
+        drop_last: Leave out the epoch's final, partial global step (counted in ``epoch_info``).
+        lookahead: Read one token past a block ending mid-document so its last label is real.
+        count_column: The stored token counts (default: ``n_tokens`` for ``input_ids``).
+        allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
+    """
+
+    def __init__(
+        self,
+        table: Any,
+        token_column: str = "input_ids",
+        *,
+        filter: str | None = None,
+        seq_len: int = 1024,
+        batch_size: int = 8,
+        seed: int = 0,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        version: int | None = None,
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        drop_last: bool = False,
+        lookahead: bool = True,
+        count_column: str | None = None,
+        allow_data_change: bool = False,
+        storage_options: dict | None = None,
+    ) -> None:
+        from tokenloom.table import Table
+
+        super().__init__()
+        handle = (
+            table
+            if isinstance(table, Table)
+            else Table.open(table, version=version, storage_options=storage_options)
+        )
+        if version is not None and handle.version != version:
+            handle = handle.checkout(version)
+        self.uri = handle.uri
+        self.version = handle.version
+        self.token_column = token_column
+        self.count_column = count_column or count_column_for(token_column)
+        self.filter = filter
+        self.seq_len = int(seq_len)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
+        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        self.drop_last = bool(drop_last)
+        self.lookahead = bool(lookahead)
+        self.allow_data_change = allow_data_change
+        if self.seq_len < 1 or self.batch_size < 1:
+            raise LoaderError(f"seq_len and batch_size must be >= 1 ({seq_len}, {batch_size})")
+        if not 0 <= self.rank < self.world_size:
+            raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
+        self.inputs = scan_plan_inputs(
+            handle.dataset,
+            token_column=token_column,
+            count_column=self.count_column,
+            filter=filter,
+        )
+        tok = self.inputs.tokenizer
+        self.eos_id = eos_id if eos_id is not None else tok.get("eos_id")
+        if self.eos_id is None:
+            raise LoaderError(
+                f"no EOS id: the column {token_column!r} records no tokenizer; pass eos_id="
+            )
+        self.pad_id = (
+            pad_id
+            if pad_id is not None
+            else (tok.get("pad_id") if tok.get("pad_id") is not None else self.eos_id)
+        )
+        self.reader = TokenReader(
+            self.uri, self.version, token_column, storage_options=storage_options
+        )
+        self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
+        self._epoch = int(epoch)
+        self._step = 0
+        self._plan: EpochPlan | None = None
+
+    # -- the plan -----------------------------------------------------------------------------
+
+    @property
+    def global_batch(self) -> int:
+        """Blocks per global step (``batch_size * world_size``)."""
+        return self.batch_size * self.world_size
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def step(self) -> int:
+        """Global steps of this epoch delivered so far."""
+        return self._step
+
+    def plan(self, epoch: int | None = None) -> EpochPlan:
+        """The epoch's plan (cached for the current epoch)."""
+        epoch = self._epoch if epoch is None else epoch
+        if self._plan is None or self._plan.epoch != epoch:
+            plan = plan_epoch(
+                self.inputs.row_ids,
+                self.inputs.n_tokens,
+                seed=self.seed,
+                epoch=epoch,
+                seq_len=self.seq_len,
+            )
+            if epoch != self._epoch:
+                return plan
+            self._plan = plan
+        return self._plan
+
+    def epoch_info(self, epoch: int | None = None) -> dict:
+        """Exact sizes of an epoch from stored counts: steps, blocks, tokens, padding, dropped."""
+        plan = self.plan(epoch)
+        steps = epoch_steps(
+            plan, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
+        )
+        return {
+            "epoch": plan.epoch,
+            "rows": plan.num_docs + plan.empty_rows,
+            "empty_rows": plan.empty_rows,
+            "null_rows": self.inputs.null_rows,
+            "tokens": plan.num_tokens,
+            "blocks": plan.num_blocks,
+            "steps": steps.steps,
+            "padding_positions": plan.padding_positions + steps.padding_positions,
+            "padding_blocks": steps.padding_blocks,
+            "dropped_tokens": steps.dropped_tokens,
+        }
+
+    def __len__(self) -> int:
+        """Steps in the current epoch (the same on every rank)."""
+        plan = self.plan()
+        return epoch_steps(
+            plan, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
+        ).steps
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch`` (from its start, unless the cursor is already in it)."""
+        if epoch != self._epoch:
+            self._epoch = int(epoch)
+            self._step = 0
+
+    # -- state --------------------------------------------------------------------------------
+
+    def plan_inputs(self) -> dict:
+        """The named inputs the stream depends on (world size and workers are not among them)."""
+        return {
+            "table_version": self.version,
+            "filter": self.filter,
+            "token_column": self.token_column,
+            "tokenizer": self.inputs.tokenizer,
+            "seq_len": self.seq_len,
+            "seed": self.seed,
+            "global_batch": self.global_batch,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "lookahead": self.lookahead,
+            "drop_last": self.drop_last,
+            "permutation": PERMUTATION_ALGORITHM,
+        }
+
+    def state_dict(self) -> dict:
+        """The exact cursor of batches delivered so far, with the plan's fingerprint."""
+        return LoaderState.create(
+            epoch=self._epoch, step=self._step, inputs=self.plan_inputs()
+        ).to_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the global stream a state was taken at (on any world size / workers).
+
+        Raises:
+            ResumeMismatchError: naming what changed and the override.
+        """
+        saved = LoaderState.from_dict(state)
+        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
+        self._epoch, self._step = saved.epoch, saved.step
+        self._plan = None
+
+    # -- iteration ----------------------------------------------------------------------------
+
+    def _build(self, plan: EpochPlan, step: int) -> tuple:
+        blocks = step_blocks(
+            step,
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_size=self.batch_size,
+            num_blocks=plan.num_blocks,
+            drop_last=self.drop_last,
+        )
+        spans = block_spans(plan, blocks)
+        starts, stops = token_ranges(spans, lookahead=self.lookahead)
+        pos = np.searchsorted(self.inputs.row_ids, spans.row_id)
+        rowids = self.inputs.rowids[pos]
+        tokens, offsets = self.reader.gather(spans, starts, stops, rowids, self.seq_len)
+        return spans, tokens, offsets
+
+    def _pack(self, spans, tokens, offsets) -> dict[str, Any]:  # noqa: ANN001
+        started = time.perf_counter()
+        packed = pack_blocks(
+            spans,
+            tokens,
+            offsets,
+            num_blocks_in_batch=self.batch_size,
+            seq_len=self.seq_len,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+            lookahead=self.lookahead,
+        )
+        batch = {
+            "input_ids": torch.from_numpy(packed.input_ids),
+            "labels": torch.from_numpy(packed.labels),
+            "position_ids": torch.from_numpy(packed.position_ids),
+            "doc_ids": torch.from_numpy(packed.doc_ids),
+            "cu_seqlens": torch.from_numpy(packed.cu_seqlens),
+            "max_seqlen": int(packed.max_seqlen),
+            "continues": torch.from_numpy(packed.continues),
+            "spans": torch.from_numpy(packed.spans),
+        }
+        s = self.stats
+        s.pack_seconds += time.perf_counter() - started
+        s.rows_packed += len(spans)
+        s.tokens += int(packed.real_tokens)
+        s.eos += int(packed.eos_positions)
+        s.padding += int(packed.padding_positions)
+        s.loss_positions += int(packed.loss_positions)
+        return batch
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch, first = self._epoch, self._step
+        plan = self.plan(epoch)
+        total = len(self)
+        steps = list(range(first + wid, total, workers))
+        snapshot = self.stats.copy()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenloom-read") as pool:
+            ahead = [pool.submit(self._build, plan, s) for s in steps[:2]]
+            for i, step in enumerate(steps):
+                spans, tokens, offsets = ahead[i].result()
+                if i + 2 < len(steps):
+                    ahead.append(pool.submit(self._build, plan, steps[i + 2]))
+                batch = self._pack(spans, tokens, offsets)
+                r = self.reader
+                self.stats.rows_read, self.stats.bytes_read = r.rows_read, r.bytes_read
+                self.stats.read_seconds = r.read_seconds
+                self.stats.steps += 1
+                if info is not None:
+                    batch[_META] = {
+                        "epoch": epoch,
+                        "step": step,
+                        "stats": self.stats.delta(snapshot),
+                    }
+                    snapshot = self.stats.copy()
+                else:
+                    self._step = step + 1
+                    if self._step >= total:
+                        self._epoch, self._step = epoch + 1, 0
+                yield batch
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader over a :class:`PackedDataset` (``batch_size=None``, spawn workers)
+    whose ``state_dict()`` is the exact cursor of batches delivered to the consumer and whose
+    :attr:`stats` add up the workers' counters and the consumer's wait time."""
+
+    def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        if num_workers > 0:
+            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+        kwargs.pop("batch_size", None)
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        ds: PackedDataset = self.dataset  # type: ignore[assignment]
+        if self.num_workers == 0:
+            yield from self._in_process(ds)
+            return
+        total = len(ds)
+        it = super().__iter__()
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.stats.wait_seconds += time.perf_counter() - started
+            meta = batch.pop(_META)
+            self.stats.add(meta["stats"])
+            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
+            if ds._step >= total:
+                ds._epoch, ds._step = meta["epoch"] + 1, 0
+            yield batch
+
+    def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
+        snapshot = ds.stats.copy()
+        it = iter(ds)
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.stats.wait_seconds += time.perf_counter() - started
+            self.stats.add(ds.stats.delta(snapshot))
+            snapshot = ds.stats.copy()
+            yield batch
+
+    def state_dict(self) -> dict:
+        """The cursor of batches delivered to the consumer."""
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

@@ -1,0 +1,197 @@
+"""The only loader module that does I/O: resolve the plan's inputs from the table, and read the
+token ranges a batch's spans need.
+
+The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns.
+Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released). A document
+longer than one block is read once per process and kept in a small LRU while its blocks are
+packed, so a document of millions of tokens costs linear work.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tokenloom.errors import TokenloomError
+from tokenloom.loader.spans import Spans
+
+__all__ = ["PlanInputs", "TokenReader", "scan_plan_inputs", "count_column_for", "LoaderError"]
+
+
+class LoaderError(TokenloomError):
+    """The loader cannot be built as asked (missing column, bad filter, no tokenizer)."""
+
+
+def count_column_for(token_column: str) -> str:
+    """The token-count column stored beside a token column (``input_ids`` -> ``n_tokens``)."""
+    if token_column.startswith("input_ids"):
+        return "n_tokens" + token_column[len("input_ids") :]
+    return f"{token_column}_n_tokens"
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PlanInputs:
+    """What the plan is computed from (small: three int64 per selected row)."""
+
+    version: int
+    row_ids: np.ndarray
+    """The ``id`` of each selected row, ascending (int64)."""
+    n_tokens: np.ndarray
+    """Stored token counts (int64; null counts as 0)."""
+    rowids: np.ndarray
+    """Stable Lance row ids, aligned with ``row_ids`` (uint64)."""
+    null_rows: int
+    """Selected rows whose token list is null (planned as zero-length)."""
+    tokenizer: dict
+    """The token column's tokenizer identity (from its field metadata), or {}."""
+
+
+def tokenizer_identity(ds: lance.LanceDataset, token_column: str) -> dict:
+    """The tokenizer identity recorded on the token column, or {} when none is recorded."""
+    meta = ds.schema.field(token_column).metadata or {}
+    raw = meta.get(b"tokenloom.tokenizer")
+    return json.loads(raw) if raw else {}
+
+
+def scan_plan_inputs(
+    ds: lance.LanceDataset, *, token_column: str, count_column: str, filter: str | None
+) -> PlanInputs:
+    """Scan ``(id, count)`` of the rows under ``filter``; never reads token lists."""
+    for col in (token_column, count_column):
+        if col not in ds.schema.names:
+            raise LoaderError(
+                f"the table has no column {col!r} (version {ds.version}; columns: "
+                f"{', '.join(ds.schema.names)}); tokenize first: "
+                f"`tokenloom tokenize --table {ds.uri} --tokenizer gpt2`"
+            )
+    try:
+        table = ds.scanner(columns=["id", count_column], filter=filter, with_row_id=True).to_table()
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise LoaderError(f"filter {filter!r} does not work on this table: {exc}") from exc
+    order = pc.sort_indices(table.column("id"))
+    table = table.take(order)
+    counts = table.column(count_column)
+    null_rows = counts.null_count
+    return PlanInputs(
+        version=ds.version,
+        row_ids=table.column("id").to_numpy().astype(np.int64, copy=False),
+        n_tokens=pc.fill_null(counts, 0).to_numpy().astype(np.int64, copy=False),
+        rowids=table.column("_rowid").to_numpy().astype(np.uint64, copy=False),
+        null_rows=int(null_rows),
+        tokenizer=tokenizer_identity(ds, token_column),
+    )
+
+
+class TokenReader:
+    """Reads the token ranges of spans (one per process; datasets are opened lazily)."""
+
+    def __init__(
+        self,
+        uri: str,
+        version: int,
+        token_column: str,
+        *,
+        storage_options: dict | None = None,
+        cache_tokens: int = 32 << 20,
+    ) -> None:
+        self.uri = uri
+        self.version = version
+        self.token_column = token_column
+        self.storage_options = storage_options
+        self.cache_tokens = cache_tokens
+        self._ds: lance.LanceDataset | None = None
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._cached = 0
+        self.rows_read = 0
+        self.bytes_read = 0
+        self.read_seconds = 0.0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_ds"] = None  # Lance handles do not cross processes
+        state["_cache"] = OrderedDict()
+        state["_cached"] = 0
+        return state
+
+    @property
+    def dataset(self) -> lance.LanceDataset:
+        if self._ds is None:
+            self._ds = lance.dataset(
+                self.uri, version=self.version, storage_options=self.storage_options
+            )
+        return self._ds
+
+    def read(self, rowids: np.ndarray, doc_lens: np.ndarray, seq_len: int) -> dict[int, np.ndarray]:
+        """Token arrays of the given rows (by stable row id), through the long-document cache."""
+        out: dict[int, np.ndarray] = {}
+        missing = []
+        for rid in np.unique(rowids):
+            cached = self._cache.get(int(rid))
+            if cached is not None:
+                self._cache.move_to_end(int(rid))
+                out[int(rid)] = cached
+            else:
+                missing.append(int(rid))
+        if missing:
+            started = time.perf_counter()
+            table = self.dataset._take_rows(missing, columns=[self.token_column])
+            self.read_seconds += time.perf_counter() - started
+            col = table.column(self.token_column).combine_chunks()
+            self.rows_read += len(missing)
+            self.bytes_read += col.nbytes
+            values = col.values.to_numpy(zero_copy_only=False) if len(col) else np.empty(0)
+            offsets = col.offsets.to_numpy()
+            if col.null_count:
+                valid = col.is_valid().to_numpy(zero_copy_only=False)
+            else:
+                valid = None
+            for i, rid in enumerate(missing):
+                if valid is not None and not valid[i]:
+                    arr = values[:0]
+                else:
+                    arr = values[offsets[i] : offsets[i + 1]]
+                out[rid] = arr
+                if len(arr) > seq_len:
+                    self._remember(rid, arr)
+        return out
+
+    def _remember(self, rid: int, arr: np.ndarray) -> None:
+        if len(arr) > self.cache_tokens:
+            arr = arr.copy()  # keep just this document, not the whole Arrow buffer
+        self._cache[rid] = arr
+        self._cached += len(arr)
+        while self._cached > self.cache_tokens and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached -= len(old)
+
+    def gather(
+        self, spans: Spans, starts: np.ndarray, stops: np.ndarray, rowids: np.ndarray, seq_len: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Concatenate, per span, tokens ``[starts[i], stops[i])`` of its row.
+
+        Returns:
+            ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes.
+        """
+        if len(spans) == 0:
+            return np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        docs = self.read(rowids, spans.doc_len, seq_len)
+        lengths = stops - starts
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        first = docs[int(rowids[0])]
+        tokens = np.empty(int(offsets[-1]), dtype=first.dtype if len(first) else np.int64)
+        for i in range(len(lengths)):
+            if lengths[i]:
+                tokens[offsets[i] : offsets[i + 1]] = docs[int(rowids[i])][starts[i] : stops[i]]
+        return tokens, offsets
+
+
+def as_pa_ids(values: np.ndarray) -> pa.Array:  # pragma: no cover - convenience for tests
+    return pa.array(values)
