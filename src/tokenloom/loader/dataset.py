@@ -179,7 +179,7 @@ class PackedDataset(IterableDataset):
             "tokens": plan.num_tokens,
             "blocks": plan.num_blocks,
             "steps": steps.steps,
-            "padding_positions": plan.padding_positions + steps.padding_positions,
+            "padding_positions": steps.padding_positions,
             "padding_blocks": steps.padding_blocks,
             "dropped_tokens": steps.dropped_tokens,
         }

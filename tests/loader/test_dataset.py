@@ -1,0 +1,245 @@
+"""PackedDataset / DataLoader against the naive reference, across topologies, epochs, filters,
+edge-length documents, resume (also onto another world size) and changed inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.conftest import real_paragraphs, write_jsonl  # noqa: E402
+from tests.loader.tables import byte_tokens, token_table  # noqa: E402
+from tokenloom.backfill import add_column  # noqa: E402
+from tokenloom.ingest import ingest  # noqa: E402
+from tokenloom.loader import (  # noqa: E402
+    DataLoader,
+    PackedDataset,
+    ResumeMismatchError,
+    naive_pack,
+    step_blocks,
+)
+from tokenloom.table import Table  # noqa: E402
+
+L = 32
+G = 12  # global batch: world sizes 1, 2, 3, 4 all divide it
+
+
+def _texts() -> list[str]:
+    """Real text cut to the nasty lengths: 1, L-2 (+EOS = L-1), L-1, L, L+1, 20L; then normal."""
+    paras = real_paragraphs(200)
+    long = " ".join(paras)
+    edge = [long[:n] for n in (1, L - 2, L - 1, L, L + 1, 20 * L)]
+    return edge + paras[:40]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return token_table(tmp_path_factory.mktemp("loader"), _texts())
+
+
+def _rows(uri: str, filter: str | None = None) -> dict[int, list[int]]:
+    t = Table.open(uri).dataset.to_table(columns=["id", "input_ids"], filter=filter)
+    return {
+        i: (ids or [])
+        for i, ids in zip(t["id"].to_pylist(), t["input_ids"].to_pylist(), strict=True)
+    }
+
+
+def _global_batches(uri, *, world_size, workers, epoch=0, filter=None, seed=3):
+    """Every global batch of an epoch: per step, the ranks' batches concatenated.
+
+    Rank 0 reads through ``workers`` DataLoader workers, the other ranks in-process (spawning
+    workers for every rank would only repeat the same per-rank property, slowly)."""
+    per_rank = []
+    for rank in range(world_size):
+        ds = PackedDataset(
+            uri,
+            seq_len=L,
+            batch_size=G // world_size,
+            seed=seed,
+            epoch=epoch,
+            rank=rank,
+            world_size=world_size,
+            filter=filter,
+        )
+        per_rank.append(list(DataLoader(ds, num_workers=workers if rank == 0 else 0)))
+    steps = len(per_rank[0])
+    assert all(len(r) == steps for r in per_rank)
+    return [_concat([r[s] for r in per_rank]) for s in range(steps)]
+
+
+def _concat(batches):
+    out = {}
+    for key in ("input_ids", "labels", "position_ids", "doc_ids", "continues"):
+        out[key] = torch.cat([b[key] for b in batches]).numpy()
+    return out
+
+
+def _naive(uri, *, epoch, filter=None, seed=3):
+    rows = _rows(uri, filter)
+    total = sum(len(v) + 1 for v in rows.values() if v)
+    num_blocks = -(-total // L)
+    steps = -(-num_blocks // G)
+    out = []
+    for s in range(steps):
+        blocks = step_blocks(
+            s, rank=0, world_size=1, batch_size=G, num_blocks=num_blocks, drop_last=False
+        )
+        ref = naive_pack(
+            rows, blocks, seed=seed, epoch=epoch, seq_len=L, eos_id=256, pad_id=257, lookahead=True
+        )
+        out.append(ref)
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_matches_naive_reference_for_every_topology(table, world_size, workers):
+    for epoch in (0, 1):
+        got = _global_batches(table, world_size=world_size, workers=workers, epoch=epoch)
+        ref = _naive(table, epoch=epoch)
+        assert len(got) == len(ref)
+        for g, r in zip(got, ref, strict=True):
+            for key in ("input_ids", "labels", "position_ids", "doc_ids", "continues"):
+                np.testing.assert_array_equal(g[key], getattr(r, key), err_msg=key)
+
+
+def test_epochs_differ_and_every_token_appears_once(table):
+    rows = _rows(table)
+    for epoch in (0, 1):
+        ds = PackedDataset(table, seq_len=L, batch_size=4, seed=3, epoch=epoch)
+        covered: dict[int, list[tuple[int, int]]] = {}
+        firsts = []
+        for batch in ds:
+            for _b, _pos, rid, start, end in batch["spans"].tolist():
+                if end > start:
+                    covered.setdefault(rid, []).append((start, end))
+            firsts.append(batch["input_ids"][0, :8].tolist())
+        for rid, toks in rows.items():
+            ranges = sorted(covered.get(rid, []))
+            assert ranges[0][0] == 0 and ranges[-1][1] == len(toks), rid
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False)), rid
+        if epoch == 0:
+            first_epoch = firsts
+    assert firsts != first_epoch  # a fresh permutation per epoch
+
+
+@pytest.mark.parametrize("filter, n_rows", [("id < 0", 0), ("id = 7", 1), (None, 46)])
+def test_filters_selecting_none_one_all(table, filter, n_rows):
+    ds = PackedDataset(table, seq_len=L, batch_size=2, seed=0, filter=filter)
+    info = ds.epoch_info()
+    assert info["rows"] == n_rows
+    batches = list(ds)
+    assert len(batches) == len(ds) == info["steps"]
+    tokens = sum(int((b["labels"] != -100).sum()) for b in batches)
+    rows = _rows(table, filter)
+    # every token predicts the next one of its document, or its EOS: one target per token
+    assert tokens == sum(len(v) for v in rows.values())
+    if n_rows == 0:
+        assert batches == []
+
+
+def test_null_token_lists_are_planned_as_zero_length(tmp_path):
+    texts = real_paragraphs(30)
+    src = tmp_path / "a.jsonl"
+    write_jsonl(src, [{"text": t} for t in texts])
+    uri = str(tmp_path / "t.lance")
+    ingest([src], uri, progress=False)
+    add_column(uri, None, byte_tokens, workers=0, where="id % 5 != 2")  # rows 2, 7, ... null
+    ds = PackedDataset(uri, seq_len=L, batch_size=2)
+    info = ds.epoch_info()
+    assert info["null_rows"] == 6 and info["empty_rows"] == 6
+    seen = {rid for b in ds for rid in b["spans"][:, 2].tolist()}
+    assert seen == {i for i in range(30) if i % 5 != 2}
+
+
+def _stream(dl, n=None):
+    out = []
+    for batch in dl:
+        out.append(batch["input_ids"].clone())
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("k, new_world, new_workers", [(5, 4, 0), (13, 1, 2), (0, 2, 0)])
+def test_exact_resume_onto_another_topology(table, k, new_world, new_workers):
+    def ds(rank=0, world=2):
+        return PackedDataset(
+            table, seq_len=L, batch_size=G // world, seed=3, rank=rank, world_size=world
+        )
+
+    full = [b["input_ids"] for b in DataLoader(ds(world=1), num_workers=0)]
+    first = DataLoader(ds(world=2, rank=0), num_workers=2)
+    consumed = _stream(first, k) if k else []
+    state = first.state_dict()
+    assert state["step"] == k
+    rest = []
+    for rank in range(new_world):
+        d = ds(rank=rank, world=new_world)
+        d.load_state_dict(state)
+        rest.append(_stream(DataLoader(d, num_workers=new_workers)))
+    merged = [torch.cat([r[s] for r in rest]) for s in range(len(rest[0]))]
+    assert len(consumed) + len(merged) == len(full)
+    for a, b in zip(full[k:], merged, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(full[:k], consumed, strict=True):
+        assert torch.equal(a[: G // 2], b)  # rank 0 of 2 holds the first half of each step
+
+
+def test_resume_across_an_epoch_boundary(table):
+    ds = PackedDataset(table, seq_len=L, batch_size=G, seed=3)
+    n = len(ds)
+    epoch0 = _stream(ds)
+    assert ds.state_dict()["epoch"] == 1 and ds.state_dict()["step"] == 0
+    ds.set_epoch(1)
+    epoch1 = _stream(ds)
+    again = PackedDataset(table, seq_len=L, batch_size=G // 2, seed=3, rank=1, world_size=2)
+    state = PackedDataset(table, seq_len=L, batch_size=G, seed=3).state_dict()
+    state["step"] = n - 2  # two steps before the end of epoch 0
+    again.load_state_dict(state)
+    tail = _stream(again)
+    assert len(tail) == 2 and again.state_dict()["epoch"] == 1
+    for got, want in zip(tail, epoch0[-2:], strict=True):
+        assert torch.equal(got, want[G // 2 :])
+    nxt = _stream(again, 1)[0]
+    assert torch.equal(nxt, epoch1[0][G // 2 :])
+
+
+def test_changed_table_or_filter_is_refused_with_the_override(tmp_path):
+    uri = token_table(tmp_path, real_paragraphs(20))
+    old = PackedDataset(uri, seq_len=L, batch_size=2)
+    state = old.state_dict()
+    write_jsonl(tmp_path / "more.jsonl", [{"text": t} for t in real_paragraphs(25)[20:]])
+    ingest([tmp_path / "more.jsonl"], uri, progress=False)
+    add_column(uri, None, byte_tokens, workers=0)
+    new = PackedDataset(uri, seq_len=L, batch_size=2)
+    with pytest.raises(ResumeMismatchError, match=r"table version .* pass `version=") as err:
+        new.load_state_dict(state)
+    assert str(old.version) in str(err.value)
+    PackedDataset(uri, seq_len=L, batch_size=2, version=old.version).load_state_dict(state)
+    PackedDataset(uri, seq_len=L, batch_size=2, allow_data_change=True).load_state_dict(state)
+    other = PackedDataset(uri, seq_len=L, batch_size=2, version=old.version, filter="id > 3")
+    with pytest.raises(ResumeMismatchError, match="filter"):
+        other.load_state_dict(state)
+
+
+def test_stats_add_up_across_workers(table):
+    for workers in (0, 2):
+        ds = PackedDataset(table, seq_len=L, batch_size=4, seed=0)
+        dl = DataLoader(ds, num_workers=workers)
+        batches = list(dl)
+        info = ds.epoch_info(0)
+        assert dl.stats.steps == len(batches) == info["steps"]
+        assert dl.stats.tokens == info["tokens"]
+        assert dl.stats.padding == info["padding_positions"]
+        assert dl.stats.wait_seconds > 0
+        assert "stall" in dl.stats.summary()
+
+
+def test_rank_and_world_from_torchrun_environment(table, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    ds = PackedDataset(table, seq_len=L, batch_size=4)
+    assert (ds.rank, ds.world_size, ds.global_batch) == (1, 3, 12)
