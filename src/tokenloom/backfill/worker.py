@@ -6,6 +6,7 @@ process, so a class UDF's setup (loading a tokenizer or a model) happens once pe
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +55,9 @@ def _dataset(uri: str, version: int, storage_options: dict[str, str] | None) -> 
 
 
 def _udf(udf: UDF) -> UDF:
-    return _UDFS.setdefault(udf.fingerprint(), udf)
+    # Keyed by every argument, run-time ones included: a new results file is a new instance.
+    key = udf.fingerprint() + json.dumps(udf.kwargs, sort_keys=True)
+    return _UDFS.setdefault(key, udf)
 
 
 def _failing_row(udf: UDF, batch: pa.RecordBatch) -> tuple[int, BaseException] | None:

@@ -34,10 +34,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from tokenloom.cli import backfill, bench, corpus, demo, info, ingest
+    from tokenloom.cli import backfill, bench, corpus, curate, demo, info, ingest
 
     for module in (corpus, ingest, info, backfill, bench, demo):
         cli.add_command(module.command)
+    for command in curate.commands:
+        cli.add_command(command)
 
 
 _register()

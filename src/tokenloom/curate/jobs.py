@@ -1,0 +1,169 @@
+"""Curation jobs on a table: exact and near dedup, quality scores — each result a column.
+
+Per-row work is a backfill (parallel, checkpointed, incremental); the global step (which rows are
+duplicates of which) reads only the small stored columns (``id`` + hash or signature).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow.compute as pc
+
+from tokenloom.backfill import add_column, default_checkpoint_root
+from tokenloom.curate.exact import exact_duplicates
+from tokenloom.curate.lsh import DEFAULT_THRESHOLD, lsh_clusters
+from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
+from tokenloom.table import Table
+
+__all__ = ["CurationResult", "dedup_exact", "dedup_near", "score_quality"]
+
+
+@dataclass(kw_only=True)
+class CurationResult:
+    """What a curation job added and found."""
+
+    columns: list[str]
+    versions: list[int] = field(default_factory=list)
+    """Table versions this job committed (a per-row column, then the global flags)."""
+    rows: int = 0
+    flagged: int = 0
+    """Rows marked duplicate (or failing at least one quality rule)."""
+    groups: int = 0
+    """Duplicate groups / clusters with more than one member."""
+    seconds: float = 0.0
+    examples: list[dict] = field(default_factory=list)
+    """A few groups, for a look by hand."""
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _lookup_path(table: Table, name: str) -> str:
+    root = os.path.join(default_checkpoint_root(table.uri), "_results")
+    os.makedirs(root, exist_ok=True)
+    return os.path.join(root, f"{name}-v{table.version}-{os.getpid()}.arrow")
+
+
+def _drop(table: Table, columns: list[str]) -> Table:
+    present = [c for c in columns if c in table.schema().names]
+    if present:
+        table.dataset.drop_columns(present)
+    return table.checkout()
+
+
+def _examples(table: Table, group_of: np.ndarray, ids: np.ndarray, k: int = 5) -> list[dict]:
+    dup = ids[group_of != ids]
+    out = []
+    for gid in np.unique(group_of[np.isin(ids, dup)])[:k]:
+        members = ids[group_of == gid][:4]
+        rows = table.dataset.to_table(
+            columns=["id", "source", "text"], filter=f"id IN ({','.join(map(str, members))})"
+        ).to_pylist()
+        out.append(
+            {
+                "group": int(gid),
+                "rows": [
+                    {
+                        "id": r["id"],
+                        "source": r["source"],
+                        "snippet": r["text"][:70].replace("\n", " "),
+                    }
+                    for r in rows
+                ],
+            }
+        )
+    return out
+
+
+def dedup_exact(
+    uri: str, *, workers: int | None = None, progress: bool | None = None
+) -> CurationResult:
+    """``text_hash`` per row, then ``is_dup``/``dup_of``: the first occurrence by id is kept.
+
+    Incremental: after an append, only new rows are hashed and flagged (an old row's flag never
+    changes, since a newer row cannot be an earlier occurrence).
+    """
+    started = time.perf_counter()
+    res = CurationResult(columns=["text_hash", "is_dup", "dup_of"])
+    r1 = add_column(uri, None, TextHash, workers=workers, progress=progress)
+    table = Table.open(uri)
+    data = table.dataset.to_table(columns=["id", "text_hash"])
+    ids = data.column("id").to_numpy()
+    is_dup, dup_of = exact_duplicates(ids, data.column("text_hash"))
+    path = _lookup_path(table, "exact")
+    write_lookup(path, ids, {"is_dup": is_dup, "dup_of": dup_of})
+    try:
+        r2 = add_column(
+            table, None, ExactLookup.bind(_path=path), workers=workers, progress=progress
+        )
+    finally:
+        os.unlink(path)
+    res.versions = [v for v in (r1.version, r2.version) if v is not None]
+    res.rows, res.flagged = len(ids), int(is_dup.sum())
+    res.groups = len(np.unique(dup_of[is_dup]))
+    res.examples = _examples(table, dup_of, ids)
+    res.seconds = time.perf_counter() - started
+    return res
+
+
+def dedup_near(
+    uri: str,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    workers: int | None = None,
+    recompute: bool = False,
+    progress: bool | None = None,
+) -> CurationResult:
+    """``minhash`` per row, then LSH clusters → ``near_dup_cluster`` (smallest id in the cluster)
+    and ``is_near_dup`` (true for every member but the kept one).
+
+    A changed threshold needs ``recompute=True`` (the cluster columns are dropped and rebuilt).
+    After an append, new rows are clustered against everything; old rows keep their cluster
+    unless ``recompute=True``.
+    """
+    started = time.perf_counter()
+    res = CurationResult(columns=["minhash", "near_dup_cluster", "is_near_dup"])
+    table = Table.open(uri)
+    if recompute:
+        table = _drop(table, ["near_dup_cluster", "is_near_dup"])
+    minhash = MinHash.bind()
+    r1 = add_column(table, None, minhash, workers=workers, progress=progress)
+    table = Table.open(uri)
+    data = table.dataset.to_table(columns=["id", "minhash"])
+    ids = data.column("id").to_numpy()
+    flat = pc.list_flatten(data.column("minhash")).to_numpy()
+    sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
+    cluster, is_near = lsh_clusters(ids, sigs, threshold=threshold)
+    path = _lookup_path(table, "near")
+    write_lookup(path, ids, {"near_dup_cluster": cluster, "is_near_dup": is_near})
+    lookup = NearLookup.bind(_path=path, threshold=threshold, minhash=minhash.fingerprint())
+    try:
+        r2 = add_column(table, None, lookup, workers=workers, progress=progress)
+    finally:
+        os.unlink(path)
+    res.versions = [v for v in (r1.version, r2.version) if v is not None]
+    res.rows, res.flagged = len(ids), int(is_near.sum())
+    res.groups = len(np.unique(cluster[is_near]))
+    res.examples = _examples(table, cluster, ids)
+    res.seconds = time.perf_counter() - started
+    return res
+
+
+def score_quality(
+    uri: str, *, workers: int | None = None, progress: bool | None = None
+) -> CurationResult:
+    """``quality`` (fraction of applicable Gopher/C4 rules passed, 1.0 = all) and
+    ``quality_reasons`` (the rules a row failed)."""
+    started = time.perf_counter()
+    res = CurationResult(columns=["quality", "quality_reasons"])
+    r = add_column(uri, None, Quality, workers=workers, progress=progress)
+    table = Table.open(uri)
+    res.versions = [r.version] if r.version is not None else []
+    res.rows = table.count_rows()
+    res.flagged = table.count_rows("quality < 1.0")
+    res.seconds = time.perf_counter() - started
+    return res
