@@ -10,8 +10,8 @@ import sys
 import click
 import pytest
 from click.testing import CliRunner
-from tests.conftest import write_jsonl
 
+from tests.conftest import write_jsonl
 from tokenloom.cli.main import cli
 
 

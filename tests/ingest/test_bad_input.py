@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from tests.conftest import write_jsonl
 
+from tests.conftest import write_jsonl
 from tokenloom.errors import IngestError
 from tokenloom.ingest import Reason, ingest
 from tokenloom.table import Table

@@ -11,8 +11,8 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tests.conftest import write_jsonl
 
+from tests.conftest import write_jsonl
 from tokenloom.ingest import ingest, ingested_fingerprints
 from tokenloom.table import Table
 

@@ -7,8 +7,8 @@ import os
 import lance
 import pyarrow as pa
 import pytest
-from tests.conftest import write_jsonl
 
+from tests.conftest import write_jsonl
 from tokenloom.errors import TableError, TableNotFoundError
 from tokenloom.ingest import ingest
 from tokenloom.table import BASE_SCHEMA, Table, table_info

@@ -136,7 +136,7 @@ def add_column(
                 committed = handle.commit(
                     lance.LanceOperation.Merge(new_frags, schema),
                     op="backfill",
-                    message=f"backfill {', '.join(udf.columns)} with {udf.name} v{udf.version}",
+                    message=f"backfill {', '.join(udf.columns)} with {udf.name}@{udf.version}",
                     properties={
                         "tokenloom.columns": udf.columns,
                         "tokenloom.udf": udf.describe(),

@@ -186,11 +186,13 @@ class UDF:
             if missing:
                 raise UDFError(f"UDF {self.name} did not return column(s) {missing}")
             arrays = [result[n] for n in names]
+        elif len(names) > 1 and isinstance(result, (list, tuple)) and len(result) == len(names):
+            arrays = list(result)  # one array per declared output, in order
         else:
             if len(names) != 1:
                 raise UDFError(
                     f"UDF {self.name} declares {len(names)} outputs {names}; return a "
-                    "RecordBatch or a dict of arrays"
+                    "RecordBatch, a dict of arrays or one array per output"
                 )
             arrays = [result]
         out = []

@@ -6,7 +6,7 @@ import click
 
 from tokenloom.cli.options import emit_json, json_option, table_option
 
-__all__ = ["command", "format_info"]
+__all__ = ["command", "format_info", "format_versions"]
 
 
 def _mb(n: int) -> str:
@@ -28,16 +28,26 @@ def format_info(info) -> str:  # noqa: ANN001 - TableInfo
         f"  {'(file overhead)':<16} {'footers, metadata, alignment':<28} "
         f"{_mb(info.overhead_bytes):>14}"
     )
-    lines += ["", "versions"]
-    for v in info.versions:
-        when = v.timestamp.strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(
-            f"  {v.version:>4}  {when}  {v.operation:<10} {v.num_rows:>10,} rows  {v.message}"
-        )
+    lines += ["", "versions (bytes added)"]
+    lines += format_versions(info.versions)
     lines += ["", "rows per source"]
     for source, count in info.rows_per_source.items():
         lines.append(f"  {source:<24} {count:>10,}")
     return "\n".join(lines)
+
+
+def format_versions(versions) -> list[str]:  # noqa: ANN001 - list[VersionInfo]
+    """One line per version: number, time, operation, rows, bytes added, message."""
+    lines, prev = [], 0
+    for v in versions:
+        when = v.timestamp.strftime("%Y-%m-%d %H:%M:%S")
+        added = v.total_bytes - prev
+        prev = v.total_bytes
+        lines.append(
+            f"  {v.version:>4}  {when}  {v.operation:<9} {v.num_rows:>9,} rows "
+            f"{'+' if added >= 0 else '-'}{_mb(abs(added)):>11}  {v.message}"
+        )
+    return lines
 
 
 @click.command(

@@ -34,11 +34,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from tokenloom.cli import backfill, bench, corpus, curate, demo, info, ingest
+    from tokenloom.cli import backfill, bench, corpus, curate, demo, info, ingest, stats, tokenize
 
-    for module in (corpus, ingest, info, backfill, bench, demo):
+    for module in (corpus, ingest, info, backfill, stats, bench, demo):
         cli.add_command(module.command)
-    for command in curate.commands:
+    for command in (*curate.commands, *tokenize.commands):
         cli.add_command(command)
 
 

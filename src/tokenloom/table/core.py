@@ -51,6 +51,8 @@ class VersionInfo:
     """Every transaction property tokenloom recorded (``tokenloom.*`` keys)."""
     num_rows: int = 0
     """Rows visible in this version."""
+    total_bytes: int = 0
+    """Size of every file this version references (data, deletions, indexes)."""
 
 
 class Table:
@@ -210,6 +212,7 @@ class Table:
                     message=props.get("__lance_commit_message", ""),
                     properties={k: val for k, val in props.items() if k.startswith("tokenloom.")},
                     num_rows=int(meta.get("total_rows", 0)),
+                    total_bytes=int(meta.get("total_files_size", 0)),
                 )
             )
         return out

@@ -1,0 +1,103 @@
+"""MosaicML Streaming (MDS) for the loader benchmark: the writer of the pre-packed copy and the
+reader wrapped for a spawn-context torch DataLoader.
+
+``mosaicml-streaming`` 0.13 pins ``numpy<2.2`` (tokenloom pins numpy 2.4), so it is installed
+with ``pip install --no-deps`` plus the few packages its MDS code imports (Brotli, python-snappy,
+zstd, xxhash, catalogue). Its package ``__init__`` files also import its text/vision datasets and
+``StreamingDataLoader``, which need ``transformers``; the MDS reader and writer do not. When
+``transformers`` is absent, :func:`import_streaming` registers the two packages without running
+those ``__init__`` files, so no stub of ``transformers`` is ever created. Importing this module
+does that first, which is why the dataset crosses into DataLoader workers wrapped in
+:class:`MDSBlocks`: unpickling the wrapper imports this module before the MDS dataset's class.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+from tokenloom.errors import TokenloomError
+
+__all__ = ["import_streaming", "mds_writer", "MDSBlocks", "collate_blocks"]
+
+_INSTALL = (
+    "pip install --no-deps mosaicml-streaming==0.13.0 && "
+    "pip install Brotli==1.2.1 python-snappy==0.7.3 zstd==1.5.7.2 xxhash==3.8.2 catalogue==2.0.10"
+)
+
+
+def import_streaming() -> None:
+    """Make ``streaming.base.*`` importable (see the module docstring).
+
+    Raises:
+        TokenloomError: naming the install line when ``mosaicml-streaming`` is missing.
+    """
+    if "streaming.base.dataset" in sys.modules:
+        return
+    spec = importlib.util.find_spec("streaming")
+    if spec is None or not spec.submodule_search_locations:
+        raise TokenloomError(f"the MDS baseline needs mosaicml-streaming: `{_INSTALL}`")
+    if importlib.util.find_spec("transformers") is None and "streaming" not in sys.modules:
+        root = list(spec.submodule_search_locations)
+        for name, path in (("streaming", root), ("streaming.base", [f"{p}/base" for p in root])):
+            module = types.ModuleType(name)
+            module.__path__ = path
+            sys.modules[name] = module
+    try:
+        import streaming.base.dataset  # noqa: F401
+        import streaming.base.format.mds.writer  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise TokenloomError(
+            f"mosaicml-streaming cannot be imported ({exc}); `{_INSTALL}`"
+        ) from exc
+
+
+if importlib.util.find_spec("streaming") is not None:
+    import_streaming()  # before any MDS object is unpickled in this process
+
+
+@contextmanager
+def mds_writer(out: str, *, seq_len: int) -> Iterator[Any]:
+    """An ``MDSWriter`` of one column ``input_ids`` = ``ndarray:uint16:<seq_len>``, no
+    compression, no hashing (the reader is local and the benchmark measures reading)."""
+    import_streaming()
+    from streaming.base.format.mds.writer import MDSWriter
+
+    with MDSWriter(out=out, columns={"input_ids": f"ndarray:uint16:{seq_len}"}) as writer:
+        yield writer
+
+
+def collate_blocks(samples: list[dict[str, np.ndarray]]) -> torch.Tensor:
+    """``B`` samples -> ``(B, L)`` int64 tensor (as the other loaders deliver)."""
+    return torch.from_numpy(np.stack([s["input_ids"] for s in samples]).astype(np.int64))
+
+
+class MDSBlocks(IterableDataset):
+    """An IterableDataset over an MDS directory (``shuffle=False``: the copy is pre-shuffled).
+
+    Built in the parent process, as MosaicML documents (it sets up its shared memory there), and
+    pickled into the DataLoader's workers.
+    """
+
+    def __init__(self, local: str, *, batch_size: int) -> None:
+        super().__init__()
+        import_streaming()
+        from streaming.base.dataset import StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        clean_stale_shared_memory()
+        self.inner = StreamingDataset(local=local, shuffle=False, batch_size=batch_size)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.inner)

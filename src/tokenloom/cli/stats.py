@@ -1,0 +1,66 @@
+"""``tokenloom stats``: documents, tokens, lengths, per source, pad/truncate vs packing."""
+
+from __future__ import annotations
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["command"]
+
+
+@click.command(
+    "stats",
+    epilog="""\b
+Examples:
+  tokenloom stats --table corpus.lance
+  tokenloom stats --table corpus.lance --filter "NOT is_dup" --seq-len 2048 --plot lengths.png
+  tokenloom stats --table corpus.lance --column input_ids_bpe16k --json""",
+)
+@table_option
+@click.option("--filter", default=None, metavar="SQL", help="Only these rows.")
+@click.option("--column", default="input_ids", show_default=True, help="The token column.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--plot", default=None, metavar="FILE", help="Write a PNG length histogram.")
+@json_option
+def command(
+    table: str, filter: str | None, column: str, seq_len: int, plot: str | None, as_json: bool
+) -> None:
+    """Length statistics of a token column, from the stored counts only."""
+    import pyarrow.compute as pc
+
+    from tokenloom.loader.read import count_column_for
+    from tokenloom.stats import length_stats
+    from tokenloom.table import Table
+
+    count = count_column_for(column)
+    ds = Table.open(table).dataset
+    if count not in ds.schema.names:
+        raise click.UsageError(
+            f"no {count!r} column: tokenize first "
+            f"(`tokenloom tokenize --table {table} --tokenizer gpt2`)"
+        )
+    data = ds.to_table(columns=[count, "source"], filter=filter)
+    n_tokens = pc.fill_null(data.column(count), 0).to_numpy()
+    sources = data.column("source").to_numpy(zero_copy_only=False)
+    if len(n_tokens) == 0:
+        raise click.UsageError(f"the filter {filter!r} selects no rows")
+    stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)
+    if plot:
+        from tokenloom.stats import plot_length_histogram
+
+        plot_length_histogram(n_tokens, plot, seq_len=seq_len, sources=sources)
+    if as_json:
+        emit_json({**stats.to_json(), **({"plot": plot} if plot else {})})
+    else:
+        p = stats.percentiles
+        click.echo(f"documents {stats.documents:,}   tokens {stats.tokens:,}   "
+                   f"mean {stats.mean:,.0f} tokens/doc")
+        click.echo(f"percentiles  p5 {p.p5:,.0f}  p25 {p.p25:,.0f}  p50 {p.p50:,.0f}  "
+                   f"p75 {p.p75:,.0f}  p95 {p.p95:,.0f}  p99 {p.p99:,.0f}  max {p.max:,}")
+        for src in stats.by_source:
+            click.echo(f"  {src.source:<24} {src.docs:>9,} docs {src.tokens:>13,} tokens  "
+                       f"pad/truncate keeps {src.kept_tokens / max(src.tokens, 1):6.1%}")
+        click.echo(stats.summary())
+        if plot:
+            click.echo(f"histogram: {plot}")

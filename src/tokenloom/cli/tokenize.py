@@ -1,0 +1,139 @@
+"""``tokenloom tokenize`` and ``tokenloom tokenizer train``."""
+
+from __future__ import annotations
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["commands"]
+
+
+@click.command(
+    "tokenize",
+    epilog="""\b
+Examples:
+  tokenloom tokenize --table corpus.lance --tokenizer gpt2
+  tokenloom tokenize --table corpus.lance --tokenizer bpe16k/ --column input_ids_bpe16k
+  tokenloom tokenize --table corpus.lance --tokenizer tiktoken:/path/r50k_base.tiktoken
+
+\b
+SPEC: gpt2 (offline, from the openai-whisper package), a tokenizer.json file,
+a Hugging Face tokenizer directory, or tiktoken:NAME / tiktoken:FILE.
+Adds COLUMN (list<uint16> when the vocabulary fits, else list<int32>) and its
+count column (input_ids -> n_tokens), with the tokenizer identity pinned in
+the column's metadata.""",
+)
+@table_option
+@click.option("--tokenizer", "spec", required=True, metavar="SPEC", help="Which tokenizer.")
+@click.option("--column", default="input_ids", show_default=True, help="The token ids column.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Backfill workers [default: CPU count, at most 8].",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Encoding threads per worker.",
+)
+@click.option(
+    "--roundtrip-sample",
+    type=click.IntRange(min=0),
+    default=256,
+    show_default=True,
+    help="Rows checked for decode(encode(text)) == text.",
+)
+@json_option
+def tokenize(
+    table: str,
+    spec: str,
+    column: str,
+    workers: int | None,
+    threads: int,
+    roundtrip_sample: int,
+    as_json: bool,
+) -> None:
+    """Tokenize the text column into token ids and counts (a backfill)."""
+    from tokenloom.tokenize.column import tokenize_table
+
+    res = tokenize_table(
+        table,
+        spec,
+        column=column,
+        workers=workers,
+        threads=threads,
+        roundtrip_sample=roundtrip_sample,
+    )
+    if as_json:
+        emit_json(res.to_json())
+        return
+    tok = res.tokenizer
+    if res.version is None:
+        click.echo(f"{column}: every row is already tokenized with {tok['name']}")
+    else:
+        click.echo(
+            f"{column} + {res.count_column}: {res.rows:,} rows, {tok['name']} "
+            f"(vocab {tok['vocab_size']:,}, eos {tok['eos_id']}) -> version {res.version}; "
+            f"{res.tokens:,} tokens in the column, {res.bytes_added / 1e6:,.1f} MB added, "
+            f"{res.tokens_per_second:,.0f} tokens/s"
+        )
+    bad = len(res.roundtrip_failures)
+    click.echo(
+        f"round-trip: {res.roundtrip_checked - bad}/{res.roundtrip_checked} sampled rows "
+        "decode back to their text"
+    )
+    for f in res.roundtrip_failures[:5]:
+        click.echo(f"  row {f['id']}: at char {f['position']}: {f['expected']!r} -> {f['got']!r}")
+
+
+@click.group("tokenizer")
+def tokenizer() -> None:
+    """Tokenizers: train your own byte-level BPE on the table."""
+
+
+@tokenizer.command(
+    "train",
+    epilog="""\b
+Examples:
+  tokenloom tokenizer train --table corpus.lance --vocab-size 16384 --out bpe16k/
+  tokenloom tokenizer train --table corpus.lance --vocab-size 8000 --out bpe8k/ \\
+      --filter "NOT is_dup AND id % 100 != 0"
+  tokenloom tokenize --table corpus.lance --tokenizer bpe16k/ --column input_ids_bpe16k""",
+)
+@table_option
+@click.option("--vocab-size", type=click.IntRange(min=260), required=True)
+@click.option("--out", "out_dir", required=True, metavar="DIR", help="Where tokenizer.json goes.")
+@click.option("--filter", default=None, metavar="SQL", help="Train on these rows only.")
+@click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True)
+@json_option
+def train(
+    table: str, vocab_size: int, out_dir: str, filter: str | None, min_frequency: int, as_json: bool
+) -> None:
+    """Train a byte-level BPE on the table's text (streamed, in id order)."""
+    from tokenloom.table import Table
+    from tokenloom.tokenize import train_bpe
+
+    ds = Table.open(table).dataset
+
+    def texts():
+        for batch in ds.to_batches(columns=["text"], filter=filter, batch_size=1024):
+            yield from batch.column(0).to_pylist()
+
+    tok = train_bpe(texts(), vocab_size=vocab_size, out_dir=out_dir, min_frequency=min_frequency)
+    if as_json:
+        emit_json({"out": out_dir, **tok.identity()})
+    else:
+        click.echo(
+            f"trained {tok.vocab_size:,}-token byte-level BPE -> {out_dir} "
+            f"(eos {tok.eos_id}, pad {tok.pad_id}, hash {tok.vocab_hash[:12]})"
+        )
+        click.echo(
+            f"next: tokenloom tokenize --table {table} --tokenizer {out_dir} --column input_ids_bpe"
+        )
+
+
+commands = [tokenize, tokenizer]

@@ -1,0 +1,156 @@
+"""Tokenize a table: token ids and their count as added columns, the tokenizer pinned on them.
+
+The ids column (``list<uint16>`` when the vocabulary fits, else ``list<int32>``) carries the
+tokenizer identity in its field metadata (``tokenloom.tokenizer``), which the loader and the
+checkpoints read. Several token columns can live side by side (``input_ids``,
+``input_ids_bpe16k``); each has its own count column (``n_tokens``, ``n_tokens_bpe16k``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tokenloom.backfill import add_column, udf
+from tokenloom.tokenize.registry import load_tokenizer
+from tokenloom.tokenize.roundtrip import roundtrip_failures
+
+__all__ = ["Encode", "TokenizeResult", "count_column_for", "tokenize_table"]
+
+TOKENIZER_META_KEY = b"tokenloom.tokenizer"
+
+
+def count_column_for(token_column: str) -> str:
+    """The count column beside a token column (``input_ids`` -> ``n_tokens``)."""
+    from tokenloom.loader.read import count_column_for as rule
+
+    return rule(token_column)
+
+
+@udf(
+    inputs=["text"],
+    output={"input_ids": pa.list_(pa.uint16()), "n_tokens": pa.int64()},
+    version="1",
+    batch_size=512,
+)
+class Encode:
+    """Token ids of ``text`` (no special tokens) and their count.
+
+    ``spec`` and ``vocab_hash`` are the identity; ``_threads`` is run-time (threads per worker).
+    """
+
+    def __init__(self, spec: str, vocab_hash: str, _threads: int = 1) -> None:
+        self.tokenizer = load_tokenizer(spec, num_threads=_threads)
+        if self.tokenizer.vocab_hash != vocab_hash:
+            raise RuntimeError(
+                f"tokenizer {spec!r} changed on disk (vocabulary hash "
+                f"{self.tokenizer.vocab_hash[:12]} != {vocab_hash[:12]}) while tokenizing"
+            )
+
+    def __call__(self, batch: pa.RecordBatch) -> list:
+        ids = self.tokenizer.encode_batch(batch.column("text"))
+        return [ids, pc.list_value_length(ids).cast(pa.int64())]
+
+
+@dataclass(kw_only=True)
+class TokenizeResult:
+    """What ``tokenize_table`` added."""
+
+    column: str
+    count_column: str
+    tokenizer: dict
+    version: int | None
+    rows: int = 0
+    tokens: int = 0
+    bytes_added: int = 0
+    seconds: float = 0.0
+    roundtrip_checked: int = 0
+    roundtrip_failures: list[dict] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    def to_json(self) -> dict:
+        out = dict(self.__dict__)
+        out["tokens_per_second"] = round(self.tokens_per_second)
+        return out
+
+
+def encode_udf(spec: str, column: str = "input_ids", *, threads: int = 1):  # noqa: ANN201
+    """The :class:`Encode` UDF for a tokenizer spec, writing ``column`` and its count column."""
+    tok = load_tokenizer(spec)
+    identity = tok.identity()
+    meta = {
+        TOKENIZER_META_KEY: json.dumps(identity, sort_keys=True).encode(),
+        b"tokenloom.count_column": count_column_for(column).encode(),
+    }
+    schema = pa.schema(
+        [
+            pa.field(column, pa.list_(tok.id_type), metadata=meta),
+            pa.field(count_column_for(column), pa.int64()),
+        ]
+    )
+    return Encode.bind(spec=tok.name, vocab_hash=tok.vocab_hash, _threads=threads).with_output(
+        schema
+    ), tok
+
+
+def tokenize_table(
+    uri: str,
+    spec: str,
+    *,
+    column: str = "input_ids",
+    workers: int | None = None,
+    threads: int = 1,
+    roundtrip_sample: int = 256,
+    progress: bool | None = None,
+) -> TokenizeResult:
+    """Add ``column`` (token ids) and its count column, then check a round-trip sample.
+
+    Args:
+        uri: The table.
+        spec: Tokenizer spec (see :func:`tokenloom.tokenize.load_tokenizer`).
+        column: Name of the ids column.
+        workers: Backfill workers.
+        threads: Encoding threads inside each worker.
+        roundtrip_sample: Rows whose stored ids are decoded and compared with their text.
+    """
+    from tokenloom.table import Table
+
+    started = time.perf_counter()
+    enc, tok = encode_udf(spec, column, threads=threads)
+    result = add_column(uri, None, enc, workers=workers, progress=progress)
+    count_col = count_column_for(column)
+    table = Table.open(uri)
+    res = TokenizeResult(
+        column=column,
+        count_column=count_col,
+        tokenizer=tok.identity(),
+        version=result.version,
+        rows=result.rows,
+        bytes_added=result.bytes_added,
+    )
+    counts = table.dataset.to_table(columns=[count_col]).column(count_col)
+    res.tokens = int(pc.sum(counts).as_py() or 0)
+    res.seconds = time.perf_counter() - started
+    if roundtrip_sample:
+        n = table.count_rows()
+        rng = np.random.default_rng(0)
+        pick = np.sort(rng.choice(n, size=min(n, roundtrip_sample), replace=False))
+        sample = table.dataset.take(pick, columns=["id", "text", column])
+        failures = roundtrip_failures(
+            tok,
+            sample.column("text"),
+            sample.column("id").to_pylist(),
+            encoded=sample.column(column),
+        )
+        res.roundtrip_checked = len(pick)
+        res.roundtrip_failures = [dataclasses.asdict(f) for f in failures[:20]]
+    return res
