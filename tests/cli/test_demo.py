@@ -11,12 +11,21 @@ from tokenloom.table import Table
 def test_demo_runs_end_to_end_and_is_rerunnable(tmp_path):
     workdir = tmp_path / "demo"
     for _ in range(2):  # a second run recreates its own workdir
-        result = CliRunner().invoke(cli, ["demo", "--workdir", str(workdir), "--max-docs", "5"])
+        result = CliRunner().invoke(
+            cli, ["demo", "--workdir", str(workdir), "--max-docs", "5", "--workers", "0"]
+        )
         assert result.exit_code == 0, result.output
     table = Table.open(workdir / "corpus.lance")
     assert table.count_rows() == 7 * 5
     assert set(table.rows_per_source().values()) == {5}
-    assert "rows per source" in result.output and "done in" in result.output
+    names = set(table.schema().names)
+    assert {"is_dup", "dup_of", "near_dup_cluster", "is_near_dup", "quality", "quality_reasons",
+            "input_ids", "n_tokens"} <= names
+    ops = [v.operation for v in table.versions()]
+    assert ops == ["create", "ingest"] + ["backfill"] * 6  # one version per stage
+    assert table.count_rows("n_tokens IS NULL") == 0
+    assert "table versions" in result.output and "done in" in result.output
+    assert "packing keeps 100%" in result.output
 
 
 def test_demo_refuses_a_foreign_directory(tmp_path):

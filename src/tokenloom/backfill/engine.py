@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -210,6 +211,7 @@ def _run_units(ds, handle, udf, units, where, store, root, runner, result, progr
     result.units_reused = len(units) - len(todo)
     if not todo:
         return
+    run_id = uuid.uuid4().hex
     tasks = [
         UnitTask(
             uri=handle.uri,
@@ -220,6 +222,7 @@ def _run_units(ds, handle, udf, units, where, store, root, runner, result, progr
             where=where,
             store_root=root,
             column="+".join(udf.columns),
+            run_id=run_id,
         )
         for u in todo
     ]

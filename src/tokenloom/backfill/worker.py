@@ -20,7 +20,7 @@ from tokenloom.backfill.udf import UDF, UDFError
 
 __all__ = ["UnitTask", "UnitResult", "run_unit"]
 
-_DATASETS: dict[tuple[str, int], lance.LanceDataset] = {}
+_DATASETS: dict[tuple[str, int, str], lance.LanceDataset] = {}
 _UDFS: dict[str, UDF] = {}
 
 
@@ -36,6 +36,8 @@ class UnitTask:
     where: str | None
     store_root: str
     column: str
+    run_id: str = ""
+    """Unique per planning attempt: a table recreated at the same URI is never read stale."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,10 +49,14 @@ class UnitResult:
     seconds: float
 
 
-def _dataset(uri: str, version: int, storage_options: dict[str, str] | None) -> Any:
-    key = (uri, version)
+def _dataset(task: UnitTask) -> Any:
+    key = (task.uri, task.version, task.run_id)
     if key not in _DATASETS:
-        _DATASETS[key] = lance.dataset(uri, version=version, storage_options=storage_options)
+        while len(_DATASETS) >= 4:
+            _DATASETS.pop(next(iter(_DATASETS)))
+        _DATASETS[key] = lance.dataset(
+            task.uri, version=task.version, storage_options=task.storage_options
+        )
     return _DATASETS[key]
 
 
@@ -109,7 +115,7 @@ def run_unit(task: UnitTask) -> UnitResult:
     store = JobStore(task.store_root, task.column, udf.fingerprint())
     if store.has(task.unit):
         return UnitResult(unit=task.unit.name, rows=0, seconds=0.0)
-    ds = _dataset(task.uri, task.version, task.storage_options)
+    ds = _dataset(task)
     frag = ds.get_fragment(task.unit.fragment_id)
     flt = f"id >= {task.unit.lo} AND id <= {task.unit.hi}"
     if task.where:

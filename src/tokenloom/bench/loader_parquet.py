@@ -33,7 +33,14 @@ class ParquetBlocks(IterableDataset):
     """
 
     def __init__(
-        self, path: str, *, seq_len: int, batch_size: int, eos_id: int, seed: int = 0, epoch: int = 0
+        self,
+        path: str,
+        *,
+        seq_len: int,
+        batch_size: int,
+        eos_id: int,
+        seed: int = 0,
+        epoch: int = 0,
     ) -> None:
         super().__init__()
         self.path = path

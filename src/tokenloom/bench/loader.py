@@ -1,0 +1,491 @@
+"""Loader throughput next to LanceDB's StreamingDataset, a pre-packed MDS copy and random-access
+Parquet, on the same synthetic corpus, measured side by side in one run.
+
+Every loader delivers ``(B, L) = (8, 1024)`` int64 torch tensors and nothing consumes them (no
+model). Each case runs in a fresh spawned process so that its peak memory (the process plus its
+DataLoader workers, sampled by :mod:`~tokenloom.bench.loader_rss`) is its own; throughput is
+counted after the first batch, whose latency (dataset construction included) is reported apart.
+The goals are ratios against tokenloom with two workers, all measured in the same run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from tokenloom.bench.loader_cases import CaseResult, CaseSpec
+from tokenloom.bench.loader_data import (
+    EOS_ID,
+    Built,
+    CorpusSpec,
+    build_mds,
+    build_parquet,
+    build_table,
+)
+from tokenloom.bench.loader_rss import TreeSampler, tree_pids
+
+__all__ = [
+    "ALL_LOADERS",
+    "LANCEDB_SWEEP",
+    "LoaderBenchConfig",
+    "Goal",
+    "LoaderBench",
+    "run_loader_bench",
+    "format_report",
+]
+
+ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "long")
+
+LANCEDB_SWEEP: tuple[tuple[tuple[str, object], ...], ...] = (
+    # Its defaults (io_queue_depth=4, one transform thread per core) through its own loader.
+    (("loader", "own"), ("num_splits", 2)),
+    # The tuned setting of LANCE-NOTES (best measured there), through a plain DataLoader.
+    (
+        ("io_queue_depth", 1),
+        ("loader", "plain"),
+        ("num_splits", 8),
+        ("transform_parallelism", 1),
+        ("transform_queue_depth", 4),
+    ),
+    # The same with one split per worker (fewer, longer packing buffers).
+    (
+        ("io_queue_depth", 1),
+        ("loader", "plain"),
+        ("num_splits", 2),
+        ("transform_parallelism", 1),
+        ("transform_queue_depth", 4),
+    ),
+)
+"""The LanceDB knobs tried (num_splits / io_queue_depth / transform_*); the best is compared."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderBenchConfig:
+    """One benchmark run."""
+
+    docs: int = 400_000
+    """Documents of the synthetic corpus (lognormal lengths, median 450 / mean 800 tokens)."""
+    seconds: float = 20.0
+    """Measuring budget per loader, after its first batch."""
+    steps: int | None = None
+    """Measure this many batches per loader instead of a time budget."""
+    workdir: str = "~/.cache/tokenloom/bench-loader"
+    """Where the corpus and its copies are built once and reused."""
+    only: tuple[str, ...] = ALL_LOADERS
+    """Loaders to run (``long``: tokenloom on the long-document table)."""
+    seq_len: int = 1024
+    batch_size: int = 8
+    seed: int = 0
+    long_docs: int = 40
+    """Documents of the long-document table."""
+    long_tokens: int = 2_000_000
+    """Tokens of each long document."""
+    isolate: bool = True
+    """Run each case in a fresh process (its own memory); ``False`` runs in this process."""
+    rss_cap_mb: float = 8192.0
+    """A case whose process tree passes this RSS is stopped and reported (shared machine)."""
+    startup_timeout_s: float = 300.0
+    """Time allowed on top of the budget (imports, plan, worker start, shutdown)."""
+    lancedb_sweep: tuple[tuple[tuple[str, object], ...], ...] = LANCEDB_SWEEP
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.only) - set(ALL_LOADERS))
+        if bad or not self.only:
+            raise ValueError(f"--only takes some of {','.join(ALL_LOADERS)}; got {self.only!r}")
+        if self.docs < 1 or self.long_docs < 1 or self.long_tokens < 1:
+            raise ValueError("docs, long_docs and long_tokens must be >= 1")
+        if self.steps is None and self.seconds <= 0:
+            raise ValueError(f"seconds must be > 0, got {self.seconds}")
+
+    @property
+    def corpus(self) -> CorpusSpec:
+        return CorpusSpec(docs=self.docs, seed=self.seed)
+
+    @property
+    def long_corpus(self) -> CorpusSpec:
+        return CorpusSpec(docs=self.long_docs, seed=self.seed, fixed_len=self.long_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Goal:
+    """One goal of the issue, evaluated on this run's numbers."""
+
+    name: str
+    value: float | None
+    """The measured ratio (or MB); ``None`` when a loader it needs did not run."""
+    target: float
+    higher_is_better: bool
+    detail: str
+
+    @property
+    def passed(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.target if self.higher_is_better else self.value <= self.target
+
+    @property
+    def status(self) -> str:
+        return {True: "PASS", False: "MISS", None: "n/a"}[self.passed]
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "passed": self.passed, "status": self.status}
+
+
+@dataclass(kw_only=True)
+class LoaderBench:
+    """Everything one run measured."""
+
+    config: LoaderBenchConfig
+    builds: dict[str, Built] = field(default_factory=dict)
+    results: list[CaseResult] = field(default_factory=list)
+
+    def find(self, label: str) -> CaseResult | None:
+        return next((r for r in self.results if r.label == label and r.ok), None)
+
+    @property
+    def reference(self) -> CaseResult | None:
+        """tokenloom with two workers on the normal table: the denominator of every ratio."""
+        return self.find(_TL2)
+
+    @property
+    def best_lancedb(self) -> CaseResult | None:
+        runs = [r for r in self.results if r.kind == "lancedb" and r.ok]
+        return max(runs, key=lambda r: r.tokens_per_s) if runs else None
+
+    def ratio(self, result: CaseResult) -> float | None:
+        """tokenloom (workers=2) tokens/s over this result's."""
+        ref = self.reference
+        if ref is None or not result.ok:
+            return None
+        return ref.tokens_per_s / result.tokens_per_s
+
+    def goals(self) -> list[Goal]:
+        ref, lancedb = self.reference, self.best_lancedb
+        mds, long_ = self.find(_MDS), self.find(_LONG)
+        out = [
+            Goal(
+                name=">= 10x LanceDB StreamingDataset (best of sweep)",
+                value=_div(ref, lancedb),
+                target=10.0,
+                higher_is_better=True,
+                detail=_pair(ref, lancedb),
+            ),
+            Goal(
+                name=">= 1.2x pre-packed MDS (MosaicML Streaming)",
+                value=_div(ref, mds),
+                target=1.2,
+                higher_is_better=True,
+                detail=_pair(ref, mds),
+            ),
+            Goal(
+                name="long documents >= 0.8x normal",
+                value=_div(long_, ref),
+                target=0.8,
+                higher_is_better=True,
+                detail=_pair(long_, ref),
+            ),
+        ]
+        tl = [r for r in self.results if r.kind == "tokenloom" and r.ok]
+        worst = max(tl, key=lambda r: r.peak_rss_mb) if tl else None
+        out.append(
+            Goal(
+                name="peak RSS <= 1 GB (tokenloom, process + workers)",
+                value=round(worst.peak_rss_mb, 1) if worst else None,
+                target=1024.0,
+                higher_is_better=False,
+                detail=(
+                    f"max over tokenloom runs: {worst.label}, RSS {worst.peak_rss_mb:,.0f} MB "
+                    f"(PSS {_mb(worst.peak_pss_mb)}, {worst.processes} processes, "
+                    f"{worst.baseline_rss_mb:,.0f} MB of it per process is imports)"
+                    if worst
+                    else "no tokenloom run"
+                ),
+            )
+        )
+        return out
+
+    def to_json(self) -> dict:
+        ref = self.reference
+        return {
+            "config": asdict(self.config),
+            "builds": {k: asdict(v) for k, v in self.builds.items()},
+            "reference": ref.label if ref else None,
+            "results": [
+                {**r.to_json(), "ratio_vs_reference": _round(self.ratio(r), 3)}
+                for r in self.results
+            ],
+            "best_lancedb": self.best_lancedb.label if self.best_lancedb else None,
+            "goals": [g.to_json() for g in self.goals()],
+        }
+
+
+_TL0 = "tokenloom (workers=0)"
+_TL2 = "tokenloom (workers=2)"
+_LONG = "tokenloom long docs (workers=2)"
+_MDS = "MDS pre-packed (workers=2)"
+_PARQUET = "Parquet random row groups (workers=2)"
+
+
+def _div(a: CaseResult | None, b: CaseResult | None) -> float | None:
+    if a is None or b is None or b.tokens_per_s <= 0:
+        return None
+    return round(a.tokens_per_s / b.tokens_per_s, 3)
+
+
+def _pair(a: CaseResult | None, b: CaseResult | None) -> str:
+    def one(r: CaseResult | None) -> str:
+        return f"{r.label} {r.tokens_per_s / 1e6:.2f}M tok/s" if r is not None else "not measured"
+
+    return f"{one(a)} / {one(b)}"
+
+
+def _mb(value: float | None) -> str:
+    return f"{value:,.0f} MB" if value is not None else "n/a"
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _lancedb_label(options: tuple[tuple[str, object], ...]) -> str:
+    o = dict(options)
+    if o.get("loader") == "own":
+        return f"LanceDB defaults, StreamingDataLoader, {o.get('num_splits')} splits (workers=2)"
+    return (
+        f"LanceDB {o.get('num_splits')} splits io={o.get('io_queue_depth')} "
+        f"tx={o.get('transform_parallelism')} txq={o.get('transform_queue_depth')} (workers=2)"
+    )
+
+
+def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpec]:
+    """The cases of a run, in the order they are measured."""
+    common = {
+        "seq_len": config.seq_len,
+        "batch_size": config.batch_size,
+        "seconds": config.seconds,
+        "steps": config.steps,
+        "eos_id": EOS_ID,
+        "pad_id": EOS_ID,
+    }
+    cases = []
+    if "tokenloom" in config.only or "long" in config.only:
+        for workers, label in ((2, _TL2), (0, _TL0)):
+            if workers == 0 and "tokenloom" not in config.only:
+                continue
+            cases.append(
+                CaseSpec(
+                    label=label, kind="tokenloom", path=paths["table"], workers=workers, **common
+                )
+            )
+    if "long" in config.only:
+        cases.append(CaseSpec(label=_LONG, kind="tokenloom", path=paths["long"], **common))
+    if "lancedb" in config.only:
+        for options in config.lancedb_sweep:
+            cases.append(
+                CaseSpec(
+                    label=_lancedb_label(options),
+                    kind="lancedb",
+                    path=paths["table"],
+                    options=options,
+                    **common,
+                )
+            )
+    if "mds" in config.only:
+        cases.append(CaseSpec(label=_MDS, kind="mds", path=paths["mds"], **common))
+    if "parquet" in config.only:
+        cases.append(CaseSpec(label=_PARQUET, kind="parquet", path=paths["parquet"], **common))
+    return cases
+
+
+def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[str, Built]:
+    """Build (or reuse) the table and the copies the selected loaders read."""
+    root = os.path.abspath(os.path.expanduser(config.workdir))
+    corpus, long_corpus = config.corpus, config.long_corpus
+    wanted = set(config.only)
+    jobs: list[tuple[str, Callable[[], Built]]] = []
+    if wanted & {"tokenloom", "lancedb", "long"}:
+        path = os.path.join(root, corpus.name + ".lance")
+        jobs.append(("table", lambda: build_table(path, corpus)))
+    if "long" in wanted:
+        lpath = os.path.join(root, long_corpus.name + ".lance")
+        jobs.append(("long", lambda: build_table(lpath, long_corpus)))
+    if "parquet" in wanted:
+        ppath = os.path.join(root, corpus.name + ".parquet")
+        jobs.append(("parquet", lambda: build_parquet(ppath, corpus)))
+    if "mds" in wanted:
+        mpath = os.path.join(root, f"{corpus.name}-L{config.seq_len}.mds")
+        jobs.append(("mds", lambda: build_mds(mpath, corpus, seq_len=config.seq_len)))
+    builds = {}
+    for name, job in jobs:
+        log(f"preparing {name} ...")
+        built = job()
+        how = "reused" if built.cached else "built"
+        log(
+            f"  {how} {built.path} ({built.docs:,} docs, {built.tokens:,} tokens, "
+            f"{built.mbytes:,.0f} MB, build {built.seconds:.1f}s)"
+        )
+        builds[name] = built
+    return builds
+
+
+def _child(spec: CaseSpec, results: mp.Queue) -> None:
+    """Entry point of a case's process: measure, send the result (or the error) back."""
+    from tokenloom.bench.loader_cases import measure_case
+
+    try:
+        results.put(("ok", measure_case(spec)))
+    except BaseException as exc:  # noqa: BLE001 - reported as the case's error
+        tail = "".join(traceback.format_exception(exc)[-6:])
+        results.put(("error", f"{type(exc).__name__}: {exc}\n{tail}"))
+
+
+def _kill_tree(root: int) -> None:
+    """SIGKILL the case's process and its descendants (only processes this run started)."""
+    for pid in reversed(tree_pids(root)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def run_case(spec: CaseSpec, config: LoaderBenchConfig) -> CaseResult:
+    """Measure one case, with the peak memory of its process tree."""
+    if not config.isolate:
+        from tokenloom.bench.loader_cases import measure_case
+
+        with TreeSampler(os.getpid()) as sampler:
+            try:
+                result = measure_case(spec)
+            except Exception as exc:  # noqa: BLE001 - reported, the other cases still run
+                result = _failed(spec, f"{type(exc).__name__}: {exc}")
+        return _with_memory(result, sampler)
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(spec, results), name=f"tokenloom-bench-{spec.kind}")
+    budget = spec.seconds if spec.steps is None else 600.0
+    deadline = time.monotonic() + budget + config.startup_timeout_s
+    outcome: tuple[str, object] | None = None
+    proc.start()
+    with TreeSampler(proc.pid) as sampler:
+        while outcome is None:
+            try:
+                outcome = results.get(timeout=0.2)
+            except queue_mod.Empty:
+                if not proc.is_alive():
+                    outcome = ("error", f"the case's process exited ({proc.exitcode}) silently")
+                elif sampler.last.rss > config.rss_cap_mb * 2**20:
+                    outcome = (
+                        "error",
+                        f"stopped: process tree RSS passed the cap of {config.rss_cap_mb:,.0f} MB",
+                    )
+                elif time.monotonic() > deadline:
+                    limit = budget + config.startup_timeout_s
+                    outcome = ("error", f"stopped: no result within {limit:.0f}s")
+        proc.join(timeout=60)
+        if proc.is_alive():
+            _kill_tree(proc.pid)
+            proc.join()
+    kind, payload = outcome
+    result = payload if kind == "ok" else _failed(spec, str(payload))
+    return _with_memory(result, sampler)  # type: ignore[arg-type]
+
+
+def _failed(spec: CaseSpec, error: str) -> CaseResult:
+    return CaseResult(
+        label=spec.label,
+        kind=spec.kind,
+        workers=spec.workers,
+        options=dict(spec.options),
+        error=error,
+    )
+
+
+def _with_memory(result: CaseResult, sampler: TreeSampler) -> CaseResult:
+    result.peak_rss_mb = sampler.peak_rss / 2**20
+    result.peak_pss_mb = None if sampler.peak_pss is None else sampler.peak_pss / 2**20
+    result.processes = sampler.peak_processes
+    return result
+
+
+def run_loader_bench(
+    config: LoaderBenchConfig, *, log: Callable[[str], None] = lambda _msg: None
+) -> LoaderBench:
+    """Build or reuse the inputs, then measure every selected loader, one after the other."""
+    bench = LoaderBench(config=config)
+    bench.builds = build_inputs(config, log)
+    paths = {name: built.path for name, built in bench.builds.items()}
+    for spec in plan_cases(config, paths):
+        log(f"measuring {spec.label} ...")
+        result = run_case(spec, config)
+        bench.results.append(result)
+        if result.ok:
+            log(
+                f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
+                f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
+            )
+        else:
+            log(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
+    return bench
+
+
+def format_report(bench: LoaderBench) -> str:
+    """The table of loaders and the goals, as printed by ``tokenloom bench loader``."""
+    cfg = bench.config
+    lines = []
+    built = bench.builds.get("table")
+    if built is not None:
+        lines.append(
+            f"corpus: {built.docs:,} docs, {built.tokens:,} tokens "
+            f"(lognormal, median 450 / mean 800), {built.path}"
+        )
+    budget = f"{cfg.steps} batches" if cfg.steps else f"{cfg.seconds:g}s"
+    lines.append(
+        f"batches of ({cfg.batch_size}, {cfg.seq_len}) int64, {budget} per loader after its "
+        f"first batch, {os.cpu_count()} CPUs, each loader in a fresh process"
+    )
+    for name in ("mds", "parquet", "long"):
+        b = bench.builds.get(name)
+        if b is not None:
+            lines.append(
+                f"{name} copy: {b.mbytes:,.0f} MB, built in {b.seconds:.1f}s"
+                f"{' (earlier run, reused)' if b.cached else ''}"
+            )
+    head = f"{'loader':<58} {'tok/s':>9} {'ratio':>7} {'1st batch':>9} {'RSS MB':>8} {'PSS MB':>8}"
+    lines += ["", head, "-" * len(head)]
+    best = bench.best_lancedb
+    for r in bench.results:
+        if not r.ok:
+            lines.append(f"{r.label:<58} FAILED: {(r.error or 'no batches').splitlines()[0]}")
+            continue
+        ratio = bench.ratio(r)
+        mark = " *" if r is best else ""
+        lines.append(
+            f"{(r.label + mark):<58} {r.tokens_per_s / 1e6:>8.2f}M {_fmt_ratio(ratio):>7} "
+            f"{r.first_batch_s:>8.2f}s {r.peak_rss_mb:>8,.0f} "
+            f"{(f'{r.peak_pss_mb:,.0f}' if r.peak_pss_mb is not None else 'n/a'):>8}"
+        )
+    lines.append("ratio = tokenloom (workers=2) tok/s / this loader's; * = best LanceDB setting")
+    lines += ["", "goals:"]
+    for g in bench.goals():
+        value = "n/a" if g.value is None else f"{g.value:,.2f}"
+        unit = " MB" if "RSS" in g.name else "x"
+        target = f"{'>=' if g.higher_is_better else '<='} {g.target:g}{unit.strip() or 'x'}"
+        lines.append(
+            f"  {g.status:<4} {g.name}: {value}{unit if g.value is not None else ''} "
+            f"(target {target}) - {g.detail}"
+        )
+    for r in bench.results:
+        if r.ok and r.notes:
+            lines.append(f"  [{r.label}] {r.notes}")
+    return "\n".join(lines)
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"

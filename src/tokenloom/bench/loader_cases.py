@@ -1,0 +1,275 @@
+"""One measured loader run ("case"): a source of ``(B, L)`` token tensors, driven for a budget.
+
+Every source is a function ``spec -> iterator of (B, L) int64 tensors`` that builds its dataset
+and loader when first advanced (so construction counts in the first-batch latency) and moves to
+the next epoch by itself. :func:`measure_case` drives one in the current process; the
+orchestrator (:mod:`tokenloom.bench.loader`) runs each in a fresh process to measure its memory.
+torch, Lance and the baselines' packages are imported only inside the sources.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["CaseSpec", "CaseResult", "SOURCES", "measure_case"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseSpec:
+    """What to measure."""
+
+    label: str
+    """Row name in the report, e.g. ``tokenloom (workers=2)``."""
+    kind: str
+    """A key of :data:`SOURCES`."""
+    path: str
+    """The table, Parquet file or MDS directory read."""
+    workers: int = 2
+    """DataLoader worker processes (0: in the measuring process)."""
+    seq_len: int = 1024
+    batch_size: int = 8
+    seconds: float = 20.0
+    """Time budget after the first batch (ignored when ``steps`` is set)."""
+    steps: int | None = None
+    """Measure exactly this many batches after the first instead of a time budget."""
+    eos_id: int = 50256
+    pad_id: int = 50256
+    options: tuple[tuple[str, Any], ...] = ()
+    """Source-specific knobs (the LanceDB sweep), as sorted pairs so the spec stays hashable."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in SOURCES:
+            raise ValueError(f"unknown loader kind {self.kind!r}; one of {sorted(SOURCES)}")
+        if self.workers < 0 or self.seq_len < 1 or self.batch_size < 1:
+            raise ValueError(f"bad topology in {self}")
+        if self.steps is None and self.seconds <= 0:
+            raise ValueError(f"seconds must be > 0, got {self.seconds}")
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    """What one case measured. Token counts are positions of the delivered ``input_ids``."""
+
+    label: str
+    kind: str
+    workers: int
+    options: dict = field(default_factory=dict)
+    tokens: int = 0
+    """``B * L`` per batch delivered after the first one."""
+    steps: int = 0
+    seconds: float = 0.0
+    first_batch_s: float = 0.0
+    """From constructing the dataset/loader to the first batch in hand."""
+    baseline_rss_mb: float = 0.0
+    """RSS of the measuring process after its imports, before the loader was built."""
+    peak_rss_mb: float = 0.0
+    """Peak of RSS summed over the process tree (set by the orchestrator)."""
+    peak_pss_mb: float | None = None
+    """Peak of PSS summed over the process tree (shared pages divided; ``None``: unknown)."""
+    processes: int = 0
+    notes: str = ""
+    error: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.tokens > 0
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["tokens_per_s"] = round(self.tokens_per_s, 1)
+        return out
+
+
+class _Notes:
+    """Where a source leaves a one-line summary for the report (loader stats, chosen knobs)."""
+
+    text = ""
+
+
+def _spawn(workers: int) -> dict:
+    # Lance is not fork-safe, and a fresh interpreter per worker is what training jobs pay too.
+    return {"multiprocessing_context": "spawn"} if workers > 0 else {}
+
+
+def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """tokenloom's ``PackedDataset`` + ``DataLoader`` (epochs follow one another)."""
+    from tokenloom.loader import DataLoader, PackedDataset
+
+    ds = PackedDataset(
+        spec.path,
+        seq_len=spec.seq_len,
+        batch_size=spec.batch_size,
+        seed=0,
+        eos_id=spec.eos_id,
+        pad_id=spec.pad_id,
+    )
+    dl = DataLoader(ds, num_workers=spec.workers)
+    try:
+        while True:
+            for batch in dl:
+                yield batch["input_ids"]
+    finally:
+        notes.text = dl.stats.summary()
+
+
+def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
+    """The exact budget from the stored counts: floor((tokens + one EOS per doc) / L), rounded
+    down to a multiple of ``num_splits`` (what its ``"auto"`` estimates from a sample)."""
+    import lance
+    import pyarrow.compute as pc
+
+    counts = lance.dataset(path).to_table(columns=["n_tokens"]).column(0)
+    blocks = (int(pc.sum(counts).as_py()) + len(counts)) // seq_len
+    return blocks - blocks % num_splits
+
+
+def lancedb_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """``lancedb.streaming.StreamingDataset`` in its packed mode, through its own
+    ``StreamingDataLoader`` (``loader="own"``) or a plain torch ``DataLoader``."""
+    import os
+
+    import lancedb
+    from lancedb.streaming import StreamingDataLoader, StreamingDataset
+    from torch.utils.data import DataLoader
+
+    db = lancedb.connect(os.path.dirname(spec.path))
+    table = db.open_table(os.path.basename(spec.path).removesuffix(".lance"))
+    splits = int(spec.option("num_splits", max(spec.workers, 1)))
+    knobs = {
+        k: spec.option(k)
+        for k in ("io_queue_depth", "transform_parallelism", "transform_queue_depth")
+        if spec.option(k) is not None
+    }
+    budget = _lancedb_blocks_per_epoch(spec.path, spec.seq_len, splits)
+    loader_cls = StreamingDataLoader if spec.option("loader", "plain") == "own" else DataLoader
+    epoch = 0
+    while True:
+        ds = StreamingDataset(
+            table,
+            num_splits=splits,
+            shuffle=True,
+            shuffle_seed=0,
+            epoch=epoch,
+            columns=["input_ids"],
+            pack_sequences=spec.seq_len,
+            eos_id=spec.eos_id,
+            pad_id=spec.pad_id,
+            blocks_per_epoch=budget,
+            **knobs,
+        )
+        dl = loader_cls(
+            ds, batch_size=spec.batch_size, num_workers=spec.workers, **_spawn(spec.workers)
+        )
+        for batch in dl:
+            yield batch["input_ids"]
+        epoch += 1
+
+
+def mds_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """MosaicML ``StreamingDataset(local=..., shuffle=False)`` over the pre-packed copy."""
+    from torch.utils.data import DataLoader
+
+    from tokenloom.bench.loader_mds import MDSBlocks, collate_blocks
+
+    ds = MDSBlocks(spec.path, batch_size=spec.batch_size)
+    dl = DataLoader(
+        ds,
+        batch_size=spec.batch_size,
+        num_workers=spec.workers,
+        collate_fn=collate_blocks,
+        **_spawn(spec.workers),
+    )
+    while True:
+        yield from dl
+
+
+def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """Parquet row groups in random order, packed with numpy (see ``loader_parquet``)."""
+    from torch.utils.data import DataLoader
+
+    from tokenloom.bench.loader_parquet import ParquetBlocks
+
+    epoch = 0
+    while True:
+        ds = ParquetBlocks(
+            spec.path,
+            seq_len=spec.seq_len,
+            batch_size=spec.batch_size,
+            eos_id=spec.eos_id,
+            epoch=epoch,
+        )
+        yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **_spawn(spec.workers))
+        epoch += 1
+
+
+SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
+    "tokenloom": tokenloom_batches,
+    "lancedb": lancedb_batches,
+    "mds": mds_batches,
+    "parquet": parquet_batches,
+}
+
+_IMPORTS = {
+    "tokenloom": ("torch", "lance", "tokenloom.loader.dataset"),
+    "lancedb": ("torch", "lance", "lancedb.streaming"),
+    "mds": ("torch", "tokenloom.bench.loader_mds"),
+    "parquet": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
+}
+
+
+def _rss_mb() -> float:
+    import os
+
+    from tokenloom.bench.loader_rss import tree_memory
+
+    return tree_memory([os.getpid()], with_pss=False).rss / 2**20
+
+
+def measure_case(spec: CaseSpec) -> CaseResult:
+    """Drive one source in this process: time to the first batch, then tokens for the budget.
+
+    The imports are done before the clock starts (every loader pays them once per process).
+    """
+    import importlib
+
+    for name in _IMPORTS[spec.kind]:
+        importlib.import_module(name)
+    result = CaseResult(
+        label=spec.label, kind=spec.kind, workers=spec.workers, options=dict(spec.options)
+    )
+    result.baseline_rss_mb = _rss_mb()
+    notes = _Notes()
+    started = time.perf_counter()
+    it = SOURCES[spec.kind](spec, notes)
+    try:
+        first = next(it)
+        result.first_batch_s = time.perf_counter() - started
+        if tuple(first.shape) != (spec.batch_size, spec.seq_len):
+            raise AssertionError(f"{spec.label}: batch shape {tuple(first.shape)}")
+        t0 = time.perf_counter()
+        tokens = steps = 0
+        while True:
+            if spec.steps is not None:
+                if steps >= spec.steps:
+                    break
+            elif time.perf_counter() - t0 >= spec.seconds:
+                break
+            batch = next(it)
+            tokens += batch.numel()
+            steps += 1
+        result.seconds = time.perf_counter() - t0
+        result.tokens, result.steps = tokens, steps
+    finally:
+        it.close()  # shuts the DataLoader's workers down
+    result.notes = notes.text
+    return result
