@@ -50,11 +50,35 @@ def test_gpt2_column_with_counts_identity_and_roundtrip(table):
 def test_second_tokenizer_side_by_side_via_cli(tmp_path, table):
     uri, _ = table
     runner = CliRunner()
-    out = runner.invoke(cli, ["tokenizer", "train", "--table", uri, "--vocab-size", "600",
-                              "--out", str(tmp_path / "bpe")])
+    out = runner.invoke(
+        cli,
+        [
+            "tokenizer",
+            "train",
+            "--table",
+            uri,
+            "--vocab-size",
+            "600",
+            "--out",
+            str(tmp_path / "bpe"),
+        ],
+    )
     assert out.exit_code == 0, out.output
-    out = runner.invoke(cli, ["tokenize", "--table", uri, "--tokenizer", str(tmp_path / "bpe"),
-                              "--column", "input_ids_bpe", "--workers", "0", "--json"])
+    out = runner.invoke(
+        cli,
+        [
+            "tokenize",
+            "--table",
+            uri,
+            "--tokenizer",
+            str(tmp_path / "bpe"),
+            "--column",
+            "input_ids_bpe",
+            "--workers",
+            "0",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     res = json.loads(out.output)
     assert res["count_column"] == "n_tokens_bpe" and res["roundtrip_failures"] == []
@@ -62,8 +86,9 @@ def test_second_tokenizer_side_by_side_via_cli(tmp_path, table):
     assert out.exit_code == 0 and "round-trip" in out.output
     names = Table.open(uri).schema().names
     assert {"input_ids", "n_tokens", "input_ids_bpe", "n_tokens_bpe"} <= set(names)
-    stats = runner.invoke(cli, ["stats", "--table", uri, "--column", "input_ids_bpe",
-                                "--seq-len", "256", "--json"])
+    stats = runner.invoke(
+        cli, ["stats", "--table", uri, "--column", "input_ids_bpe", "--seq-len", "256", "--json"]
+    )
     assert stats.exit_code == 0, stats.output
     data = json.loads(stats.output)
     assert data["documents"] == 61 and data["seq_len"] == 256

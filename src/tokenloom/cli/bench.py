@@ -108,3 +108,54 @@ def backfill_bench(copies: int, workers: int, repeats: int, as_json: bool) -> No
         f"  add_column, {workers} workers (+ checkpoint, commit) {bench.engine_rows_s:8,.0f} rows/s"
     )
     click.echo(f"  engine time / loop time                  {bench.ratio:12.2f}x")
+
+
+def _bundled_table(tmp: str) -> str:
+    from tokenloom.corpus import build_corpus
+    from tokenloom.ingest import ingest
+
+    corpus = os.path.join(tmp, "corpus")
+    build_corpus(corpus)
+    uri = os.path.join(tmp, "t.lance")
+    ingest(sorted(glob.glob(os.path.join(corpus, "*.jsonl"))), uri, progress=False)
+    return uri
+
+
+@command.command(
+    "tokenize",
+    epilog="""\b
+Examples:
+  tokenloom bench tokenize                    # gpt2, 2 workers, bundled corpus
+  tokenloom bench tokenize --workers 2 --repeats 5 --json""",
+)
+@click.option("--tokenizer", "spec", default="gpt2", show_default=True)
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1))
+@json_option
+def tokenize_bench(spec: str, workers: int, repeats: int, as_json: bool) -> None:
+    """Tokenize backfill tokens/s vs the raw batch encoder (same texts, same workers); dedup
+    docs/s for exact and near."""
+    from tokenloom.bench.curate import run_dedup_bench, run_tokenize_bench
+
+    with tempfile.TemporaryDirectory(prefix="tokenloom-bench-") as tmp:
+        uri = _bundled_table(tmp)
+        bench = run_tokenize_bench(uri, spec=spec, workers=workers, repeats=repeats)
+        dedup = run_dedup_bench(uri, workers=workers)
+    if as_json:
+        emit_json({"tokenize": bench.to_json(), "dedup": dedup})
+        return
+    click.echo(
+        f"{bench.tokens:,} {spec} tokens of the bundled corpus, {workers} workers, "
+        f"median of {repeats} alternating runs"
+    )
+    click.echo(f"  raw batch encoder (read + encode)            {bench.raw_tokens_s:12,.0f} tok/s")
+    click.echo(
+        f"  tokenize backfill (+ checkpoint, commit)     {bench.backfill_tokens_s:12,.0f} tok/s"
+    )
+    click.echo(
+        f"  ratio backfill/raw                           {bench.ratio:12.2f}x  (goal >= 0.85)"
+    )
+    click.echo(
+        f"dedup, {dedup['docs']:,} docs: exact {dedup['exact_docs_s']:,} docs/s, "
+        f"near {dedup['near_docs_s']:,} docs/s"
+    )
