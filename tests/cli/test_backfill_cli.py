@@ -26,7 +26,7 @@ def test_backfill_run_and_status(tmp_path, paragraphs):
                 "--column", "words", "--workers", "2", "--unit-rows", "20", "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["columns"] == ["words"] and out["rows"] == 60 and out["units"] == 3
+    assert out["columns"] == ["words"] and out["rows"] == 60 and out["units"] == 8
     assert Table.open(uri).count_rows("words > 0") == 60
 
     again = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:n_words",
@@ -38,7 +38,7 @@ def test_backfill_run_and_status(tmp_path, paragraphs):
     assert status[0]["state"] == "committed" and status[0]["units_remaining"] == 0
     assert status[0]["version"] == out["version"]
     text = _run("backfill", "status", "--table", uri).stdout
-    assert "committed" in text and "3/3" in text
+    assert "committed" in text and "8/8" in text
 
     bad = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:nope")
     assert bad.returncode == 1 and "cannot load UDF" in bad.stderr

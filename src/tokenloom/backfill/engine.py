@@ -118,7 +118,9 @@ def add_column(
             ds = handle.checkout().dataset
             _check_request(ds, udf)
             fragments = fragments_missing(ds, udf.columns)
-            units = plan_units(ds, fragments, udf.inputs, unit_rows=unit_rows, min_units=workers)
+            units = plan_units(
+                ds, fragments, udf.inputs, unit_rows=unit_rows, min_units=4 * max(1, workers)
+            )  # several units per worker: rows differ in cost, idle workers take the rest
             if not fragments:
                 break  # every fragment has the column: nothing to do
             store.save_plan(units)
@@ -295,22 +297,25 @@ def _lookup(values: pa.Table | None, schema: pa.Schema):  # noqa: ANN202
         ids = np.empty(0, dtype=np.int64)
         columns = [pa.array([], f.type) for f in schema]
     else:
-        order = pc.sort_indices(values.column("id"))
-        values = values.take(order)
         ids = values.column("id").to_numpy()
+        if len(ids) > 1 and not (np.diff(ids) > 0).all():  # units arrive in id order already
+            values = values.take(pc.sort_indices(values.column("id")))
+            ids = values.column("id").to_numpy()
         columns = [values.column(i + 1).combine_chunks() for i in range(len(schema))]
 
     def value_func(batch: pa.RecordBatch) -> pa.RecordBatch:
         want = batch.column("id").to_numpy(zero_copy_only=False)
+        n = len(want)
+        if n == 0 or len(ids) == 0:
+            return pa.record_batch([pa.nulls(n, col.type) for col in columns], schema=schema)
         pos = np.searchsorted(ids, want)
-        pos_clipped = np.minimum(pos, max(len(ids) - 1, 0))
-        found = (
-            (pos < len(ids)) & (ids[pos_clipped] == want)
-            if len(ids)
-            else np.zeros(len(want), dtype=bool)
-        )
-        idx = pa.array(pos_clipped, type=pa.int64(), mask=~found)
-        arrays = [col.take(idx) if len(ids) else pa.nulls(len(want), col.type) for col in columns]
+        pos_clipped = np.minimum(pos, len(ids) - 1)
+        found = ids[pos_clipped] == want
+        if found.all() and (np.diff(pos) == 1).all():  # a contiguous run: zero-copy slice
+            arrays = [col.slice(int(pos[0]), n) for col in columns]
+        else:
+            idx = pa.array(pos_clipped, type=pa.int64(), mask=~found)
+            arrays = [col.take(idx) for col in columns]
         return pa.record_batch(arrays, schema=schema)
 
     return value_func
