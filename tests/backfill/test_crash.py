@@ -142,6 +142,7 @@ def test_vanished_checkpoint_is_recomputed(table):
         proc.wait(30)
     finally:
         proc.kill()
+    time.sleep(0.3)  # the workers die with the driver (PR_SET_PDEATHSIG); let them go
     files = _unit_files(table)
     os.unlink(files[0])  # e.g. removed by a cleanup job
     os.environ["TOKENLOOM_TEST_SLEEP"] = "0"
