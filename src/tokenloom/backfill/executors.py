@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from tokenloom.backfill.worker import UnitResult, UnitTask, run_unit
@@ -76,7 +76,7 @@ class LocalExecutor(Executor):
                 futures = {pool.submit(run_unit, t): t for t in pending}
                 remaining = set(futures)
                 while remaining:
-                    finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
+                    finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
                     for fut in finished:
                         result = fut.result()  # a UDF error propagates from here
                         done.add(futures[fut].unit.name)

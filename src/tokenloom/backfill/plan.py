@@ -32,6 +32,9 @@ class Unit:
     """Visible rows in the range when planned."""
     key: str
     """Hash of the fragment's identity; part of the result file name."""
+    offset: int = -1
+    """Position of the unit's first row among the fragment's visible rows when the fragment's
+    ids ascend (then the unit is read by offset/limit, the cheapest read); -1 otherwise."""
 
     @property
     def name(self) -> str:
@@ -104,7 +107,9 @@ def plan_units(
         if len(ids) == 0:
             continue
         key = fragment_key(frag, field_ids)
-        sorted_ids = np.sort(pc.cast(ids, "int64").to_numpy())
+        raw = pc.cast(ids, "int64").to_numpy()
+        ascending = bool(np.all(np.diff(raw) > 0))
+        sorted_ids = raw if ascending else np.sort(raw)
         for start in range(0, len(sorted_ids), size):
             chunk = sorted_ids[start : start + size]
             units.append(
@@ -114,6 +119,7 @@ def plan_units(
                     hi=int(chunk[-1]),
                     rows=len(chunk),
                     key=key,
+                    offset=start if ascending else -1,
                 )
             )
     return units

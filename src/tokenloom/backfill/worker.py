@@ -108,6 +108,20 @@ def compute_rows(udf: UDF, table: pa.Table) -> pa.Table:
     return out.add_column(0, "id", ids)
 
 
+def _read_unit(frag: Any, unit: Unit, columns: list[str], where: str | None) -> pa.Table:
+    """The unit's rows: by offset/limit when the fragment's ids ascend (reads only them), else
+    by an id-range filter (late materialisation: only matching rows' inputs are decoded)."""
+    if unit.offset >= 0 and not where:
+        table = frag.to_table(columns=columns, offset=unit.offset, limit=unit.rows)
+        ids = table.column("id")
+        if table.num_rows == unit.rows and ids[0].as_py() == unit.lo and ids[-1].as_py() == unit.hi:
+            return table
+    flt = f"id >= {unit.lo} AND id <= {unit.hi}"
+    if where:
+        flt = f"({flt}) AND ({where})"
+    return frag.scanner(columns=columns, filter=flt, late_materialization=True).to_table()
+
+
 def run_unit(task: UnitTask) -> UnitResult:
     """Compute one unit and checkpoint its result; returns quickly if it is already done."""
     started = time.perf_counter()
@@ -117,11 +131,8 @@ def run_unit(task: UnitTask) -> UnitResult:
         return UnitResult(unit=task.unit.name, rows=0, seconds=0.0)
     ds = _dataset(task)
     frag = ds.get_fragment(task.unit.fragment_id)
-    flt = f"id >= {task.unit.lo} AND id <= {task.unit.hi}"
-    if task.where:
-        flt = f"({flt}) AND ({task.where})"
     columns = ["id", *[c for c in udf.inputs if c != "id"]]
-    table = frag.to_table(columns=columns, filter=flt)
+    table = _read_unit(frag, task.unit, columns, task.where)
     store.write(task.unit, compute_rows(udf, table))
     return UnitResult(
         unit=task.unit.name, rows=table.num_rows, seconds=time.perf_counter() - started

@@ -71,7 +71,7 @@ def ingest_bench(corpus_dir: str | None, repeats: int, as_json: bool) -> None:
     "backfill",
     epilog="""\b
 Examples:
-  tokenloom bench backfill                    # bundled corpus x4, 2 workers
+  tokenloom bench backfill                    # bundled corpus x10, 2 workers
   tokenloom bench backfill --copies 10 --workers 2 --json""",
 )
 @click.option(
