@@ -243,3 +243,16 @@ def test_rank_and_world_from_torchrun_environment(table, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     ds = PackedDataset(table, seq_len=L, batch_size=4)
     assert (ds.rank, ds.world_size, ds.global_batch) == (1, 3, 12)
+
+
+def test_a_huge_document_is_read_once_not_once_per_block(tmp_path):
+    paras = real_paragraphs(200)
+    huge = (" ".join(paras) * 2)[:150_000]  # 150k tokens: ~2,300 blocks of 64
+    uri = token_table(tmp_path, [huge, *paras[:10]])
+    ds = PackedDataset(uri, seq_len=64, batch_size=2, seed=0)
+    steps = sum(1 for _ in ds)
+    assert steps == len(ds) > 1000
+    column_bytes = Table.open(uri).dataset.to_table(columns=["input_ids"]).nbytes
+    # without the long-document cache every step would fetch the 150k-token list again
+    assert ds.stats.bytes_read < 2 * column_bytes
+    assert ds.stats.tokens == sum(len(t.encode()) for t in [huge, *paras[:10]])
