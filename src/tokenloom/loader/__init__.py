@@ -1,11 +1,29 @@
 """The training loader: a pure epoch plan, materialised by reading and packing.
 
-The pure modules (``shuffle``, ``plan``, ``spans``, ``pack``, ``state``) take and return numpy
-arrays and never import Lance or torch; importing this package stays cheap.
+The pure modules (``shuffle``, ``plan``, ``spans``, ``pack``, ``state``, and the data recipes
+``window``, ``bestfit``, ``mixture``, ``recipe``) take and return numpy arrays and never import
+Lance or torch; importing this package stays cheap.
 """
 
 from __future__ import annotations
 
+from tokenloom.loader.bestfit import (
+    BESTFIT_ALGORITHM,
+    BestFitPlan,
+    bestfit_spans,
+    padding_by_window,
+    plan_bestfit,
+)
+from tokenloom.loader.mixture import (
+    MIXTURE_ALGORITHM,
+    MixturePlan,
+    Pool,
+    PoolReport,
+    mixture_block_source,
+    mixture_spans,
+    plan_mixture,
+    window_share_deviation,
+)
 from tokenloom.loader.pack import IGNORE_INDEX, PackedArrays, naive_pack, pack_blocks, token_ranges
 from tokenloom.loader.plan import (
     EpochPlan,
@@ -17,6 +35,14 @@ from tokenloom.loader.plan import (
     steps_in_epoch,
     stream_counts,
 )
+from tokenloom.loader.recipe import (
+    BlockCounts,
+    Recipe,
+    block_range_counts,
+    plan_recipe_epoch,
+    recipe_epoch_steps,
+    recipe_spans,
+)
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM, epoch_permutation, epoch_rng
 from tokenloom.loader.spans import Spans, block_spans
 from tokenloom.loader.state import (
@@ -26,6 +52,7 @@ from tokenloom.loader.state import (
     check_fingerprint,
     plan_fingerprint,
 )
+from tokenloom.loader.window import VirtualDocs, WindowedPlan, plan_windowed_epoch, windowed_spans
 
 _LAZY = {"PackedDataset": "dataset", "DataLoader": "dataset", "LoaderStats": "stats"}
 
@@ -69,4 +96,28 @@ __all__ = [
     "steps_in_epoch",
     "stream_counts",
     "token_ranges",
+    # data recipes
+    "BESTFIT_ALGORITHM",
+    "MIXTURE_ALGORITHM",
+    "BestFitPlan",
+    "BlockCounts",
+    "MixturePlan",
+    "Pool",
+    "PoolReport",
+    "Recipe",
+    "VirtualDocs",
+    "WindowedPlan",
+    "bestfit_spans",
+    "block_range_counts",
+    "mixture_block_source",
+    "mixture_spans",
+    "padding_by_window",
+    "plan_bestfit",
+    "plan_mixture",
+    "plan_recipe_epoch",
+    "plan_windowed_epoch",
+    "recipe_epoch_steps",
+    "recipe_spans",
+    "window_share_deviation",
+    "windowed_spans",
 ]

@@ -21,6 +21,15 @@ delimiting them, the layout of an Arrow list array's values and offsets.
   attention is isolated per segment, so the continuation cannot see its beginning anyway.
 * ``position_ids`` restart at 0 at every ``cu_seqlens`` boundary (segment-relative, padding
   included); ``doc_ids`` number the stretches of a block 0, 1, 2, ... and are ``-1`` on padding.
+
+**Windows of long documents** (optional :attr:`Spans.ctx_end` / :attr:`Spans.ends_window`, set by
+:mod:`~tokenloom.loader.window`). A window after the first starts with the last tokens of the
+previous window as *context only*: the position whose **target** is a context token gets label
+``-100`` (the model is not trained to predict context it was given again); the last context
+token's label, the first new token, is trained. A stretch that ``ends_window`` gets ``-100`` as its
+last label and reads no lookahead token, because the next window trains that target with its
+context. Both fields ``None`` (the default planners) leave every output exactly as before; when
+either is set, :attr:`PackedArrays.context` holds each stretch's context token range.
 """
 
 from __future__ import annotations
@@ -68,6 +77,11 @@ class PackedArrays:
     """Padding positions in the batch (``B * L - real_tokens - eos_positions``)."""
     loss_positions: int
     """Positions whose label is not ``-100``."""
+    context: np.ndarray | None = None
+    """``(S, 2)`` int64 ``[ctx_start, ctx_end)``: the context-only tokens of each stretch (empty
+    range when none), in ``spans`` order; ``None`` unless the spans carry window fields."""
+    context_positions: int = 0
+    """Context-only token positions in the batch (counted in :attr:`real_tokens` too)."""
 
 
 def token_ranges(spans: Spans, *, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -82,6 +96,8 @@ def token_ranges(spans: Spans, *, lookahead: bool) -> tuple[np.ndarray, np.ndarr
         ``i``.
     """
     stop = np.minimum(spans.tok_end + 1, spans.doc_len) if lookahead else spans.tok_end
+    if lookahead and spans.ends_window is not None:
+        stop = np.where(spans.ends_window, spans.tok_end, stop)  # the next window trains it
     return spans.tok_start, stop
 
 
@@ -89,6 +105,10 @@ def _check_inputs(
     spans: Spans, offsets: np.ndarray, n_tokens: int, B: int, L: int, la: bool
 ) -> None:
     S = len(spans)
+    for name in ("ctx_end", "ends_window"):
+        extra = getattr(spans, name)
+        if extra is not None and np.shape(extra) != (S,):
+            raise PlanError(f"spans.{name} must have shape ({S},), got {np.shape(extra)}")
     if L != spans.seq_len:
         raise PlanError(f"seq_len={L} but the spans were planned with seq_len={spans.seq_len}")
     if offsets.shape != (S + 1,) or offsets[0] != 0 or offsets[-1] != n_tokens:
@@ -105,6 +125,9 @@ def _check_inputs(
             f"stretch {i} (row id {spans.row_id[i]}) needs tokens [{start[i]}, {stop[i]}) of its "
             f"document ({stop[i] - start[i]} tokens, lookahead={la}) but {got[i]} were passed"
         )
+    if spans.ends_window is not None and bool((spans.ends_window & spans.has_eos).any()):
+        i = int(np.flatnonzero(spans.ends_window & spans.has_eos)[0])
+        raise PlanError(f"stretch {i} both ends its window and holds its document's EOS")
     if S == 0:
         return
     m = spans.length
@@ -197,6 +220,23 @@ def pack_blocks(
         tail[~doc_done] = toks[offs[1:][cut][~doc_done] - 1]
     lab[last] = tail
     lost = 0 if lookahead else int((~doc_done).sum())  # targets given up without lookahead
+    windowed = spans.ctx_end is not None or spans.ends_window is not None
+    context = None
+    if spans.ends_window is not None:
+        lab[end[np.asarray(spans.ends_window, dtype=bool)] - 1] = IGNORE_INDEX
+    if spans.ctx_end is not None:
+        ctx_end = np.asarray(spans.ctx_end, dtype=np.int64)
+        # Positions holding tokens t < ctx_end - 1 target a context token t + 1: no loss.
+        c = np.clip(ctx_end - 1 - spans.tok_start, 0, ntok)  # (S,)
+        first_pos = end - m  # (S,) first filled position of each stretch
+        c_total = int(c.sum())
+        idx = np.repeat(first_pos, c) + (np.arange(c_total) - np.repeat(np.cumsum(c) - c, c))
+        lab[idx] = IGNORE_INDEX
+        ctx_hi = np.clip(ctx_end, spans.tok_start, spans.tok_end)
+        context = np.stack([spans.tok_start, ctx_hi], axis=1).astype(np.int64).reshape(S, 2)
+    elif windowed:
+        context = np.stack([spans.tok_start, spans.tok_start], axis=1).astype(np.int64)
+        context = context.reshape(S, 2)
 
     # Lay the filled prefixes into (B, L).
     filled = np.zeros(B, dtype=np.int64)
@@ -243,7 +283,9 @@ def pack_blocks(
         real_tokens=real,
         eos_positions=eos,
         padding_positions=B * L - real - eos,
-        loss_positions=real - lost,
+        loss_positions=int((lab != IGNORE_INDEX).sum()) if windowed else real - lost,
+        context=context,
+        context_positions=int((context[:, 1] - context[:, 0]).sum()) if windowed else 0,
     )
 
 

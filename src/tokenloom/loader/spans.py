@@ -43,6 +43,16 @@ class Spans:
     doc_len`` for a stretch holding only the EOS."""
     has_eos: np.ndarray
     """bool: the stretch ends with the document's EOS, inside this block."""
+    ctx_end: np.ndarray | None = None
+    """Optional int64: tokens ``[tok_start, ctx_end)`` of the stretch are *context only* (a long
+    document's window repeating the end of the previous window, :mod:`~tokenloom.loader.window`):
+    they are input, but no label targets them. ``None`` (the default planners), or any value
+    ``<= tok_start``, means no context."""
+    ends_window: np.ndarray | None = None
+    """Optional bool: the stretch ends its window (a virtual document, never with the EOS) and the
+    next window of the document re-reads its last tokens as context and trains the target that
+    follows; so the stretch's last label is ``-100`` and no lookahead token is read for it.
+    ``None`` means all ``False``."""
 
     def __len__(self) -> int:
         return int(self.block.shape[0])

@@ -1,0 +1,608 @@
+"""Token-quota mixing: pools planned on their own, interleaved block by block to target shares.
+
+**Pools.** The caller defines each :class:`Pool` by its rows (``row_ids``, ``n_tokens``), a target
+share and an optional cap on passes. Pool ``p`` is planned alone with the job's
+:class:`~tokenloom.loader.recipe.Recipe`; its pass ``q`` uses the permutation of
+``(pool_seed(seed, p, q), epoch)`` (:func:`pool_seed`), so a pool whose quota exceeds its inventory
+repeats with a new order each pass, up to its cap.
+
+**Schedule.** Shares become integer weights ``w_p`` (:func:`share_weights`, ``W = sum(w)``). Global
+block ``k`` comes from the pool with the largest deficit ``w_p * (k + 1) - W * c_p(k)`` (``c_p(k)``:
+blocks already taken from ``p``; ties: the lowest pool index). That greedy never lets a pool get
+ahead of its quota by a whole block (``c_p(k) < k * w_p / W + 1``), so after ``W`` blocks every pool
+has exactly ``w_p`` and all deficits are 0 again: **the schedule is periodic with period W**. One
+period is precomputed (O(W P) once, O(W) memory) and then :func:`mixture_block_source` and the
+per-pool counters (:meth:`MixturePlan.taken`) are O(P) for any ``k``, without iterating from 0.
+Resume therefore needs only ``(epoch, step)``.
+
+**Epoch length.** ``budget_tokens`` gives ``ceil(budget_tokens / L)`` global blocks (the budget
+counts positions: tokens, EOS and padding). A capped pool can supply at most the blocks of its
+``max_passes`` passes; the epoch ends at the first global block a capped pool cannot supply (so the
+shares hold over the whole epoch) and :attr:`MixturePlan.limited_by` names that pool. Without a
+budget, the first capped pool to run out ends the epoch; with neither, planning refuses.
+
+The shares are shares of **blocks** (positions). Token shares follow up to each pool's density of
+EOS and padding; ``docs/recipes.md`` reports both deviations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from tokenloom.loader.plan import PlanError
+from tokenloom.loader.recipe import (
+    BlockCounts,
+    Recipe,
+    RecipePlan,
+    block_range_counts,
+    plan_recipe_epoch,
+    recipe_spans,
+)
+from tokenloom.loader.spans import Spans
+from tokenloom.loader.window import check_blocks, empty_spans
+
+__all__ = [
+    "MIXTURE_ALGORITHM",
+    "Pool",
+    "Schedule",
+    "PoolReport",
+    "MixturePlan",
+    "share_weights",
+    "pool_seed",
+    "deficit_schedule",
+    "naive_deficit_sources",
+    "plan_mixture",
+    "mixture_block_source",
+    "mixture_spans",
+    "window_share_deviation",
+]
+
+MIXTURE_ALGORITHM = "largest-deficit-periodic-v1;pool-seed=seedseq[seed,pool,pass]"
+"""Identity of the schedule and the per-pass seeds (part of the fingerprint of a mixture)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class Pool:
+    """One source of a mixture."""
+
+    name: str
+    """Unique name, used in reports and errors."""
+    row_ids: np.ndarray
+    """``(n,)`` strictly ascending table ids of its rows."""
+    n_tokens: np.ndarray
+    """``(n,)`` their token counts."""
+    share: float
+    """Target share of the blocks (any positive number; shares are normalised)."""
+    max_passes: int | None = None
+    """At most this many passes over the pool per epoch (``None``: as many as the quota needs)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise PlanError(f"pool name must be a non-empty string, got {self.name!r}")
+        ids, n = np.asarray(self.row_ids), np.asarray(self.n_tokens)
+        if ids.ndim != 1 or ids.shape != n.shape:
+            raise PlanError(
+                f"pool {self.name!r}: row_ids {ids.shape} and n_tokens {n.shape} must be 1-D "
+                "and of equal length"
+            )
+        share = self.share
+        if isinstance(share, bool) or not isinstance(share, int | float | np.integer | np.floating):
+            raise PlanError(f"pool {self.name!r}: share must be a number, got {share!r}")
+        if not (math.isfinite(share) and share > 0):
+            raise PlanError(f"pool {self.name!r}: share must be > 0, got {share!r}")
+        mp = self.max_passes
+        if mp is not None and (isinstance(mp, bool) or not isinstance(mp, int) or mp < 1):
+            raise PlanError(f"pool {self.name!r}: max_passes must be None or >= 1, got {mp!r}")
+        if int(np.sum(n, dtype=np.int64)) <= 0:
+            raise PlanError(f"pool {self.name!r} has no tokens; drop it from the mixture")
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in one pass over the pool."""
+        return int(np.sum(self.n_tokens, dtype=np.int64))
+
+
+def share_weights(shares: Sequence[float], *, resolution: int = 10_000) -> np.ndarray:
+    """Integer weights of the shares, divided by their gcd.
+
+    Integer shares are used as they are; otherwise ``round(share / sum * resolution)``.
+
+    Raises:
+        PlanError: A share rounds to 0 at this resolution (name it, and the fix).
+    """
+    if all(isinstance(s, int | np.integer) and not isinstance(s, bool) for s in shares):
+        w = np.asarray(shares, dtype=np.int64)
+    else:
+        total = float(sum(float(s) for s in shares))
+        w = np.asarray([round(float(s) / total * resolution) for s in shares], dtype=np.int64)
+    if w.size == 0:
+        raise PlanError("a mixture needs at least one pool")
+    if int(w.min()) < 1:
+        i = int(np.argmin(w))
+        raise PlanError(
+            f"share {shares[i]!r} of pool {i} rounds to 0 at resolution {resolution}; "
+            "raise the resolution or the share"
+        )
+    return w // math.gcd(*w.tolist())
+
+
+def pool_seed(seed: int, pool: int, pass_: int) -> int:
+    """Seed of pool ``pool``'s pass ``pass_``: 63 bits of ``SeedSequence([seed, pool, pass_])``."""
+    state = np.random.SeedSequence([int(seed), int(pool), int(pass_)]).generate_state(2, np.uint32)
+    return (int(state[0]) << 31) | (int(state[1]) >> 1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class Schedule:
+    """One period of the largest-deficit schedule; everything else follows by periodicity."""
+
+    weights: np.ndarray
+    """``(P,)`` int64 integer weights ``w_p``."""
+    period: int
+    """``W = sum(weights)``."""
+    pool_at: np.ndarray
+    """``(W,)`` int64: the pool of each block of the period."""
+    rank_at: np.ndarray
+    """``(W,)`` int64: how many blocks of that pool precede it in the period."""
+    offsets: tuple[np.ndarray, ...]
+    """Per pool, ``(w_p,)`` ascending offsets of its blocks in the period."""
+
+    def source(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pool, pool_block)`` of global blocks ``k`` (int64 arrays). O(1) each."""
+        k = np.asarray(k, dtype=np.int64)
+        r = k % self.period
+        p = self.pool_at[r]
+        return p, (k // self.period) * self.weights[p] + self.rank_at[r]
+
+    def taken(self, k: int) -> np.ndarray:
+        """``(P,)`` blocks taken from each pool by global blocks ``[0, k)``. O(P log W)."""
+        q, r = divmod(int(k), self.period)
+        return q * self.weights + np.array([np.searchsorted(o, r) for o in self.offsets])
+
+    def position(self, pool: int, j: int) -> int:
+        """Global index of pool ``pool``'s ``j``-th block (0-based)."""
+        q, r = divmod(int(j), int(self.weights[pool]))
+        return q * self.period + int(self.offsets[pool][r])
+
+
+def deficit_schedule(weights: np.ndarray) -> Schedule:
+    """Precompute one period of the largest-deficit schedule. O(W * P).
+
+    Args:
+        weights: ``(P,)`` positive integer weights.
+
+    Returns:
+        The :class:`Schedule`.
+    """
+    w = [int(x) for x in np.asarray(weights, dtype=np.int64)]
+    W, P = sum(w), len(w)
+    c = [0] * P
+    pool_at = np.empty(W, dtype=np.int64)
+    rank_at = np.empty(W, dtype=np.int64)
+    for k in range(W):
+        best, best_d = 0, None
+        for p in range(P):
+            d = w[p] * (k + 1) - W * c[p]
+            if best_d is None or d > best_d:
+                best, best_d = p, d
+        pool_at[k], rank_at[k] = best, c[best]
+        c[best] += 1
+    # Upper quota makes every pool end the period with exactly its weight: the greedy restarts.
+    assert c == w, (c, w)
+    offsets = tuple(np.flatnonzero(pool_at == p).astype(np.int64) for p in range(P))
+    return Schedule(
+        weights=np.asarray(w, dtype=np.int64),
+        period=W,
+        pool_at=pool_at,
+        rank_at=rank_at,
+        offsets=offsets,
+    )
+
+
+def naive_deficit_sources(weights: Sequence[int], num_blocks: int) -> list[tuple[int, int]]:
+    """Slow reference: run the largest-deficit rule from block 0 with exact fractions, no period.
+
+    Returns:
+        ``(pool, pool_block)`` of each global block ``0..num_blocks-1``.
+    """
+    total = sum(weights)
+    shares = [Fraction(w, total) for w in weights]
+    taken = [0] * len(weights)
+    out = []
+    for k in range(num_blocks):
+        deficits = [s * (k + 1) - c for s, c in zip(shares, taken, strict=True)]
+        p = deficits.index(max(deficits))
+        out.append((p, taken[p]))
+        taken[p] += 1
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolReport:
+    """What one pool contributes to the epoch."""
+
+    name: str
+    target_share: float
+    """The requested share, normalised."""
+    share: float
+    """The scheduled share of blocks, ``w_p / W``."""
+    blocks: int
+    """Blocks taken this epoch."""
+    full_passes: int
+    """Complete passes over the pool."""
+    passes: int
+    """Passes started (the last one may be partial)."""
+    max_passes: int | None
+    tokens: int
+    """Real token positions delivered (repeated context included)."""
+    exhausted: bool
+    """The pool's cap ran out before the budget: it ended the epoch."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class MixturePlan:
+    """One epoch of a mixture; same duck-typed surface as the other plans (``spans``, counts)."""
+
+    seed: int
+    epoch: int
+    seq_len: int
+    recipe: Recipe
+    pools: tuple[Pool, ...]
+    schedule: Schedule
+    pass_ends: tuple[np.ndarray, ...]
+    """Per pool, ``(passes + 1,)`` cumulative blocks at the end of each planned pass."""
+    pass_counts: tuple[tuple[BlockCounts, ...], ...]
+    """Per pool, what each planned pass holds."""
+    num_blocks: int
+    """Global blocks in the epoch."""
+    budget_blocks: int | None
+    limited_by: str | None
+    """Name of the capped pool that ended the epoch before the budget, if any."""
+    num_tokens: int
+    padding_positions: int
+    reports: tuple[PoolReport, ...]
+    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def pool_plan(self, pool: int, pass_: int) -> RecipePlan:
+        """The plan of pool ``pool``'s pass ``pass_`` (a small LRU cache keeps recent ones)."""
+        return _pool_plan(
+            self._cache, self.pools, pool, pass_, self.seed, self.epoch, self.seq_len, self.recipe
+        )
+
+    def source(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(pool, pool_block, pass, block_in_pass)`` of global blocks (``>= 0``)."""
+        k = np.asarray(blocks, dtype=np.int64)
+        p, j = self.schedule.source(k)
+        q = np.zeros_like(j)
+        for i, ends in enumerate(self.pass_ends):
+            sel = p == i
+            q[sel] = np.searchsorted(ends, j[sel], side="right") - 1
+        start = np.zeros_like(j)
+        for i, ends in enumerate(self.pass_ends):
+            sel = p == i
+            start[sel] = ends[q[sel]]
+        return p, j, q, j - start
+
+    def taken(self, k: int) -> np.ndarray:
+        """``(P,)`` blocks taken from each pool before global block ``k``."""
+        return self.schedule.taken(min(max(int(k), 0), self.num_blocks))
+
+    def passes_done(self, k: int) -> np.ndarray:
+        """``(P,)`` complete passes of each pool before global block ``k``."""
+        t = self.taken(k)
+        return np.array(
+            [int(np.searchsorted(e, t[i], side="right")) - 1 for i, e in enumerate(self.pass_ends)]
+        )
+
+    def spans(self, blocks: np.ndarray) -> Spans:
+        """:func:`mixture_spans` of this plan."""
+        return mixture_spans(self, blocks)
+
+    def counts(self, lo: int, hi: int) -> BlockCounts:
+        """What global blocks ``[lo, hi)`` hold (per pool, per pass; full passes are stored)."""
+        a, b = self.taken(lo), self.taken(hi)
+        tokens = eos = filled = 0
+        for p in range(len(self.pools)):
+            c = _pool_range_counts(
+                self.pass_ends[p],
+                self.pass_counts[p],
+                lambda q, p=p: self.pool_plan(p, q),
+                int(a[p]),
+                int(b[p]),
+            )
+            tokens, eos, filled = tokens + c.tokens, eos + c.eos, filled + c.filled
+        return BlockCounts(tokens=tokens, eos=eos, filled=filled)
+
+
+def _pool_plan(
+    cache: OrderedDict,
+    pools: tuple[Pool, ...],
+    pool: int,
+    pass_: int,
+    seed: int,
+    epoch: int,
+    seq_len: int,
+    recipe: Recipe,
+) -> RecipePlan:
+    key = (pool, pass_)
+    plan = cache.get(key)
+    if plan is None:
+        pl = pools[pool]
+        plan = plan_recipe_epoch(
+            pl.row_ids,
+            pl.n_tokens,
+            seed=pool_seed(seed, pool, pass_),
+            epoch=epoch,
+            seq_len=seq_len,
+            recipe=recipe,
+        )
+        cache[key] = plan
+        # A pass is consumed in order: keep the recent ones. The reader thread and the main
+        # thread may both touch the cache; a lost race only costs a re-plan, never an error.
+        while len(cache) > 2 * len(pools) + 2:
+            try:
+                cache.popitem(last=False)
+            except KeyError:
+                break
+    else:
+        try:
+            cache.move_to_end(key)
+        except KeyError:
+            pass
+    return plan
+
+
+def _pool_range_counts(
+    ends: Sequence[int] | np.ndarray,
+    pass_counts: Sequence[BlockCounts],
+    pass_plan: Callable[[int], RecipePlan],
+    a: int,
+    b: int,
+) -> BlockCounts:
+    """Counts of one pool's blocks ``[a, b)`` (its own numbering across passes)."""
+    tokens = eos = filled = 0
+    q = int(np.searchsorted(ends, a, side="right")) - 1
+    while a < b:
+        lo, hi = a - int(ends[q]), min(b, int(ends[q + 1])) - int(ends[q])
+        if lo == 0 and hi == int(ends[q + 1] - ends[q]):
+            c = pass_counts[q]  # a full pass: stored
+        else:
+            c = block_range_counts(pass_plan(q), lo, hi)
+        tokens, eos, filled = tokens + c.tokens, eos + c.eos, filled + c.filled
+        a = int(ends[q]) + hi
+        q += 1
+    return BlockCounts(tokens=tokens, eos=eos, filled=filled)
+
+
+def plan_mixture(
+    pools: Sequence[Pool],
+    *,
+    seed: int,
+    epoch: int,
+    seq_len: int,
+    recipe: Recipe | None = None,
+    budget_tokens: int | None = None,
+    resolution: int = 10_000,
+) -> MixturePlan:
+    """Plan one epoch of a token-quota mixture (see the module docstring).
+
+    Args:
+        pools: The pools, in a fixed order (their index seeds their permutations).
+        seed: The job's seed.
+        epoch: The epoch.
+        seq_len: ``L``.
+        recipe: Packing of every pool (default: concat).
+        budget_tokens: Positions in the epoch (``ceil(budget / L)`` blocks); ``None``: until the
+            first capped pool runs out.
+        resolution: Share resolution of :func:`share_weights` (the period is about this long).
+
+    Returns:
+        The :class:`MixturePlan`.
+
+    Raises:
+        PlanError: No pool, duplicate names, a bad share/cap/budget, or neither a budget nor a cap.
+    """
+    pools = tuple(pools)
+    recipe = recipe or Recipe()
+    names = [p.name for p in pools]
+    if len(set(names)) != len(names):
+        raise PlanError(f"pool names must be unique, got {names}")
+    if budget_tokens is not None and (
+        isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < 1
+    ):
+        raise PlanError(f"budget_tokens must be a positive integer or None, got {budget_tokens!r}")
+    if budget_tokens is None and all(p.max_passes is None for p in pools):
+        raise PlanError(
+            "a mixture epoch needs an end: pass budget_tokens=, or max_passes= on some pool"
+        )
+    w = share_weights([p.share for p in pools], resolution=resolution)
+    sched = deficit_schedule(w)
+    L = int(seq_len)
+    cache: OrderedDict = OrderedDict()
+    invariant = recipe.packing == "concat"  # concat passes have the same size in any order
+
+    def pass_counts(p: int, q: int) -> tuple[int, BlockCounts]:
+        plan = _pool_plan(cache, pools, p, 0 if invariant else q, seed, epoch, L, recipe)
+        return plan.num_blocks, block_range_counts(plan, 0, plan.num_blocks)
+
+    ends: list[list[int]] = [[0] for _ in pools]
+    counts: list[list[BlockCounts]] = [[] for _ in pools]
+    first: dict[int, tuple[int, BlockCounts]] = {}
+
+    def extend(p: int, needed: float, cap: int | None) -> None:
+        while ends[p][-1] < needed and (cap is None or len(counts[p]) < cap):
+            q = len(counts[p])
+            got = first[p] if invariant and p in first else pass_counts(p, q)
+            first.setdefault(p, got)
+            ends[p].append(ends[p][-1] + got[0])
+            counts[p].append(got[1])
+
+    budget = None if budget_tokens is None else -(-budget_tokens // L)
+    need = sched.taken(budget) if budget is not None else None
+    limits: list[tuple[int, int]] = []
+    for p, pool in enumerate(pools):
+        if pool.max_passes is None:
+            continue
+        extend(p, math.inf if need is None else int(need[p]), pool.max_passes)
+        if need is None or ends[p][-1] < int(need[p]):
+            limits.append((sched.position(p, ends[p][-1]), p))
+    n_blocks = min([*(pos for pos, _ in limits), *([budget] if budget is not None else [])])
+    limited_by = None
+    if limits and min(limits)[0] == n_blocks and (budget is None or n_blocks < budget):
+        limited_by = pools[min(limits)[1]].name
+    final = sched.taken(n_blocks)
+    for p, pool in enumerate(pools):
+        extend(p, int(final[p]), pool.max_passes)
+    total_share = float(sum(float(p.share) for p in pools))
+    reports, tokens, filled = [], 0, 0
+    for p, pool in enumerate(pools):
+        c = _pool_range_counts(
+            ends[p],
+            counts[p],
+            lambda q, p=p: _pool_plan(cache, pools, p, q, seed, epoch, L, recipe),
+            0,
+            int(final[p]),
+        )
+        full = int(np.searchsorted(ends[p], final[p], side="right")) - 1
+        reports.append(
+            PoolReport(
+                name=pool.name,
+                target_share=float(pool.share) / total_share,
+                share=int(w[p]) / sched.period,
+                blocks=int(final[p]),
+                full_passes=full,
+                passes=full + int(final[p] > ends[p][full]),
+                max_passes=pool.max_passes,
+                tokens=c.tokens,
+                exhausted=limited_by == pool.name,
+            )
+        )
+        tokens, filled = tokens + c.tokens, filled + c.filled
+    return MixturePlan(
+        seed=int(seed),
+        epoch=int(epoch),
+        seq_len=L,
+        recipe=recipe,
+        pools=pools,
+        schedule=sched,
+        pass_ends=tuple(np.asarray(e, dtype=np.int64) for e in ends),
+        pass_counts=tuple(tuple(c) for c in counts),
+        num_blocks=int(n_blocks),
+        budget_blocks=budget,
+        limited_by=limited_by,
+        num_tokens=tokens,
+        padding_positions=n_blocks * L - filled,
+        reports=tuple(reports),
+        _cache=cache,
+    )
+
+
+def mixture_block_source(plan: MixturePlan, k: Any) -> tuple[Any, Any]:
+    """``(pool, pool_block_index)`` of global block ``k`` (an int or an array), O(1) each.
+
+    Computed from the periodic schedule without iterating from block 0.
+    """
+    p, j = plan.schedule.source(np.asarray(k, dtype=np.int64))
+    if np.ndim(k) == 0:
+        return int(p), int(j)
+    return p, j
+
+
+def mixture_spans(plan: MixturePlan, blocks: np.ndarray) -> Spans:
+    """The stretches of global blocks: each block is one block of one pool's pass plan.
+
+    Args:
+        plan: The mixture plan.
+        blocks: ``(m,)`` global block indices in ``[0, num_blocks)`` or ``-1``.
+
+    Returns:
+        :class:`Spans` ordered by block then position; ``doc`` indexes the pool pass plan's
+        visiting order (use :meth:`MixturePlan.source` for the pool and pass of each block).
+    """
+    req = check_blocks(blocks, plan.num_blocks)
+    real = np.flatnonzero(req >= 0)
+    parts: list[tuple[np.ndarray, Spans]] = []
+    if real.size:
+        p, _, q, b = plan.source(req[real])
+        key = p * (int(q.max()) + 1) + q
+        for u in np.unique(key).tolist():
+            idx = np.flatnonzero(key == u)
+            sub = recipe_spans(plan.pool_plan(int(p[idx[0]]), int(q[idx[0]])), b[idx])
+            parts.append((real[idx][sub.block], sub))
+    windowed = any(s.ctx_end is not None or s.ends_window is not None for _, s in parts)
+    if not parts or sum(len(s) for _, s in parts) == 0:
+        return empty_spans(req, plan.seq_len, windowed=windowed)
+    block = np.concatenate([blk for blk, _ in parts])
+    order = np.argsort(block, kind="stable")
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(s, name) for _, s in parts])[order]
+
+    ctx = ends = None
+    if windowed:
+        ctx = np.concatenate(
+            [s.ctx_end if s.ctx_end is not None else s.tok_start for _, s in parts]
+        )[order]
+        ends = np.concatenate(
+            [
+                s.ends_window if s.ends_window is not None else np.zeros(len(s), dtype=bool)
+                for _, s in parts
+            ]
+        )[order]
+    return Spans(
+        seq_len=plan.seq_len,
+        blocks=req,
+        block=block[order],
+        pos=cat("pos"),
+        doc=cat("doc"),
+        row_id=cat("row_id"),
+        doc_len=cat("doc_len"),
+        tok_start=cat("tok_start"),
+        tok_end=cat("tok_end"),
+        has_eos=cat("has_eos"),
+        ctx_end=ctx,
+        ends_window=ends,
+    )
+
+
+def window_share_deviation(
+    pool_of_block: np.ndarray,
+    shares: Sequence[float],
+    *,
+    window: int = 100,
+    weight: np.ndarray | None = None,
+) -> float:
+    """Worst ``|share of pool p in the window - target share p|`` over all windows of blocks.
+
+    Args:
+        pool_of_block: ``(N,)`` pool of each global block.
+        shares: Target shares (normalised here).
+        window: Consecutive blocks per window.
+        weight: ``(N,)`` optional weight of each block (e.g. its real tokens) to measure token
+            shares; ``None`` measures block shares.
+
+    Returns:
+        The worst absolute deviation (0 when ``N < window``).
+    """
+    pool_of_block = np.asarray(pool_of_block, dtype=np.int64)
+    N = pool_of_block.shape[0]
+    if N < window:
+        return 0.0
+    s = np.asarray(shares, dtype=np.float64)
+    s = s / s.sum()
+    wt = np.ones(N) if weight is None else np.asarray(weight, dtype=np.float64)
+    tot = np.concatenate([[0.0], np.cumsum(wt)])
+    denom = tot[window:] - tot[:-window]
+    worst = 0.0
+    for p in range(s.shape[0]):
+        c = np.concatenate([[0.0], np.cumsum(np.where(pool_of_block == p, wt, 0.0))])
+        got = (c[window:] - c[:-window]) / np.maximum(denom, 1e-300)
+        worst = max(worst, float(np.abs(got - s[p]).max()))
+    return worst

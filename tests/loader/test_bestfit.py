@@ -1,0 +1,168 @@
+"""Best-fit packing: agrees with a loop, never cuts a fitting document, conserves tokens."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.loader.helpers import assert_packed_equal, columns, corpora, epochs, make_rows, seeds
+from tests.loader.recipe_ref import (
+    context_of,
+    fast_pack,
+    naive_bestfit_blocks,
+    naive_pack_positions,
+    naive_pieces,
+    trained_targets,
+)
+from tokenloom.loader import PlanError
+from tokenloom.loader.bestfit import (
+    best_fit_blocks,
+    bestfit_spans,
+    naive_best_fit_blocks,
+    padding_by_window,
+    plan_bestfit,
+)
+
+
+def realistic_lengths(n: int, seed: int = 0) -> np.ndarray:
+    """Lognormal token counts with median ~450 and mean ~800."""
+    sigma = np.sqrt(2 * np.log(800 / 450))
+    rng = np.random.default_rng(seed)
+    return np.maximum(rng.lognormal(np.log(450), sigma, n).astype(np.int64), 1)
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(
+    L=st.integers(1, 24),
+    data=st.data(),
+)
+def test_best_fit_blocks_match_the_loop(L: int, data: st.DataObject) -> None:
+    sizes = data.draw(st.lists(st.integers(1, L), max_size=40))
+    window_of = sorted(
+        data.draw(st.lists(st.integers(0, 4), min_size=len(sizes), max_size=len(sizes)))
+    )
+    block, nb = best_fit_blocks(np.array(sizes, np.int64), np.array(window_of, np.int64), seq_len=L)
+    fast = [np.flatnonzero(block == b).tolist() for b in range(nb)]
+    assert fast == naive_best_fit_blocks(sizes, window_of, seq_len=L)
+    fill = np.bincount(block, weights=sizes, minlength=nb) if sizes else np.zeros(0)
+    assert (fill <= L).all()
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(
+    corpus=corpora(max_docs=8),
+    seed=seeds,
+    epoch=epochs,
+    fit_window=st.sampled_from([1, 2, 3, 100]),
+    lookahead=st.booleans(),
+    data=st.data(),
+)
+def test_bestfit_packs_like_the_naive_plan(
+    corpus: tuple[int, list[int]],
+    seed: int,
+    epoch: int,
+    fit_window: int,
+    lookahead: bool,
+    data: st.DataObject,
+) -> None:
+    L, lengths = corpus
+    lengths = [min(n, 6 * L) for n in lengths]
+    windowed = data.draw(st.booleans())
+    W = data.draw(st.integers(1, L)) if windowed else L
+    ov = data.draw(st.integers(0, W - 1)) if windowed else 0
+    rows = make_rows(lengths)
+    kw = {"long_docs": "window", "window": W, "overlap": ov} if windowed else {}
+    plan = plan_bestfit(
+        *columns(rows), seed=seed, epoch=epoch, seq_len=L, fit_window=fit_window, **kw
+    )
+    pieces = naive_pieces(rows, seed=seed, epoch=epoch, window=W, overlap=ov)
+    ref = naive_bestfit_blocks(rows, pieces, L, fit_window)
+    assert len(ref) == plan.num_blocks
+    everything = list(range(plan.num_blocks)) + [-1]
+    picked = data.draw(st.lists(st.sampled_from(everything), max_size=5))
+    for blocks in (everything, picked):
+        got = fast_pack(plan, bestfit_spans, rows, blocks, lookahead=lookahead)
+        want, want_ctx = naive_pack_positions(rows, ref, blocks, L=L, lookahead=lookahead)
+        assert_packed_equal(got, want)
+        assert np.array_equal(context_of(got), want_ctx)
+
+
+@settings(derandomize=True, max_examples=250, deadline=None)
+@given(corpus=corpora(max_docs=10), seed=seeds, fit_window=st.integers(1, 12))
+def test_never_cuts_a_fitting_document_and_conserves_tokens(
+    corpus: tuple[int, list[int]], seed: int, fit_window: int
+) -> None:
+    L, lengths = corpus
+    rows = make_rows(lengths)
+    where = {int(x): (rid, t) for rid, toks in rows.items() for t, x in enumerate(toks)}
+    plan = plan_bestfit(*columns(rows), seed=seed, epoch=0, seq_len=L, fit_window=fit_window)
+    spans = bestfit_spans(plan, np.arange(plan.num_blocks))
+    for rid, toks in rows.items():
+        mine = np.flatnonzero(spans.row_id == rid)
+        n = len(toks)
+        if 0 < n and n + 1 <= L:  # fits: one stretch, the whole document and its EOS
+            assert len(mine) == 1
+            assert (spans.tok_start[mine[0]], spans.tok_end[mine[0]]) == (0, n)
+            assert spans.has_eos[mine[0]]
+        elif n > 0:  # split: full blocks as concat would cut it, then its tail
+            starts = spans.tok_start[mine].tolist()
+            assert starts == list(range(0, n + 1, L))[: len(mine)]
+            assert (spans.length[mine][:-1] == L).all() and (spans.pos[mine][:-1] == 0).all()
+    out = fast_pack(plan, bestfit_spans, rows, np.arange(plan.num_blocks), lookahead=True)
+    seen = Counter(where[int(x)] for x in out.input_ids[out.input_ids > 0].tolist())
+    assert seen == Counter(where.values())  # each token exactly once per epoch
+    assert out.eos_positions == plan.num_docs == sum(1 for n in lengths if n)
+    # Padding counted exactly: the plan's figure, the batch's, and the blocks' tails agree.
+    fill = np.bincount(spans.block, weights=spans.length, minlength=plan.num_blocks)
+    assert int((L - fill).sum()) == plan.padding_positions == out.padding_positions
+    assert (fill >= 1).all() and (fill <= L).all()
+    targets = Counter(trained_targets(out, where))
+    assert targets == Counter((r, t) for r, toks in rows.items() for t in range(1, len(toks) + 1))
+
+
+def test_worked_example() -> None:
+    # Lengths 5, 2, 1 at L = 8: sizes 6, 3, 2. One window: 6 opens block 0 (2 left), 3 opens
+    # block 1 (5 left), 2 fits block 0 exactly (least space that fits) -> [[6, 2], [3]].
+    rows = make_rows([5, 2, 1])
+    plan = plan_bestfit(*columns(rows), seed=0, epoch=0, seq_len=8, fit_window=8)
+    assert plan.num_blocks == 2 and plan.padding_positions == 16 - 11
+    s = bestfit_spans(plan, np.array([0, 1, -1]))
+    groups = [sorted(s.doc_len[s.block == b].tolist()) for b in range(3)]
+    assert groups == [[1, 5], [2], []]
+    # Window 1: each document alone in its block.
+    one = plan_bestfit(*columns(rows), seed=0, epoch=0, seq_len=8, fit_window=1)
+    assert one.num_blocks == 3 and one.padding_positions == 24 - 11
+
+
+def test_rejects_bad_options() -> None:
+    ids, n = np.array([1, 2]), np.array([3, 4])
+    with pytest.raises(PlanError, match="fit_window must be >= 1"):
+        plan_bestfit(ids, n, seed=0, epoch=0, seq_len=8, fit_window=0)
+    with pytest.raises(PlanError, match="long_docs must be one of"):
+        plan_bestfit(ids, n, seed=0, epoch=0, seq_len=8, fit_window=4, long_docs="drop")
+    with pytest.raises(PlanError, match="apply to long_docs='window' only"):
+        plan_bestfit(ids, n, seed=0, epoch=0, seq_len=8, fit_window=4, overlap=2)
+    with pytest.raises(PlanError, match=r"block 2 is outside the epoch's blocks \[0, 2\)"):
+        bestfit_spans(plan_bestfit(ids, n, seed=0, epoch=0, seq_len=5, fit_window=4), [2])
+
+
+def test_padding_by_window_figure_and_throughput() -> None:
+    """Padding vs look-ahead window on realistic lengths (figure of docs/recipes.md)."""
+    lengths = realistic_lengths(200_000)
+    t0 = time.perf_counter()
+    got = padding_by_window(lengths, seq_len=1024, fit_windows=[1, 16, 128, 1024])
+    elapsed = time.perf_counter() - t0
+    print(
+        f"\nbest-fit padding (200k docs, median {np.median(lengths):.0f}, mean "
+        f"{lengths.mean():.0f}, L=1024): "
+        + ", ".join(f"window {w}: {100 * f:.2f}%" for w, f in got.items())
+        + f"; {4 * len(lengths) / elapsed:,.0f} docs/s planned"
+    )
+    fractions = list(got.values())
+    assert fractions == sorted(fractions, reverse=True)
+    assert fractions[0] > 0.3 and fractions[-1] < 0.01
