@@ -21,10 +21,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.pack import pack_blocks, token_ranges
-from tokenloom.loader.plan import EpochPlan, epoch_steps, plan_epoch, step_blocks
+from tokenloom.loader.plan import EpochPlan, step_blocks
 from tokenloom.loader.read import LoaderError, TokenReader, count_column_for, scan_plan_inputs
+from tokenloom.loader.recipe import Recipe, plan_recipe_epoch, recipe_epoch_steps, recipe_spans
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
-from tokenloom.loader.spans import block_spans
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
 
@@ -58,6 +58,15 @@ class PackedDataset(IterableDataset):
         lookahead: Read one token past a block ending mid-document so its last label is real.
         count_column: The stored token counts (default: ``n_tokens`` for ``input_ids``).
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
+        packing: ``"concat"`` (documents joined by EOS, cut into blocks) or ``"best_fit"``
+            (whole documents per block by best-fit-decreasing within ``fit_window`` documents of
+            the epoch order; the rest of a block is padding, masked and counted).
+        fit_window: Look-ahead of best-fit packing, in documents.
+        long_docs: ``"split"`` (continue across blocks) or ``"window"``: documents longer than
+            ``window`` tokens are cut into windows, each after the first starting with the
+            previous window's last ``overlap`` tokens as context only (no loss on them).
+        window: Window length for ``long_docs="window"`` (at most ``seq_len``).
+        overlap: Context tokens carried into each following window.
     """
 
     def __init__(
@@ -80,6 +89,11 @@ class PackedDataset(IterableDataset):
         count_column: str | None = None,
         allow_data_change: bool = False,
         storage_options: dict | None = None,
+        packing: str = "concat",
+        fit_window: int = 1024,
+        long_docs: str = "split",
+        window: int | None = None,
+        overlap: int = 0,
     ) -> None:
         from tokenloom.table import Table
 
@@ -104,6 +118,13 @@ class PackedDataset(IterableDataset):
         self.drop_last = bool(drop_last)
         self.lookahead = bool(lookahead)
         self.allow_data_change = allow_data_change
+        self.recipe = Recipe(
+            packing={"best_fit": "bestfit"}.get(packing, packing),
+            fit_window=fit_window,
+            long_docs=long_docs,
+            window=window,
+            overlap=overlap,
+        )
         if self.seq_len < 1 or self.batch_size < 1:
             raise LoaderError(f"seq_len and batch_size must be >= 1 ({seq_len}, {batch_size})")
         if not 0 <= self.rank < self.world_size:
@@ -153,12 +174,13 @@ class PackedDataset(IterableDataset):
         """The epoch's plan (cached for the current epoch)."""
         epoch = self._epoch if epoch is None else epoch
         if self._plan is None or self._plan.epoch != epoch:
-            plan = plan_epoch(
+            plan = plan_recipe_epoch(
                 self.inputs.row_ids,
                 self.inputs.n_tokens,
                 seed=self.seed,
                 epoch=epoch,
                 seq_len=self.seq_len,
+                recipe=self.recipe,
             )
             if epoch != self._epoch:
                 return plan
@@ -168,7 +190,7 @@ class PackedDataset(IterableDataset):
     def epoch_info(self, epoch: int | None = None) -> dict:
         """Exact sizes of an epoch from stored counts: steps, blocks, tokens, padding, dropped."""
         plan = self.plan(epoch)
-        steps = epoch_steps(
+        steps = recipe_epoch_steps(
             plan, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
         )
         return {
@@ -187,7 +209,7 @@ class PackedDataset(IterableDataset):
     def __len__(self) -> int:
         """Steps in the current epoch (the same on every rank)."""
         plan = self.plan()
-        return epoch_steps(
+        return recipe_epoch_steps(
             plan, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
         ).steps
 
@@ -214,6 +236,7 @@ class PackedDataset(IterableDataset):
             "lookahead": self.lookahead,
             "drop_last": self.drop_last,
             "permutation": PERMUTATION_ALGORITHM,
+            **self.recipe.fingerprint_inputs(),
         }
 
     def state_dict(self) -> dict:
@@ -244,7 +267,7 @@ class PackedDataset(IterableDataset):
             num_blocks=plan.num_blocks,
             drop_last=self.drop_last,
         )
-        spans = block_spans(plan, blocks)
+        spans = recipe_spans(plan, blocks)
         starts, stops = token_ranges(spans, lookahead=self.lookahead)
         pos = np.searchsorted(self.inputs.row_ids, spans.row_id)
         rowids = self.inputs.rowids[pos]
@@ -273,6 +296,8 @@ class PackedDataset(IterableDataset):
             "continues": torch.from_numpy(packed.continues),
             "spans": torch.from_numpy(packed.spans),
         }
+        if packed.context is not None:
+            batch["context"] = torch.from_numpy(packed.context)  # (n, 2) context-only tokens
         s = self.stats
         s.pack_seconds += time.perf_counter() - started
         s.rows_packed += len(spans)
