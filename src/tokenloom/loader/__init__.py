@@ -54,7 +54,7 @@ from tokenloom.loader.state import (
 )
 from tokenloom.loader.window import VirtualDocs, WindowedPlan, plan_windowed_epoch, windowed_spans
 
-_LAZY = {"PackedDataset": "dataset", "DataLoader": "dataset", "LoaderStats": "stats"}
+_LAZY = {"PackedDataset": "dataset", "DataLoader": "dataloader", "LoaderStats": "stats"}
 
 
 def __getattr__(name: str):  # noqa: ANN202 - torch is imported only when these are asked for
@@ -63,7 +63,7 @@ def __getattr__(name: str):  # noqa: ANN202 - torch is imported only when these 
 
         from tokenloom.errors import require
 
-        if _LAZY[name] == "dataset":
+        if _LAZY[name] in ("dataset", "dataloader"):
             require("torch", extra="train")
         return getattr(importlib.import_module(f"tokenloom.loader.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'tokenloom.loader' has no attribute {name!r}")

@@ -10,9 +10,11 @@ fingerprint of the plan's inputs.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.pack import pack_blocks, token_ranges
 from tokenloom.loader.plan import EpochPlan, step_blocks
 from tokenloom.loader.read import LoaderError, TokenReader, count_column_for, scan_plan_inputs
@@ -28,9 +31,9 @@ from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
 
-__all__ = ["PackedDataset", "DataLoader"]
+__all__ = ["PackedDataset"]
 
-_META = "_loader"
+_META = "_loader"  # per-batch worker metadata, removed by DataLoader
 
 
 def _env_int(name: str, default: int) -> int:
@@ -67,6 +70,13 @@ class PackedDataset(IterableDataset):
             previous window's last ``overlap`` tokens as context only (no loss on them).
         window: Window length for ``long_docs="window"`` (at most ``seq_len``).
         overlap: Context tokens carried into each following window.
+        mixture: Token-quota pools ``{name: (sql_filter, share[, max_passes])}`` (each pool is
+            its filter AND ``filter``): each is shuffled on its own, blocks are interleaved
+            deterministically so every prefix of the stream stays close to the shares, and a
+            pool whose quota exceeds its inventory repeats with a new order per pass (up to
+            ``max_passes``).
+        budget_tokens: Positions (tokens + EOS + padding) in a mixture epoch; default: until
+            the first capped pool runs out.
     """
 
     def __init__(
@@ -94,6 +104,8 @@ class PackedDataset(IterableDataset):
         long_docs: str = "split",
         window: int | None = None,
         overlap: int = 0,
+        mixture: Mapping[str, Sequence[Any]] | None = None,
+        budget_tokens: int | None = None,
     ) -> None:
         from tokenloom.table import Table
 
@@ -129,12 +141,27 @@ class PackedDataset(IterableDataset):
             raise LoaderError(f"seq_len and batch_size must be >= 1 ({seq_len}, {batch_size})")
         if not 0 <= self.rank < self.world_size:
             raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
-        self.inputs = scan_plan_inputs(
-            handle.dataset,
-            token_column=token_column,
-            count_column=self.count_column,
-            filter=filter,
-        )
+        self.mixture = _parse_mixture(mixture)
+        self.budget_tokens = budget_tokens
+        if self.mixture:
+            self.pool_inputs = [
+                scan_plan_inputs(
+                    handle.dataset,
+                    token_column=token_column,
+                    count_column=self.count_column,
+                    filter=f"({pf}) AND ({filter})" if filter else pf,
+                )
+                for _name, pf, _share, _cap in self.mixture
+            ]
+            self.inputs = _union_inputs(self.pool_inputs)
+        else:
+            self.pool_inputs = []
+            self.inputs = scan_plan_inputs(
+                handle.dataset,
+                token_column=token_column,
+                count_column=self.count_column,
+                filter=filter,
+            )
         tok = self.inputs.tokenizer
         self.eos_id = eos_id if eos_id is not None else tok.get("eos_id")
         if self.eos_id is None:
@@ -174,14 +201,36 @@ class PackedDataset(IterableDataset):
         """The epoch's plan (cached for the current epoch)."""
         epoch = self._epoch if epoch is None else epoch
         if self._plan is None or self._plan.epoch != epoch:
-            plan = plan_recipe_epoch(
-                self.inputs.row_ids,
-                self.inputs.n_tokens,
-                seed=self.seed,
-                epoch=epoch,
-                seq_len=self.seq_len,
-                recipe=self.recipe,
-            )
+            if self.mixture:
+                pools = [
+                    Pool(
+                        name=name,
+                        row_ids=inp.row_ids,
+                        n_tokens=inp.n_tokens,
+                        share=share,
+                        max_passes=cap,
+                    )
+                    for (name, _f, share, cap), inp in zip(
+                        self.mixture, self.pool_inputs, strict=True
+                    )
+                ]
+                plan = plan_mixture(
+                    pools,
+                    seed=self.seed,
+                    epoch=epoch,
+                    seq_len=self.seq_len,
+                    recipe=self.recipe,
+                    budget_tokens=self.budget_tokens,
+                )
+            else:
+                plan = plan_recipe_epoch(
+                    self.inputs.row_ids,
+                    self.inputs.n_tokens,
+                    seed=self.seed,
+                    epoch=epoch,
+                    seq_len=self.seq_len,
+                    recipe=self.recipe,
+                )
             if epoch != self._epoch:
                 return plan
             self._plan = plan
@@ -193,10 +242,10 @@ class PackedDataset(IterableDataset):
         steps = recipe_epoch_steps(
             plan, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
         )
-        return {
+        info = {
             "epoch": plan.epoch,
-            "rows": plan.num_docs + plan.empty_rows,
-            "empty_rows": plan.empty_rows,
+            "rows": len(self.inputs.row_ids),
+            "empty_rows": int((self.inputs.n_tokens == 0).sum()),
             "null_rows": self.inputs.null_rows,
             "tokens": plan.num_tokens,
             "blocks": plan.num_blocks,
@@ -205,6 +254,10 @@ class PackedDataset(IterableDataset):
             "padding_blocks": steps.padding_blocks,
             "dropped_tokens": steps.dropped_tokens,
         }
+        if self.mixture:
+            info["limited_by"] = plan.limited_by
+            info["pools"] = [dataclasses.asdict(r) for r in plan.reports]
+        return info
 
     def __len__(self) -> int:
         """Steps in the current epoch (the same on every rank)."""
@@ -237,6 +290,30 @@ class PackedDataset(IterableDataset):
             "drop_last": self.drop_last,
             "permutation": PERMUTATION_ALGORITHM,
             **self.recipe.fingerprint_inputs(),
+            **self._mixture_inputs(),
+        }
+
+    def _mixture_inputs(self) -> dict:
+        if not self.mixture:
+            return {}
+        pools = []
+        for (name, flt, share, cap), inp in zip(self.mixture, self.pool_inputs, strict=True):
+            digest = hashlib.sha256(inp.row_ids.tobytes() + inp.n_tokens.tobytes()).hexdigest()
+            pools.append(
+                {
+                    "name": name,
+                    "filter": flt,
+                    "share": share,
+                    "max_passes": cap,
+                    "rows": digest[:16],
+                }
+            )
+        return {
+            "mixture": {
+                "pools": pools,
+                "budget_tokens": self.budget_tokens,
+                "algorithm": MIXTURE_ALGORITHM,
+            }
         }
 
     def state_dict(self) -> dict:
@@ -272,9 +349,15 @@ class PackedDataset(IterableDataset):
         pos = np.searchsorted(self.inputs.row_ids, spans.row_id)
         rowids = self.inputs.rowids[pos]
         tokens, offsets = self.reader.gather(spans, starts, stops, rowids, self.seq_len)
-        return spans, tokens, offsets
+        pools = None
+        if self.mixture:
+            pools = np.full(len(blocks), -1, dtype=np.int64)
+            real = blocks >= 0
+            if real.any():
+                pools[real] = plan.source(blocks[real])[0]
+        return spans, tokens, offsets, pools
 
-    def _pack(self, spans, tokens, offsets) -> dict[str, Any]:  # noqa: ANN001
+    def _pack(self, spans, tokens, offsets, pools=None) -> dict[str, Any]:  # noqa: ANN001
         started = time.perf_counter()
         packed = pack_blocks(
             spans,
@@ -298,6 +381,8 @@ class PackedDataset(IterableDataset):
         }
         if packed.context is not None:
             batch["context"] = torch.from_numpy(packed.context)  # (n, 2) context-only tokens
+        if pools is not None:
+            batch["block_pool"] = torch.from_numpy(pools)  # (B,) mixture pool of each block
         s = self.stats
         s.pack_seconds += time.perf_counter() - started
         s.rows_packed += len(spans)
@@ -318,10 +403,10 @@ class PackedDataset(IterableDataset):
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenloom-read") as pool:
             ahead = [pool.submit(self._build, plan, s) for s in steps[:2]]
             for i, step in enumerate(steps):
-                spans, tokens, offsets = ahead[i].result()
+                spans, tokens, offsets, pools = ahead[i].result()
                 if i + 2 < len(steps):
                     ahead.append(pool.submit(self._build, plan, steps[i + 2]))
-                batch = self._pack(spans, tokens, offsets)
+                batch = self._pack(spans, tokens, offsets, pools)
                 r = self.reader
                 self.stats.rows_read, self.stats.bytes_read = r.rows_read, r.bytes_read
                 self.stats.read_seconds = r.read_seconds
@@ -340,56 +425,35 @@ class PackedDataset(IterableDataset):
                 yield batch
 
 
-class DataLoader(torch.utils.data.DataLoader):
-    """A torch DataLoader over a :class:`PackedDataset` (``batch_size=None``, spawn workers)
-    whose ``state_dict()`` is the exact cursor of batches delivered to the consumer and whose
-    :attr:`stats` add up the workers' counters and the consumer's wait time."""
+def _parse_mixture(mixture: Mapping[str, Sequence[Any]] | None) -> list[tuple]:
+    """``{name: (filter, share[, max_passes])}`` -> ``[(name, filter, share, max_passes)]``."""
+    if not mixture:
+        return []
+    out = []
+    for name, spec in mixture.items():
+        if isinstance(spec, str) or len(spec) not in (2, 3):
+            raise LoaderError(
+                f"mixture pool {name!r} must be (sql_filter, share) or (sql_filter, share, "
+                f"max_passes), not {spec!r}"
+            )
+        flt, share, *cap = spec
+        out.append((str(name), str(flt), float(share), cap[0] if cap else None))
+    return out
 
-    def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
-        if num_workers > 0:
-            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
-        kwargs.pop("batch_size", None)
-        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
-        ds: PackedDataset = self.dataset  # type: ignore[assignment]
-        if self.num_workers == 0:
-            yield from self._in_process(ds)
-            return
-        total = len(ds)
-        it = super().__iter__()
-        while True:
-            started = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            self.stats.wait_seconds += time.perf_counter() - started
-            meta = batch.pop(_META)
-            self.stats.add(meta["stats"])
-            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
-            if ds._step >= total:
-                ds._epoch, ds._step = meta["epoch"] + 1, 0
-            yield batch
+def _union_inputs(parts: list) -> Any:
+    """One row-id -> stable-row-id map over every pool (a row may sit in several pools)."""
+    from tokenloom.loader.read import PlanInputs
 
-    def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
-        snapshot = ds.stats.copy()
-        it = iter(ds)
-        while True:
-            started = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            self.stats.wait_seconds += time.perf_counter() - started
-            self.stats.add(ds.stats.delta(snapshot))
-            snapshot = ds.stats.copy()
-            yield batch
-
-    def state_dict(self) -> dict:
-        """The cursor of batches delivered to the consumer."""
-        return self.dataset.state_dict()  # type: ignore[attr-defined]
-
-    def load_state_dict(self, state: dict) -> None:
-        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
+    ids = np.concatenate([p.row_ids for p in parts])
+    rowids = np.concatenate([p.rowids for p in parts])
+    counts = np.concatenate([p.n_tokens for p in parts])
+    uniq, first = np.unique(ids, return_index=True)
+    return PlanInputs(
+        version=parts[0].version,
+        row_ids=uniq,
+        n_tokens=counts[first],
+        rowids=rowids[first],
+        null_rows=sum(p.null_rows for p in parts),
+        tokenizer=parts[0].tokenizer,
+    )

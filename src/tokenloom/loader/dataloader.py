@@ -1,0 +1,74 @@
+"""``DataLoader``: a torch DataLoader over a :class:`~tokenloom.loader.dataset.PackedDataset`.
+
+Spawned workers (Lance is not fork-safe), ``batch_size=None`` (the dataset yields whole
+batches), a ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
+:attr:`DataLoader.stats` adding up the workers' counters and the consumer's wait (stall) time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from tokenloom.loader.dataset import _META, PackedDataset
+from tokenloom.loader.stats import LoaderStats
+
+__all__ = ["DataLoader"]
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader over a :class:`PackedDataset` (``batch_size=None``, spawn workers)
+    whose ``state_dict()`` is the exact cursor of batches delivered to the consumer and whose
+    :attr:`stats` add up the workers' counters and the consumer's wait time."""
+
+    def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        if num_workers > 0:
+            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+        kwargs.pop("batch_size", None)
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        ds: PackedDataset = self.dataset  # type: ignore[assignment]
+        if self.num_workers == 0:
+            yield from self._in_process(ds)
+            return
+        total = len(ds)
+        it = super().__iter__()
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.stats.wait_seconds += time.perf_counter() - started
+            meta = batch.pop(_META)
+            self.stats.add(meta["stats"])
+            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
+            if ds._step >= total:
+                ds._epoch, ds._step = meta["epoch"] + 1, 0
+            yield batch
+
+    def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
+        snapshot = ds.stats.copy()
+        it = iter(ds)
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.stats.wait_seconds += time.perf_counter() - started
+            self.stats.add(ds.stats.delta(snapshot))
+            snapshot = ds.stats.copy()
+            yield batch
+
+    def state_dict(self) -> dict:
+        """The cursor of batches delivered to the consumer."""
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
