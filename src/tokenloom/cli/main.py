@@ -34,9 +34,20 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from tokenloom.cli import backfill, bench, corpus, curate, demo, info, ingest, stats, tokenize
+    from tokenloom.cli import (
+        backfill,
+        bench,
+        corpus,
+        curate,
+        demo,
+        info,
+        ingest,
+        ledger,
+        stats,
+        tokenize,
+    )
 
-    for module in (corpus, ingest, info, backfill, stats, bench, demo):
+    for module in (corpus, ingest, info, backfill, stats, ledger, bench, demo):
         cli.add_command(module.command)
     for command in (*curate.commands, *tokenize.commands):
         cli.add_command(command)

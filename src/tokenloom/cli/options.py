@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-__all__ = ["table_option", "json_option", "emit_json"]
+__all__ = ["table_option", "json_option", "emit_json", "loader_options", "build_dataset"]
 
 table_option = click.option(
     "--table",
@@ -27,3 +27,111 @@ def emit_json(obj: Any) -> None:
     """Write ``obj`` as one JSON document on stdout."""
     json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
+
+
+def loader_options(func):  # noqa: ANN001, ANN201 - a click decorator
+    """The PackedDataset options, declared once for every command that builds a loader."""
+    opts = [
+        click.option(
+            "--column", "token_column", default="input_ids", show_default=True, help="Token column."
+        ),
+        click.option("--filter", default=None, metavar="SQL", help="Rows to train on."),
+        click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True),
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            default=8,
+            show_default=True,
+            help="Blocks per step (the global batch).",
+        ),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option(
+            "--version",
+            "table_version",
+            type=int,
+            default=None,
+            help="Pin a table version [default: latest].",
+        ),
+        click.option(
+            "--packing",
+            type=click.Choice(["concat", "best_fit"]),
+            default="concat",
+            show_default=True,
+        ),
+        click.option(
+            "--fit-window",
+            type=click.IntRange(min=1),
+            default=1024,
+            show_default=True,
+            help="Best-fit look-ahead, in documents.",
+        ),
+        click.option(
+            "--long-docs",
+            type=click.Choice(["split", "window"]),
+            default="split",
+            show_default=True,
+        ),
+        click.option(
+            "--window",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Window length for --long-docs window.",
+        ),
+        click.option(
+            "--overlap",
+            type=click.IntRange(min=0),
+            default=0,
+            show_default=True,
+            help="Context-only tokens carried into the next window.",
+        ),
+        click.option(
+            "--mixture",
+            default=None,
+            metavar="JSON|FILE",
+            help='Pools: {"name": ["SQL filter", share, max_passes?], ...}.',
+        ),
+        click.option(
+            "--budget-tokens",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Positions per mixture epoch.",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def build_dataset(table: str, **kw: Any):  # noqa: ANN201 - PackedDataset
+    """A PackedDataset (rank 0 of 1) from :func:`loader_options` values."""
+    import os
+
+    from tokenloom.loader import PackedDataset
+
+    mixture = kw.pop("mixture", None)
+    if mixture:
+        text = open(mixture).read() if os.path.exists(mixture) else mixture
+        try:
+            mixture = json.loads(text)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--mixture") from exc
+    return PackedDataset(
+        table,
+        kw.pop("token_column"),
+        filter=kw.pop("filter"),
+        seq_len=kw.pop("seq_len"),
+        batch_size=kw.pop("batch_size"),
+        seed=kw.pop("seed"),
+        epoch=kw.pop("epoch"),
+        version=kw.pop("table_version"),
+        rank=0,
+        world_size=1,
+        packing=kw.pop("packing"),
+        fit_window=kw.pop("fit_window"),
+        long_docs=kw.pop("long_docs"),
+        window=kw.pop("window"),
+        overlap=kw.pop("overlap"),
+        mixture=mixture,
+        budget_tokens=kw.pop("budget_tokens"),
+    )

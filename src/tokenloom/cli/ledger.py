@@ -1,0 +1,62 @@
+"""``tokenloom ledger``: what a run's steps hold, per pool, computed from the plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tokenloom.cli.options import (
+    build_dataset,
+    emit_json,
+    json_option,
+    loader_options,
+    table_option,
+)
+
+__all__ = ["command"]
+
+
+@click.command(
+    "ledger",
+    epilog="""\b
+Examples:
+  tokenloom ledger --table corpus.lance --seq-len 1024 --batch-size 8
+  tokenloom ledger --table corpus.lance --steps 1000 --packing best_fit --json
+  tokenloom ledger --table corpus.lance --budget-tokens 20000000 --mixture mix.json
+
+\b
+mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
+           "code": ["source = 'python_stdlib'", 0.3, 2]}""",
+)
+@table_option
+@loader_options
+@click.option(
+    "--steps",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Count the first N steps [default: the whole epoch].",
+)
+@json_option
+def command(table: str, steps: int | None, as_json: bool, **loader: Any) -> None:
+    """Per pool: body, separator, padding, loss and overlap positions, documents, passes."""
+    from tokenloom.loader.ledger import ledger
+
+    ds = build_dataset(table, **loader)
+    led = ledger(ds, steps=steps)
+    if as_json:
+        emit_json(led.to_json())
+        return
+    click.echo(f"epoch {led.epoch}, {led.steps:,} steps of {led.global_batch} x {led.seq_len}")
+    head = (
+        f"  {'pool':<12} {'blocks':>9} {'body':>12} {'EOS':>9} {'padding':>10} "
+        f"{'loss':>12} {'overlap':>9} {'docs':>8} {'repeats':>8} {'passes':>6}"
+    )
+    click.echo(head)
+    for p in led.pools:
+        click.echo(
+            f"  {p.name:<12} {p.blocks:>9,} {p.body_tokens:>12,} {p.separator_tokens:>9,} "
+            f"{p.padding_positions:>10,} {p.loss_positions:>12,} {p.overlap_tokens:>9,} "
+            f"{p.unique_documents:>8,} {p.documents_seen_more_than_once:>8,} "
+            f"{p.passes:>6}"
+        )

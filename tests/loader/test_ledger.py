@@ -1,0 +1,78 @@
+"""The ledger, computed from the plan alone, equals what the loader delivers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from tests.conftest import real_paragraphs  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
+from tokenloom.cli.main import cli  # noqa: E402
+from tokenloom.loader import DataLoader, PackedDataset  # noqa: E402
+from tokenloom.loader.ledger import ledger  # noqa: E402
+
+MIX = {"even": ("id % 2 = 0", 0.4), "odd": ("id % 2 = 1", 0.6, 3)}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return token_table(tmp_path_factory.mktemp("ledger"), real_paragraphs(80))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"packing": "best_fit", "fit_window": 8},
+        {"long_docs": "window", "window": 24, "overlap": 8},
+        {"mixture": MIX, "budget_tokens": 50_000},
+    ],
+    ids=["concat", "best_fit", "window", "mixture"],
+)
+def test_ledger_equals_the_loaders_counts(table, options):
+    def ds():
+        return PackedDataset(table, seq_len=32, batch_size=4, seed=5, **options)
+
+    led = ledger(ds())
+    dl = DataLoader(ds())
+    n = sum(1 for _ in dl)
+    t, s = led.total, dl.stats
+    assert led.steps == n
+    assert t["separator_tokens"] == s.eos
+    assert t["padding_positions"] == s.padding
+    assert t["loss_positions"] == s.loss_positions
+    assert t["body_tokens"] + t["overlap_tokens"] == s.tokens
+    if options.get("long_docs") == "window":
+        assert t["overlap_tokens"] > 0
+    if "mixture" in options:
+        odd = next(p for p in led.pools if p.name == "odd")
+        assert odd.passes >= 2 and odd.documents_seen_more_than_once > 0
+    else:
+        assert led.pools[0].unique_documents == 80
+        assert led.pools[0].documents_seen_more_than_once == 0
+
+
+def test_ledger_cli(table):
+    out = CliRunner().invoke(
+        cli,
+        [
+            "ledger",
+            "--table",
+            table,
+            "--seq-len",
+            "32",
+            "--batch-size",
+            "4",
+            "--steps",
+            "10",
+            "--json",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["steps"] == 10 and data["total"]["blocks"] == 40
