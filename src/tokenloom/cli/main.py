@@ -45,9 +45,10 @@ def _register() -> None:
         ledger,
         stats,
         tokenize,
+        verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, bench, demo):
+    for module in (corpus, ingest, info, backfill, stats, ledger, verify, bench, demo):
         cli.add_command(module.command)
     for command in (*curate.commands, *tokenize.commands):
         cli.add_command(command)

@@ -1,0 +1,114 @@
+"""Check 4, loss positions: exactly the intended positions carry a label.
+
+The expected labels are recomputed position by position from the step's stretches, the rows'
+stored ids and the EOS id, without the packer: the position holding token ``t`` of a document of
+``n`` tokens has label ``ids[t + 1]`` when ``t + 1 < n``, the EOS id when ``t + 1 == n`` (even if
+the EOS lies in the next block), and ``-100`` when its target is a context-only token (a later
+window of a long document re-reading the previous window's end) or when the stretch ends a window
+whose next window trains that target. The EOS position and padding have ``-100``. The batch's
+``input_ids`` must hold the EOS id where a document's EOS is.
+
+Then: the batch's ``labels`` equal the expected ones everywhere; the number of expected loss
+positions equals what the loader's ``stats.loss_positions`` counted for those batches; and over
+the whole epoch each target ``1..n`` of each fixed document (``n`` = its EOS) is trained exactly
+once, target 0 never.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from tokenloom.loader.pack import IGNORE_INDEX
+from tokenloom.verify.report import CheckResult
+from tokenloom.verify.sample import Sample, StepBatch
+
+__all__ = ["expected_labels", "check_loss"]
+
+
+def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """The labels the batch should carry, and where its EOS ids should be.
+
+    Returns:
+        ``(labels, eos)``: ``(B, L)`` int64 expected labels and ``(B, L)`` bool EOS positions.
+    """
+    B, L = batch.arrays["input_ids"].shape
+    labels = np.full((B, L), IGNORE_INDEX, dtype=np.int64)
+    eos = np.zeros((B, L), dtype=bool)
+    sp = batch.plan
+    for i in range(len(sp)):
+        blk, pos, s, e = int(sp.block[i]), int(sp.pos[i]), int(sp.tok_start[i]), int(sp.tok_end[i])
+        ids = rows[int(sp.row_id[i])].stored
+        n = len(ids)
+        target = np.arange(s + 1, e + 1)  # (e - s,) token index each position should predict
+        value = np.where(target < n, ids[np.minimum(target, max(n - 1, 0))], eos_id)
+        trained = np.ones(e - s, dtype=bool)
+        if sp.ctx_end is not None:
+            trained &= target >= int(sp.ctx_end[i])  # a context token is never a target
+        if sp.ends_window is not None and bool(sp.ends_window[i]) and e > s:
+            trained[-1] = False  # the next window trains it, with its context
+        labels[blk, pos : pos + e - s] = np.where(trained, value, IGNORE_INDEX)
+        if bool(sp.has_eos[i]):
+            eos[blk, pos + e - s] = True
+    return labels, eos
+
+
+def _fixed_coverage(sample: Sample) -> str | None:
+    """Why some target of a fixed document is not trained exactly once in the epoch (or None)."""
+    for rid in sample.fixed_rows:
+        n = len(sample.rows[rid].stored)
+        count = np.zeros(n + 1, dtype=np.int64)
+        for batch in sample.batches:
+            labels = batch.arrays["labels"]
+            for blk, pos, r, s, e in batch.arrays["spans"].tolist():
+                if r == rid:
+                    trained = labels[blk, pos : pos + e - s] != IGNORE_INDEX
+                    np.add.at(count, np.arange(s + 1, e + 1)[trained], 1)
+        if count[0] or not bool(np.all(count[1:] == 1)):
+            t = int(np.flatnonzero(count[1:] != 1)[0]) + 1 if count[0] == 0 else 0
+            return f"row {rid}: target {t} of {n} is trained {count[t]} times in the epoch"
+    return None
+
+
+def check_loss(sample: Sample) -> CheckResult:
+    """Check 4 (see the module docstring)."""
+    started = time.perf_counter()
+    problem = None
+    expected = counted = 0
+    for batch in sample.batches:
+        want, eos = expected_labels(batch, sample.rows, sample.eos_id)
+        got = batch.arrays["labels"]
+        inp = batch.arrays["input_ids"]
+        expected += int((want != IGNORE_INDEX).sum())
+        counted += batch.loss_positions
+        if not bool(np.all(inp[eos] == sample.eos_id)):
+            b, j = np.argwhere(eos & (inp != sample.eos_id))[0]
+            problem = f"step {batch.step} block {b} position {j}: EOS expected, found {inp[b, j]}"
+            break
+        if not np.array_equal(got, want):
+            b, j = np.argwhere(got != want)[0]
+            problem = (
+                f"step {batch.step} block {b} position {j}: label {got[b, j]}, expected "
+                f"{want[b, j]} ({int((got != want).sum())} labels of the step differ)"
+            )
+            break
+    if problem is None and expected != counted:
+        problem = (
+            f"{expected:,} positions should carry loss but the loader's stats counted {counted:,}"
+        )
+    if problem is None:
+        problem = _fixed_coverage(sample)
+    seconds = time.perf_counter() - started
+    if problem:
+        return CheckResult(name="loss_positions", passed=False, detail=problem, seconds=seconds)
+    return CheckResult(
+        name="loss_positions",
+        passed=True,
+        detail=(
+            f"{expected:,} labelled positions in {len(sample.batches)} steps, each the next token "
+            "of its document or its EOS, -100 elsewhere; equal to the loader's "
+            "stats.loss_positions; every target of the fixed rows trained exactly once"
+        ),
+        seconds=seconds,
+    )

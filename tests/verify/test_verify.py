@@ -1,0 +1,227 @@
+"""``verify`` on real GPT-2 tables: every check passes on a faithful loader, and each check fails
+when the thing it guards is broken (stored ids, provenance, masks, labels, resume)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from tests.conftest import real_paragraphs  # noqa: E402
+from tests.verify.tables import FLIPPED_TOKEN, corrupt_table, gpt2_table  # noqa: E402
+from tokenloom.cli.verify import command  # noqa: E402
+from tokenloom.loader import PackedDataset  # noqa: E402
+from tokenloom.loader.recipe import recipe_spans  # noqa: E402
+from tokenloom.tokenize import load_tokenizer  # noqa: E402
+from tokenloom.verify import CHECKS, VerifyError, verify  # noqa: E402
+from tokenloom.verify.isolation import attention_leak, check_isolation, segment_starts  # noqa: E402
+from tokenloom.verify.loss import check_loss  # noqa: E402
+from tokenloom.verify.sample import (  # noqa: E402
+    LoaderOptions,
+    fixed_rows,
+    read_sample,
+    sample_steps,
+    steps_holding,
+)
+from tokenloom.verify.text import check_text, check_token_ids  # noqa: E402
+
+SMALL = {"seq_len": 64, "batch_size": 4, "steps": 2}  # many blocks, partial sample
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return real_paragraphs(60)
+
+
+@pytest.fixture(scope="module")
+def longest(texts) -> int:
+    tok = load_tokenizer("gpt2")
+    return int(np.argmax([len(tok.encode(t)) for t in texts]))
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory, texts) -> str:
+    return gpt2_table(tmp_path_factory.mktemp("verify"), texts)
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory, texts, longest) -> str:
+    return corrupt_table(tmp_path_factory.mktemp("verify-bad"), texts, row=longest)
+
+
+def _sample(uri: str, **options):
+    return read_sample(uri, LoaderOptions(**options), steps=2)
+
+
+# -- the whole run -----------------------------------------------------------------------------
+
+
+def test_every_check_passes_on_a_faithful_loader(good, longest):
+    report = verify(good, **SMALL)
+    assert [c.name for c in report.checks] == list(CHECKS)
+    assert report.passed, [c.detail for c in report.checks if not c.passed]
+    assert report.fixed_rows[1] == longest
+    assert {0, 1} <= set(report.steps_read) and report.total_steps > 2 * SMALL["steps"]
+    assert report.to_json()["passed"] is True
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"packing": "best_fit", "fit_window": 8},
+        {"long_docs": "window", "window": 48, "overlap": 8, "filter": "id % 3 != 1"},
+    ],
+    ids=["best_fit", "windows"],
+)
+def test_every_check_passes_with_data_recipes(good, options):
+    report = verify(good, **{**SMALL, **options})
+    assert report.passed, [c.detail for c in report.checks if not c.passed]
+
+
+def test_a_flipped_stored_id_fails_token_ids_and_text(bad, longest):
+    report = verify(bad, **SMALL)
+    ids = report.check("token_ids")
+    assert not ids.passed
+    assert ids.detail.startswith(f"row {longest}: stored id ")
+    assert f"at token {FLIPPED_TOKEN} but gpt2 gives" in ids.detail
+    assert "1 of " in ids.detail
+    assert not report.check("text_reconstruction").passed  # the model would read other text
+    assert [c.name for c in report.checks if c.passed] == [
+        "document_isolation",
+        "loss_positions",
+        "resume",
+    ]
+
+
+def test_verify_refuses_what_it_cannot_check(good, tmp_path):
+    with pytest.raises(VerifyError, match="selects no tokens"):
+        verify(good, filter="id < 0")
+    with pytest.raises(VerifyError, match="steps must be"):
+        verify(good, steps=0)
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+
+
+def test_cli_prints_pass_per_check_and_exits_zero(good):
+    result = CliRunner().invoke(command, ["--table", good, "--seq-len", "64", "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith(("PASS", "FAIL"))]
+    assert [ln.split()[:2] for ln in lines] == [["PASS", name] for name in CHECKS]
+    assert "5 of 5 checks passed" in result.output
+
+
+def test_cli_exits_one_on_a_failed_check(bad):
+    runner = CliRunner()
+    result = runner.invoke(command, ["--table", bad, "--seq-len", "64", "--steps", "2"])
+    assert result.exit_code == 1
+    assert "FAIL  token_ids" in result.output
+    assert "verify failed: text_reconstruction, token_ids" in result.stderr
+    result = runner.invoke(command, ["--table", bad, "--seq-len", "64", "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["passed"] is False
+    assert {c["name"]: c["passed"] for c in report["checks"]}["token_ids"] is False
+
+
+# -- each check can fail -----------------------------------------------------------------------
+
+
+def test_text_check_fails_when_a_fixed_document_loses_a_stretch(good):
+    sample = _sample(good, seq_len=64, batch_size=4)
+    long = sample.fixed_rows[1]
+    for batch in sample.batches:  # change one delivered token of the long fixed row
+        spans = batch.arrays["spans"]
+        hit = np.flatnonzero(spans[:, 2] == long)
+        if hit.size:
+            blk, pos = spans[hit[0], :2]
+            batch.arrays["input_ids"][blk, pos] += 1
+            break
+    result = check_text(sample)
+    assert not result.passed and result.detail.startswith(f"row {long}: ")
+    assert check_token_ids(sample).passed  # the stored ids are still right
+
+
+def test_isolation_fails_when_cu_seqlens_merges_two_documents(good):
+    sample = _sample(good, seq_len=64, batch_size=4)
+    batch = next(b for b in sample.batches if np.any(b.arrays["spans"][:, 1] > 0))
+    cu = batch.arrays["cu_seqlens"]
+    inner = [i for i, c in enumerate(cu.tolist()) if c % 64 != 0][0]  # a boundary inside a block
+    batch.arrays["cu_seqlens"] = np.delete(cu, inner)
+    result = check_isolation(sample)
+    assert not result.passed and "cu_seqlens" in result.detail
+
+
+def test_attention_probe_sees_a_leaking_mask():
+    ref = np.array([0] * 5 + [1] * 4 + [-1] * 3)
+    assert attention_leak(ref, ref, [0, 1, -1], seed=0) is None
+    merged = np.where(ref == 1, 0, ref)  # document 1 may attend to document 0
+    assert "changes other documents' outputs" in attention_leak(merged, ref, [0], seed=0)
+    gap = np.array([0] * 5 + [-1] * 3 + [1] * 4)
+    pad_seen = np.where(gap == -1, 1, gap)  # document 1 may attend to the padding before it
+    assert attention_leak(gap, gap, [0, 1, -1], seed=0) is None
+    assert "the padding" in attention_leak(pad_seen, gap, [-1], seed=0)
+
+
+def test_loss_check_fails_on_a_wrong_label_or_a_miscount(good):
+    sample = _sample(good, seq_len=64, batch_size=4)
+    eos_at = np.argwhere(sample.batches[0].arrays["input_ids"] == sample.eos_id)[0]
+    sample.batches[0].arrays["labels"][tuple(eos_at)] = 5  # an EOS predicting the next document
+    result = check_loss(sample)
+    assert not result.passed and "expected -100" in result.detail
+
+    sample = _sample(good, seq_len=64, batch_size=4)
+    object.__setattr__(sample.batches[0], "loss_positions", sample.batches[0].loss_positions + 1)
+    result = check_loss(sample)
+    assert not result.passed and "stats counted" in result.detail
+
+
+def test_resume_check_fails_when_the_state_is_ignored(good, monkeypatch):
+    monkeypatch.setattr(PackedDataset, "load_state_dict", lambda self, state: None)
+    report = verify(good, **SMALL)
+    resume = report.check("resume")
+    assert not resume.passed and "differs from the uninterrupted run" in resume.detail
+
+
+# -- the sample --------------------------------------------------------------------------------
+
+
+def test_sample_steps_and_fixed_rows():
+    assert sample_steps(5, 3, seed=0) == [0, 1, 2, 3, 4]
+    steps = sample_steps(100, 4, seed=7)
+    assert steps[:4] == [0, 1, 2, 3] and len(steps) == 8 and steps == sorted(set(steps))
+    assert steps == sample_steps(100, 4, seed=7) and 4 <= steps[4] <= 96
+    ids, counts = np.array([2, 5, 7, 9]), np.array([0, 3, 9, 3])
+    assert fixed_rows(ids, counts) == [5, 7]
+    assert fixed_rows(ids[:2], np.array([0, 4])) == [5]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"packing": "best_fit", "fit_window": 4},
+        {"long_docs": "window", "window": 24, "overlap": 4},
+    ],
+)
+def test_steps_holding_matches_a_scan_of_every_block(good, options):
+    ds = LoaderOptions(seq_len=32, batch_size=3, **options).dataset(good)
+    plan = ds.plan(0)
+    rows = fixed_rows(ds.inputs.row_ids, ds.inputs.n_tokens)
+    spans = recipe_spans(plan, np.arange(plan.num_blocks))
+    want = sorted({int(b) // 3 for b in spans.blocks[spans.block[np.isin(spans.row_id, rows)]]})
+    assert steps_holding(plan, rows, 3) == want
+
+
+def test_segment_starts_compare_masks():
+    a = np.array([[0, 0, 1, 1, -1], [3, 3, 3, 4, 4]])
+    b = np.array([[7, 7, 2, 2, -1], [0, 0, 0, 9, 9]])  # the same segments, other names
+    assert np.array_equal(segment_starts(a), segment_starts(b))
+    assert np.array_equal(segment_starts(a)[0], [0, 0, 2, 2, -1])
+    c = np.array([[0, 0, 0, 1, -1], [3, 3, 3, 4, 4]])
+    assert not np.array_equal(segment_starts(a), segment_starts(c))
