@@ -24,6 +24,7 @@ from tokenloom.bench.loader_data import (
     EOS_ID,
     Built,
     CorpusSpec,
+    build_lancedb_view,
     build_mds,
     build_parquet,
     build_table,
@@ -32,15 +33,21 @@ from tokenloom.bench.loader_rss import TreeSampler, tree_pids
 
 __all__ = [
     "ALL_LOADERS",
+    "KNOWN_LOADERS",
     "LANCEDB_SWEEP",
     "LoaderBenchConfig",
     "Goal",
     "LoaderBench",
+    "build_inputs",
+    "plan_cases",
+    "run_case",
     "run_loader_bench",
     "format_report",
 ]
 
 ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "long")
+"""The default selection. ``transport`` (opt-in) adds the bench-only numpy-transport prototype."""
+KNOWN_LOADERS = (*ALL_LOADERS, "transport")
 
 LANCEDB_SWEEP: tuple[tuple[tuple[str, object], ...], ...] = (
     # Its defaults (io_queue_depth=4, one transform thread per core) through its own loader.
@@ -80,8 +87,11 @@ class LoaderBenchConfig:
     only: tuple[str, ...] = ALL_LOADERS
     """Loaders to run (``long``: tokenloom on the long-document table)."""
     seq_len: int = 1024
+    """Block length ``L`` of every loader."""
     batch_size: int = 8
+    """Blocks per batch ``B`` of every loader."""
     seed: int = 0
+    """Seed of the corpus (lengths and token ids)."""
     long_docs: int = 40
     """Documents of the long-document table."""
     long_tokens: int = 2_000_000
@@ -95,9 +105,9 @@ class LoaderBenchConfig:
     lancedb_sweep: tuple[tuple[tuple[str, object], ...], ...] = LANCEDB_SWEEP
 
     def __post_init__(self) -> None:
-        bad = sorted(set(self.only) - set(ALL_LOADERS))
+        bad = sorted(set(self.only) - set(KNOWN_LOADERS))
         if bad or not self.only:
-            raise ValueError(f"--only takes some of {','.join(ALL_LOADERS)}; got {self.only!r}")
+            raise ValueError(f"--only takes some of {','.join(KNOWN_LOADERS)}; got {self.only!r}")
         if self.docs < 1 or self.long_docs < 1 or self.long_tokens < 1:
             raise ValueError("docs, long_docs and long_tokens must be >= 1")
         if self.steps is None and self.seconds <= 0:
@@ -191,7 +201,7 @@ class LoaderBench:
                 detail=_pair(long_, ref),
             ),
         ]
-        tl = [r for r in self.results if r.kind == "tokenloom" and r.ok]
+        tl = [r for r in self.results if r.kind == "tokenloom" and r.ok and not r.options]
         worst = max(tl, key=lambda r: r.peak_rss_mb) if tl else None
         out.append(
             Goal(
@@ -228,6 +238,7 @@ class LoaderBench:
 _TL0 = "tokenloom (workers=0)"
 _TL2 = "tokenloom (workers=2)"
 _LONG = "tokenloom long docs (workers=2)"
+_TRANSPORT = "tokenloom, numpy transport prototype (workers=2)"
 _MDS = "MDS pre-packed (workers=2)"
 _PARQUET = "Parquet random row groups (workers=2)"
 
@@ -283,6 +294,16 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
                     label=label, kind="tokenloom", path=paths["table"], workers=workers, **common
                 )
             )
+    if "transport" in config.only:
+        cases.append(
+            CaseSpec(
+                label=_TRANSPORT,
+                kind="tokenloom",
+                path=paths["table"],
+                options=(("transport", "numpy"),),
+                **common,
+            )
+        )
     if "long" in config.only:
         cases.append(CaseSpec(label=_LONG, kind="tokenloom", path=paths["long"], **common))
     if "lancedb" in config.only:
@@ -291,7 +312,7 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
                 CaseSpec(
                     label=_lancedb_label(options),
                     kind="lancedb",
-                    path=paths["table"],
+                    path=paths["lancedb"],
                     options=options,
                     **common,
                 )
@@ -309,9 +330,12 @@ def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[
     corpus, long_corpus = config.corpus, config.long_corpus
     wanted = set(config.only)
     jobs: list[tuple[str, Callable[[], Built]]] = []
-    if wanted & {"tokenloom", "lancedb", "long"}:
+    if wanted & {"tokenloom", "lancedb", "long", "transport"}:
         path = os.path.join(root, corpus.name + ".lance")
         jobs.append(("table", lambda: build_table(path, corpus)))
+    if "lancedb" in wanted:
+        vpath = os.path.join(root, corpus.name + "-lancedb-view.lance")
+        jobs.append(("lancedb", lambda: build_lancedb_view(vpath, path, corpus)))
     if "long" in wanted:
         lpath = os.path.join(root, long_corpus.name + ".lance")
         jobs.append(("long", lambda: build_table(lpath, long_corpus)))
@@ -457,30 +481,28 @@ def format_report(bench: LoaderBench) -> str:
                 f"{name} copy: {b.mbytes:,.0f} MB, built in {b.seconds:.1f}s"
                 f"{' (earlier run, reused)' if b.cached else ''}"
             )
-    head = f"{'loader':<58} {'tok/s':>9} {'ratio':>7} {'1st batch':>9} {'RSS MB':>8} {'PSS MB':>8}"
+    head = f"{'loader':<62} {'tok/s':>9} {'ratio':>7} {'1st batch':>9} {'RSS MB':>8} {'PSS MB':>8}"
     lines += ["", head, "-" * len(head)]
     best = bench.best_lancedb
     for r in bench.results:
         if not r.ok:
-            lines.append(f"{r.label:<58} FAILED: {(r.error or 'no batches').splitlines()[0]}")
+            lines.append(f"{r.label:<62} FAILED: {(r.error or 'no batches').splitlines()[0]}")
             continue
         ratio = bench.ratio(r)
         mark = " *" if r is best else ""
         lines.append(
-            f"{(r.label + mark):<58} {r.tokens_per_s / 1e6:>8.2f}M {_fmt_ratio(ratio):>7} "
+            f"{(r.label + mark):<62} {r.tokens_per_s / 1e6:>8.2f}M {_fmt_ratio(ratio):>7} "
             f"{r.first_batch_s:>8.2f}s {r.peak_rss_mb:>8,.0f} "
             f"{(f'{r.peak_pss_mb:,.0f}' if r.peak_pss_mb is not None else 'n/a'):>8}"
         )
     lines.append("ratio = tokenloom (workers=2) tok/s / this loader's; * = best LanceDB setting")
     lines += ["", "goals:"]
     for g in bench.goals():
-        value = "n/a" if g.value is None else f"{g.value:,.2f}"
-        unit = " MB" if "RSS" in g.name else "x"
-        target = f"{'>=' if g.higher_is_better else '<='} {g.target:g}{unit.strip() or 'x'}"
-        lines.append(
-            f"  {g.status:<4} {g.name}: {value}{unit if g.value is not None else ''} "
-            f"(target {target}) - {g.detail}"
-        )
+        rss = "RSS" in g.name
+        unit = " MB" if rss else "x"
+        value = "n/a" if g.value is None else f"{g.value:,.0f}{unit}" if rss else f"{g.value:.2f}x"
+        target = f"{'>=' if g.higher_is_better else '<='} {g.target:,g}{unit}"
+        lines.append(f"  {g.status:<4} {g.name}: {value} (target {target}); {g.detail}")
     for r in bench.results:
         if r.ok and r.notes:
             lines.append(f"  [{r.label}] {r.notes}")

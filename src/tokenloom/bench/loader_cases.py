@@ -102,8 +102,16 @@ def _spawn(workers: int) -> dict:
 
 
 def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
-    """tokenloom's ``PackedDataset`` + ``DataLoader`` (epochs follow one another)."""
-    from tokenloom.loader import DataLoader, PackedDataset
+    """tokenloom's ``PackedDataset`` + ``DataLoader`` (epochs follow one another).
+
+    With ``options=(("transport", "numpy"),)`` the bench-only prototype of
+    :mod:`~tokenloom.bench.loader_transport` is measured instead.
+    """
+    if spec.option("transport") == "numpy":
+        from tokenloom.bench.loader_transport import NumpyTransportDataset as PackedDataset
+        from tokenloom.bench.loader_transport import NumpyTransportLoader as DataLoader
+    else:
+        from tokenloom.loader import DataLoader, PackedDataset
 
     ds = PackedDataset(
         spec.path,
@@ -135,7 +143,12 @@ def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
 
 def lancedb_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     """``lancedb.streaming.StreamingDataset`` in its packed mode, through its own
-    ``StreamingDataLoader`` (``loader="own"``) or a plain torch ``DataLoader``."""
+    ``StreamingDataLoader`` (``loader="own"``) or a plain torch ``DataLoader``.
+
+    ``spec.path`` is the metadata-free shallow clone of the table
+    (:func:`~tokenloom.bench.loader_data.build_lancedb_view`): lancedb 0.40.0 panics on the
+    tokenloom table itself.
+    """
     import os
 
     import lancedb

@@ -7,6 +7,8 @@ id. The same documents are written as
 * a tokenloom table (base columns + ``input_ids`` list<uint16> + ``n_tokens``),
 * a Parquet file with row groups of ~1k rows (the random-access baseline),
 * a pre-packed, pre-shuffled MosaicML MDS copy (blocks of ``seq_len`` tokens),
+* a shallow clone of the table without schema metadata, for LanceDB (see
+  :func:`build_lancedb_view`),
 
 and a second table of a few multi-million-token documents tests the long-document path. Builds
 are cached under the work dir; a ``.done.json`` marker written last makes a killed build rerun.
@@ -36,6 +38,7 @@ __all__ = [
     "build_table",
     "build_parquet",
     "build_mds",
+    "build_lancedb_view",
 ]
 
 VOCAB_SIZE = 50257
@@ -171,6 +174,7 @@ def _cached(
     if os.path.exists(marker) and os.path.exists(path) and not rebuild:
         with open(marker) as f:
             meta = json.load(f)
+        meta.pop("spec", None)
         return Built(path=path, cached=True, **meta)
     for stale in (marker, path):
         if os.path.isdir(stale):
@@ -326,5 +330,26 @@ def build_mds(path: str, spec: CorpusSpec, *, seq_len: int, rebuild: bool = Fals
                 blocks += n
                 carry = stream[n * seq_len :]
         return spec.docs, blocks * seq_len  # positions stored, EOS included
+
+    return _cached(path, spec, build, rebuild=rebuild)
+
+
+def build_lancedb_view(path: str, table: str, spec: CorpusSpec, *, rebuild: bool = False) -> Built:
+    """A shallow clone of ``table`` (same data files, nothing copied) without schema metadata.
+
+    lancedb 0.40.0's permutation builder, which ``lancedb.streaming.StreamingDataset`` runs in
+    its constructor, panics on any table whose Arrow schema carries metadata ("target schema is
+    not superset of current schema", rust/lancedb/src/dataloader/permutation/builder.rs:230),
+    and every tokenloom table records ``tokenloom.schema_version`` there. The clone reads the
+    very same data files, so LanceDB is measured on the same bytes.
+    """
+
+    def build(out: str) -> tuple[int, int]:
+        import lance
+
+        source = lance.dataset(table)
+        clone = source.shallow_clone(out, source.version)
+        clone.update_schema_metadata({}, replace=True)
+        return clone.count_rows(), int(doc_lengths(spec).sum())
 
     return _cached(path, spec, build, rebuild=rebuild)

@@ -159,3 +159,75 @@ def tokenize_bench(spec: str, workers: int, repeats: int, as_json: bool) -> None
         f"dedup, {dedup['docs']:,} docs: exact {dedup['exact_docs_s']:,} docs/s, "
         f"near {dedup['near_docs_s']:,} docs/s"
     )
+
+
+@command.command(
+    "loader",
+    epilog="""\b
+Examples:
+  tokenloom bench loader                              # 400k docs, 20 s per loader (~10 min)
+  tokenloom bench loader --docs 50000 --seconds 5     # a quick look
+  tokenloom bench loader --only tokenloom,parquet --json
+  tokenloom bench loader --only tokenloom,transport   # + the numpy-transport prototype
+The corpus and its copies are built once under --workdir and reused.""",
+)
+@click.option(
+    "--docs",
+    default=400_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Documents of the synthetic corpus (lognormal lengths, median 450 / mean 800 tokens).",
+)
+@click.option(
+    "--seconds",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Measuring budget per loader, after its first batch.",
+)
+@click.option(
+    "--steps",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Measure this many batches per loader instead of --seconds.",
+)
+@click.option(
+    "--workdir",
+    default="~/.cache/tokenloom/bench-loader",
+    show_default=True,
+    metavar="DIR",
+    help="Where the corpus, its Parquet/MDS copies and the long-document table are cached.",
+)
+@click.option(
+    "--only",
+    default="tokenloom,lancedb,mds,parquet,long",
+    show_default=True,
+    metavar="LIST",
+    help="Comma-separated loaders: tokenloom, lancedb, mds, parquet, long, transport.",
+)
+@json_option
+def loader_bench(
+    docs: int, seconds: float, steps: int | None, workdir: str, only: str, as_json: bool
+) -> None:
+    """Loader tokens/s next to LanceDB, pre-packed MDS and Parquet, as ratios, with goals."""
+    from tokenloom.bench.loader import (
+        KNOWN_LOADERS,
+        LoaderBenchConfig,
+        format_report,
+        run_loader_bench,
+    )
+
+    names = tuple(n.strip() for n in only.split(",") if n.strip())
+    unknown = sorted(set(names) - set(KNOWN_LOADERS))
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown loader(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {','.join(KNOWN_LOADERS)}",
+            param_hint="--only",
+        )
+    config = LoaderBenchConfig(docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names)
+    bench = run_loader_bench(config, log=lambda msg: click.echo(msg, err=True))
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(format_report(bench))

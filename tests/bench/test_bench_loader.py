@@ -1,0 +1,81 @@
+"""Smoke test of ``tokenloom bench loader``: the result's structure on a tiny corpus, not timing.
+
+Benchmarks print ratios measured side by side; they are never timed assertions in the suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from tokenloom.bench.loader import (  # noqa: E402
+    LoaderBenchConfig,
+    format_report,
+    run_loader_bench,
+)
+
+
+def test_loader_bench_smoke(tmp_path):
+    """tokenloom (workers 2 and 0) and Parquet on 2,000 docs: every number is positive."""
+    config = LoaderBenchConfig(
+        docs=2000, steps=4, workdir=str(tmp_path), only=("tokenloom", "parquet"), isolate=False
+    )
+    bench = run_loader_bench(config)
+
+    assert [r.label for r in bench.results] == [
+        "tokenloom (workers=2)",
+        "tokenloom (workers=0)",
+        "Parquet random row groups (workers=2)",
+    ]
+    for r in bench.results:
+        assert r.error is None, r.error
+        assert r.steps == 4
+        assert r.tokens == 4 * 8 * 1024
+        assert r.tokens_per_s > 0 and r.first_batch_s > 0
+        assert r.peak_rss_mb > 0 and r.processes >= 1
+    assert bench.builds["table"].docs == 2000 and bench.builds["parquet"].docs == 2000
+    assert bench.builds["table"].tokens == bench.builds["parquet"].tokens > 0
+
+    goals = {g.name: g for g in bench.goals()}
+    assert goals["peak RSS <= 1 GB (tokenloom, process + workers)"].value > 0
+    not_run = [g for g in goals.values() if "RSS" not in g.name]
+    assert all(g.value is None and g.status == "n/a" for g in not_run)
+
+    doc = json.loads(json.dumps(bench.to_json()))
+    assert doc["reference"] == "tokenloom (workers=2)"
+    assert [r["ratio_vs_reference"] > 0 for r in doc["results"]] == [True] * 3
+    assert "tokenloom (workers=2)" in format_report(bench)
+
+    # The second run reuses the cached corpus instead of rebuilding it.
+    again = run_loader_bench(dataclasses.replace(config, only=("parquet",)))
+    assert again.builds["parquet"].cached
+
+
+def test_cli_rejects_an_unknown_loader():
+    from tokenloom.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["bench", "loader", "--only", "tokenloom,ray"])
+    assert result.exit_code == 2
+    assert "unknown loader(s) ray" in result.output
+
+
+@pytest.mark.slow
+def test_numpy_transport_prototype_delivers_the_same_batches(tmp_path):
+    """The bench-only transport prototype changes how batches travel, not what they hold."""
+    from tokenloom.bench.loader_data import CorpusSpec, build_table
+    from tokenloom.bench.loader_transport import NumpyTransportDataset, NumpyTransportLoader
+    from tokenloom.loader import DataLoader, PackedDataset
+
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=300)).path
+    real = DataLoader(PackedDataset(uri, seq_len=256, batch_size=4), num_workers=2)
+    proto = NumpyTransportLoader(NumpyTransportDataset(uri, seq_len=256, batch_size=4), 2)
+    for a, b in zip(real, proto, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            assert type(value) is type(b[key])
+            assert (value == b[key]).all() if hasattr(value, "shape") else value == b[key]
