@@ -13,10 +13,16 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.dataset import _META, PackedDataset
+from tokenloom.loader.dataset import _META, PackedDataset, as_tensors
+from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
 
 __all__ = ["DataLoader"]
+
+
+def _keep(batch: Any) -> Any:
+    """collate_fn of the workers: the batch as built (numpy arrays pickle in one message)."""
+    return batch
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -25,8 +31,15 @@ class DataLoader(torch.utils.data.DataLoader):
     :attr:`stats` add up the workers' counters and the consumer's wait time."""
 
     def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        if kwargs.get("persistent_workers"):
+            raise LoaderError(
+                "persistent_workers=True would replay the epoch the workers were started in "
+                "(their copy of the dataset never hears of set_epoch); leave it off — workers "
+                "restart each epoch, and the plan is rebuilt from stored counts in milliseconds"
+            )
         if num_workers > 0:
             kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+            kwargs.setdefault("collate_fn", _keep)  # workers send numpy; tensors made here
         kwargs.pop("batch_size", None)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
@@ -50,7 +63,7 @@ class DataLoader(torch.utils.data.DataLoader):
             ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
             if ds._step >= total:
                 ds._epoch, ds._step = meta["epoch"] + 1, 0
-            yield batch
+            yield as_tensors(batch)
 
     def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
         snapshot = ds.stats.copy()

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import os
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,8 +32,9 @@ from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
 
-__all__ = ["PackedDataset"]
+__all__ = ["PackedDataset", "as_tensors"]
 
+_READ_GROUP = 8  # steps whose rows are fetched in one take: one call per 8 steps, not per step
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
 
 
@@ -335,7 +337,8 @@ class PackedDataset(IterableDataset):
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def _build(self, plan: EpochPlan, step: int) -> tuple:
+    def _layout(self, plan: EpochPlan, step: int) -> tuple:
+        """A step's spans, token ranges and the stable row ids to read (no I/O)."""
         blocks = step_blocks(
             step,
             rank=self.rank,
@@ -346,16 +349,29 @@ class PackedDataset(IterableDataset):
         )
         spans = recipe_spans(plan, blocks)
         starts, stops = token_ranges(spans, lookahead=self.lookahead)
-        pos = np.searchsorted(self.inputs.row_ids, spans.row_id)
-        rowids = self.inputs.rowids[pos]
-        tokens, offsets = self.reader.gather(spans, starts, stops, rowids, self.seq_len)
+        rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
         pools = None
         if self.mixture:
             pools = np.full(len(blocks), -1, dtype=np.int64)
             real = blocks >= 0
             if real.any():
                 pools[real] = plan.source(blocks[real])[0]
-        return spans, tokens, offsets, pools
+        return spans, starts, stops, rowids, pools
+
+    def _build_group(self, plan: EpochPlan, steps: list[int]) -> list[tuple]:
+        """Several steps' batches with ONE read of all their rows (small reads are slow)."""
+        layouts = [self._layout(plan, s) for s in steps]
+        wanted = [lay for lay in layouts if len(lay[0])]
+        docs = None
+        if wanted:
+            rowids = np.concatenate([lay[3] for lay in wanted])
+            lens = np.concatenate([lay[0].doc_len for lay in wanted])
+            docs = self.reader.read(rowids, lens, self.seq_len)
+        out = []
+        for spans, starts, stops, rowids, pools in layouts:
+            tokens, offsets = self.reader.gather(spans, starts, stops, rowids, self.seq_len, docs)
+            out.append((spans, tokens, offsets, pools))
+        return out
 
     def _pack(self, spans, tokens, offsets, pools=None) -> dict[str, Any]:  # noqa: ANN001
         started = time.perf_counter()
@@ -369,20 +385,20 @@ class PackedDataset(IterableDataset):
             pad_id=self.pad_id,
             lookahead=self.lookahead,
         )
-        batch = {
-            "input_ids": torch.from_numpy(packed.input_ids),
-            "labels": torch.from_numpy(packed.labels),
-            "position_ids": torch.from_numpy(packed.position_ids),
-            "doc_ids": torch.from_numpy(packed.doc_ids),
-            "cu_seqlens": torch.from_numpy(packed.cu_seqlens),
+        batch: dict[str, Any] = {
+            "input_ids": packed.input_ids,
+            "labels": packed.labels,
+            "position_ids": packed.position_ids,
+            "doc_ids": packed.doc_ids,
+            "cu_seqlens": packed.cu_seqlens,
             "max_seqlen": int(packed.max_seqlen),
-            "continues": torch.from_numpy(packed.continues),
-            "spans": torch.from_numpy(packed.spans),
+            "continues": packed.continues,
+            "spans": packed.spans,
         }
         if packed.context is not None:
-            batch["context"] = torch.from_numpy(packed.context)  # (n, 2) context-only tokens
+            batch["context"] = packed.context  # (n, 2) context-only token range of each stretch
         if pools is not None:
-            batch["block_pool"] = torch.from_numpy(pools)  # (B,) mixture pool of each block
+            batch["block_pool"] = pools  # (B,) mixture pool of each block
         s = self.stats
         s.pack_seconds += time.perf_counter() - started
         s.rows_packed += len(spans)
@@ -400,12 +416,18 @@ class PackedDataset(IterableDataset):
         total = len(self)
         steps = list(range(first + wid, total, workers))
         snapshot = self.stats.copy()
+        groups = [steps[i : i + _READ_GROUP] for i in range(0, len(steps), _READ_GROUP)]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenloom-read") as pool:
-            ahead = [pool.submit(self._build, plan, s) for s in steps[:2]]
-            for i, step in enumerate(steps):
-                spans, tokens, offsets, pools = ahead[i].result()
-                if i + 2 < len(steps):
-                    ahead.append(pool.submit(self._build, plan, steps[i + 2]))
+            ahead = deque(pool.submit(self._build_group, plan, g) for g in groups[:2])
+            built: deque = deque()
+            next_group = 2
+            for step in steps:
+                if not built:
+                    built.extend(ahead.popleft().result())
+                    if next_group < len(groups):
+                        ahead.append(pool.submit(self._build_group, plan, groups[next_group]))
+                        next_group += 1
+                spans, tokens, offsets, pools = built.popleft()
                 batch = self._pack(spans, tokens, offsets, pools)
                 r = self.reader
                 self.stats.rows_read, self.stats.bytes_read = r.rows_read, r.bytes_read
@@ -418,11 +440,17 @@ class PackedDataset(IterableDataset):
                         "stats": self.stats.delta(snapshot),
                     }
                     snapshot = self.stats.copy()
-                else:
-                    self._step = step + 1
-                    if self._step >= total:
-                        self._epoch, self._step = epoch + 1, 0
-                yield batch
+                    yield batch  # numpy: one pickle to the main process, not one fd per tensor
+                    continue
+                self._step = step + 1
+                if self._step >= total:
+                    self._epoch, self._step = epoch + 1, 0
+                yield as_tensors(batch)
+
+
+def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch's numpy arrays as torch tensors (zero-copy)."""
+    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
 
 def _parse_mixture(mixture: Mapping[str, Sequence[Any]] | None) -> list[tuple]:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import lance
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
@@ -172,16 +171,27 @@ class TokenReader:
             self._cached -= len(old)
 
     def gather(
-        self, spans: Spans, starts: np.ndarray, stops: np.ndarray, rowids: np.ndarray, seq_len: int
+        self,
+        spans: Spans,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        rowids: np.ndarray,
+        seq_len: int,
+        docs: dict[int, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Concatenate, per span, tokens ``[starts[i], stops[i])`` of its row.
+
+        Args:
+            docs: Token arrays already read (by :meth:`read`, for several steps in one call);
+                default: read what this batch needs.
 
         Returns:
             ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes.
         """
         if len(spans) == 0:
             return np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        docs = self.read(rowids, spans.doc_len, seq_len)
+        if docs is None:
+            docs = self.read(rowids, spans.doc_len, seq_len)
         lengths = stops - starts
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -191,7 +201,3 @@ class TokenReader:
             if lengths[i]:
                 tokens[offsets[i] : offsets[i + 1]] = docs[int(rowids[i])][starts[i] : stops[i]]
         return tokens, offsets
-
-
-def as_pa_ids(values: np.ndarray) -> pa.Array:  # pragma: no cover - convenience for tests
-    return pa.array(values)

@@ -7,7 +7,7 @@ them, so totals are exact whatever the number of workers. The consumer adds its 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["LoaderStats"]
 
@@ -51,7 +51,7 @@ class LoaderStats:
         }
 
     def copy(self) -> LoaderStats:
-        return LoaderStats(**asdict(self))
+        return replace(self)
 
     def to_json(self) -> dict:
         return asdict(self)
