@@ -256,3 +256,11 @@ def test_a_huge_document_is_read_once_not_once_per_block(tmp_path):
     # without the long-document cache every step would fetch the 150k-token list again
     assert ds.stats.bytes_read < 2 * column_bytes
     assert ds.stats.tokens == sum(len(t.encode()) for t in [huge, *paras[:10]])
+
+
+def test_persistent_workers_are_refused_with_the_reason(table):
+    from tokenloom.loader.read import LoaderError
+
+    ds = PackedDataset(table, seq_len=L, batch_size=4)
+    with pytest.raises(LoaderError, match="persistent_workers=True would replay"):
+        DataLoader(ds, num_workers=2, persistent_workers=True)
