@@ -45,7 +45,7 @@ __all__ = [
     "format_report",
 ]
 
-ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "long")
+ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "long", "recipes")
 """The default selection. ``transport`` (opt-in) adds the bench-only numpy-transport prototype."""
 KNOWN_LOADERS = (*ALL_LOADERS, "transport")
 
@@ -178,6 +178,7 @@ class LoaderBench:
     def goals(self) -> list[Goal]:
         ref, lancedb = self.reference, self.best_lancedb
         mds, long_ = self.find(_MDS), self.find(_LONG)
+        bestfit, mixture = self.find(_BESTFIT), self.find(_MIXTURE)
         out = [
             Goal(
                 name=">= 10x LanceDB StreamingDataset (best of sweep)",
@@ -192,6 +193,20 @@ class LoaderBench:
                 target=1.2,
                 higher_is_better=True,
                 detail=_pair(ref, mds),
+            ),
+            Goal(
+                name="best-fit packing >= 0.8x concat",
+                value=_div(bestfit, ref),
+                target=0.8,
+                higher_is_better=True,
+                detail=_pair(bestfit, ref),
+            ),
+            Goal(
+                name="70/30 token-quota mixture >= 0.8x concat",
+                value=_div(mixture, ref),
+                target=0.8,
+                higher_is_better=True,
+                detail=_pair(mixture, ref),
             ),
             Goal(
                 name="long documents >= 0.8x normal",
@@ -238,6 +253,8 @@ class LoaderBench:
 _TL0 = "tokenloom (workers=0)"
 _TL2 = "tokenloom (workers=2)"
 _LONG = "tokenloom long docs (workers=2)"
+_BESTFIT = "tokenloom best-fit (workers=2)"
+_MIXTURE = "tokenloom 70/30 mixture (workers=2)"
 _TRANSPORT = "tokenloom, numpy transport prototype (workers=2)"
 _MDS = "MDS pre-packed (workers=2)"
 _PARQUET = "Parquet random row groups (workers=2)"
@@ -306,6 +323,25 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
         )
     if "long" in config.only:
         cases.append(CaseSpec(label=_LONG, kind="tokenloom", path=paths["long"], **common))
+    if "recipes" in config.only:
+        cases.append(
+            CaseSpec(
+                label=_BESTFIT,
+                kind="tokenloom",
+                path=paths["table"],
+                options=(("packing", "best_fit"),),
+                **common,
+            )
+        )
+        cases.append(
+            CaseSpec(
+                label=_MIXTURE,
+                kind="tokenloom",
+                path=paths["table"],
+                options=(("mixture", 330_000_000),),
+                **common,
+            )
+        )
     if "lancedb" in config.only:
         for options in config.lancedb_sweep:
             cases.append(

@@ -113,6 +113,12 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     else:
         from tokenloom.loader import DataLoader, PackedDataset
 
+    recipe: dict[str, Any] = {}
+    if spec.option("packing"):
+        recipe["packing"] = spec.option("packing")
+    if spec.option("mixture"):
+        recipe["mixture"] = {"most": ("id % 10 != 0", 0.7), "tenth": ("id % 10 = 0", 0.3)}
+        recipe["budget_tokens"] = int(spec.option("mixture"))
     ds = PackedDataset(
         spec.path,
         seq_len=spec.seq_len,
@@ -120,6 +126,7 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         seed=0,
         eos_id=spec.eos_id,
         pad_id=spec.pad_id,
+        **recipe,
     )
     dl = DataLoader(ds, num_workers=spec.workers)
     try:
