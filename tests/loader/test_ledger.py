@@ -39,7 +39,7 @@ def test_ledger_equals_the_loaders_counts(table, options):
         return PackedDataset(table, seq_len=32, batch_size=4, seed=5, **options)
 
     led = ledger(ds())
-    dl = DataLoader(ds())
+    dl = DataLoader(ds(), num_workers=2 if "mixture" in options else 0)
     n = sum(1 for _ in dl)
     t, s = led.total, dl.stats
     assert led.steps == n
@@ -50,6 +50,15 @@ def test_ledger_equals_the_loaders_counts(table, options):
     if options.get("long_docs") == "window":
         assert t["overlap_tokens"] > 0
     if "mixture" in options:
+        for p in led.pools:  # the same per-pool numbers at run time
+            run = s.pools[p.name]
+            assert (run["blocks"], run["eos"], run["padding"], run["loss_positions"]) == (
+                p.blocks,
+                p.separator_tokens,
+                p.padding_positions,
+                p.loss_positions,
+            )
+            assert run["tokens"] == p.body_tokens + p.overlap_tokens
         odd = next(p for p in led.pools if p.name == "odd")
         assert odd.passes >= 2 and odd.documents_seen_more_than_once > 0
     else:

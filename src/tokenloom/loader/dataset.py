@@ -400,6 +400,8 @@ class PackedDataset(IterableDataset):
         if pools is not None:
             batch["block_pool"] = pools  # (B,) mixture pool of each block
         s = self.stats
+        if pools is not None:
+            self._count_pools(spans, packed, pools)
         s.pack_seconds += time.perf_counter() - started
         s.rows_packed += len(spans)
         s.tokens += int(packed.real_tokens)
@@ -407,6 +409,27 @@ class PackedDataset(IterableDataset):
         s.padding += int(packed.padding_positions)
         s.loss_positions += int(packed.loss_positions)
         return batch
+
+    def _count_pools(self, spans, packed, pools: np.ndarray) -> None:  # noqa: ANN001
+        """Per-pool counts of a mixture batch (a whole padding block counts on pool 0)."""
+        B = len(pools)
+        owner = np.where(pools >= 0, pools, 0)
+        eos = np.bincount(spans.block, weights=spans.has_eos, minlength=B)
+        real = (packed.doc_ids >= 0).sum(axis=1)
+        loss = (packed.labels != -100).sum(axis=1)
+        pad = (packed.doc_ids == -1).sum(axis=1)
+        for p, (name, *_rest) in enumerate(self.mixture):
+            sel = owner == p
+            if not sel.any():
+                continue
+            c = self.stats.pools.setdefault(
+                name, {"blocks": 0, "tokens": 0, "eos": 0, "padding": 0, "loss_positions": 0}
+            )
+            c["blocks"] += int((pools == p).sum())
+            c["eos"] += int(eos[sel].sum())
+            c["tokens"] += int(real[sel].sum() - eos[sel].sum())
+            c["padding"] += int(pad[sel].sum())
+            c["loss_positions"] += int(loss[sel].sum())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
