@@ -26,6 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.pack import pack_blocks, token_ranges
 from tokenloom.loader.plan import EpochPlan, step_blocks
+from tokenloom.loader.pools import parse_mixture, union_inputs
 from tokenloom.loader.read import LoaderError, TokenReader, count_column_for, scan_plan_inputs
 from tokenloom.loader.recipe import Recipe, plan_recipe_epoch, recipe_epoch_steps, recipe_spans
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
@@ -143,7 +144,7 @@ class PackedDataset(IterableDataset):
             raise LoaderError(f"seq_len and batch_size must be >= 1 ({seq_len}, {batch_size})")
         if not 0 <= self.rank < self.world_size:
             raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
-        self.mixture = _parse_mixture(mixture)
+        self.mixture = parse_mixture(mixture)
         self.budget_tokens = budget_tokens
         if self.mixture:
             self.pool_inputs = [
@@ -155,7 +156,7 @@ class PackedDataset(IterableDataset):
                 )
                 for _name, pf, _share, _cap in self.mixture
             ]
-            self.inputs = _union_inputs(self.pool_inputs)
+            self.inputs = union_inputs(self.pool_inputs)
         else:
             self.pool_inputs = []
             self.inputs = scan_plan_inputs(
@@ -474,37 +475,3 @@ class PackedDataset(IterableDataset):
 def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     """The batch's numpy arrays as torch tensors (zero-copy)."""
     return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
-
-
-def _parse_mixture(mixture: Mapping[str, Sequence[Any]] | None) -> list[tuple]:
-    """``{name: (filter, share[, max_passes])}`` -> ``[(name, filter, share, max_passes)]``."""
-    if not mixture:
-        return []
-    out = []
-    for name, spec in mixture.items():
-        if isinstance(spec, str) or len(spec) not in (2, 3):
-            raise LoaderError(
-                f"mixture pool {name!r} must be (sql_filter, share) or (sql_filter, share, "
-                f"max_passes), not {spec!r}"
-            )
-        flt, share, *cap = spec
-        out.append((str(name), str(flt), float(share), cap[0] if cap else None))
-    return out
-
-
-def _union_inputs(parts: list) -> Any:
-    """One row-id -> stable-row-id map over every pool (a row may sit in several pools)."""
-    from tokenloom.loader.read import PlanInputs
-
-    ids = np.concatenate([p.row_ids for p in parts])
-    rowids = np.concatenate([p.rowids for p in parts])
-    counts = np.concatenate([p.n_tokens for p in parts])
-    uniq, first = np.unique(ids, return_index=True)
-    return PlanInputs(
-        version=parts[0].version,
-        row_ids=uniq,
-        n_tokens=counts[first],
-        rowids=rowids[first],
-        null_rows=sum(p.null_rows for p in parts),
-        tokenizer=parts[0].tokenizer,
-    )
