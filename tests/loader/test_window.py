@@ -90,14 +90,19 @@ def test_worked_windows() -> None:
     assert v.has_eos.tolist() == [False, False, False, True]
     assert v.ctx_end.tolist() == [0, 4, 7, 10]
     assert v.ends_window.tolist() == [True, True, True, False]
-    # Snapping to offered boundaries: cut after token 2 then 5 (each leaves a new token).
-    s = window_docs(np.array([7]), np.array([10]), window=4, overlap=1, cut_points={7: [2, 5]})
+    # Snapping to offered boundaries, only within the window's last eighth (slack W // 8 = 2):
+    # W = 16, O = 2, 40 tokens; boundary 15 is taken, 20 is not (beyond the window), 29 is.
+    s = window_docs(
+        np.array([7]), np.array([40]), window=16, overlap=2, cut_points={7: [5, 15, 20, 29]}
+    )
     assert list(zip(s.tok_start.tolist(), s.tok_end.tolist(), strict=True)) == [
-        (0, 2),
-        (1, 5),
-        (4, 8),
-        (7, 10),
+        (0, 15),
+        (13, 29),
+        (27, 40),
     ]
+    # A boundary too early in the window (5) is not used: it would waste most of the window.
+    early = window_docs(np.array([7]), np.array([40]), window=16, overlap=2, cut_points={7: [5]})
+    assert early.tok_end.tolist()[0] == 16
 
 
 def test_worked_pack_with_context() -> None:

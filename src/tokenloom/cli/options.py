@@ -97,6 +97,11 @@ def loader_options(func):  # noqa: ANN001, ANN201 - a click decorator
             default=None,
             help="Positions per mixture epoch.",
         ),
+        click.option(
+            "--cut-column",
+            default=None,
+            help="With --long-docs window: end windows at these offsets (cut_points).",
+        ),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -134,4 +139,5 @@ def build_dataset(table: str, **kw: Any):  # noqa: ANN201 - PackedDataset
         overlap=kw.pop("overlap"),
         mixture=mixture,
         budget_tokens=kw.pop("budget_tokens"),
+        cut_column=kw.pop("cut_column"),
     )

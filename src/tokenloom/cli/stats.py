@@ -54,13 +54,19 @@ def command(
         emit_json({**stats.to_json(), **({"plot": plot} if plot else {})})
     else:
         p = stats.percentiles
-        click.echo(f"documents {stats.documents:,}   tokens {stats.tokens:,}   "
-                   f"mean {stats.mean:,.0f} tokens/doc")
-        click.echo(f"percentiles  p5 {p.p5:,.0f}  p25 {p.p25:,.0f}  p50 {p.p50:,.0f}  "
-                   f"p75 {p.p75:,.0f}  p95 {p.p95:,.0f}  p99 {p.p99:,.0f}  max {p.max:,}")
+        click.echo(
+            f"documents {stats.documents:,}   tokens {stats.tokens:,}   "
+            f"mean {stats.mean:,.0f} tokens/doc"
+        )
+        click.echo(
+            f"percentiles  p5 {p.p5:,.0f}  p25 {p.p25:,.0f}  p50 {p.p50:,.0f}  "
+            f"p75 {p.p75:,.0f}  p95 {p.p95:,.0f}  p99 {p.p99:,.0f}  max {p.max:,}"
+        )
         for src in stats.by_source:
-            click.echo(f"  {src.source:<24} {src.docs:>9,} docs {src.tokens:>13,} tokens  "
-                       f"pad/truncate keeps {src.kept_tokens / max(src.tokens, 1):6.1%}")
+            click.echo(
+                f"  {src.source:<24} {src.docs:>9,} docs {src.tokens:>13,} tokens  "
+                f"pad/truncate keeps {src.kept_tokens / max(src.tokens, 1):6.1%}"
+            )
         click.echo(stats.summary())
         if plot:
             click.echo(f"histogram: {plot}")

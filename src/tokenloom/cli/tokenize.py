@@ -47,6 +47,11 @@ the column's metadata.""",
     show_default=True,
     help="Rows checked for decode(encode(text)) == text.",
 )
+@click.option(
+    "--boundaries",
+    is_flag=True,
+    help="Also add the line-break offsets (cut_points) that windows may end at.",
+)
 @json_option
 def tokenize(
     table: str,
@@ -55,6 +60,7 @@ def tokenize(
     workers: int | None,
     threads: int,
     roundtrip_sample: int,
+    boundaries: bool,
     as_json: bool,
 ) -> None:
     """Tokenize the text column into token ids and counts (a backfill)."""
@@ -68,8 +74,14 @@ def tokenize(
         threads=threads,
         roundtrip_sample=roundtrip_sample,
     )
+    cuts = None
+    if boundaries:
+        from tokenloom.tokenize.boundaries import add_boundaries, boundaries_column_for
+
+        added = add_boundaries(table, column, workers=workers)
+        cuts = {"column": boundaries_column_for(column), "version": added.version}
     if as_json:
-        emit_json(res.to_json())
+        emit_json({**res.to_json(), **({"boundaries": cuts} if cuts else {})})
         return
     tok = res.tokenizer
     if res.version is None:
@@ -81,6 +93,8 @@ def tokenize(
             f"{res.tokens:,} tokens in the column, {res.bytes_added / 1e6:,.1f} MB added, "
             f"{res.tokens_per_second:,.0f} tokens/s"
         )
+    if cuts:
+        click.echo(f"{cuts['column']}: line-break offsets -> version {cuts['version']}")
     bad = len(res.roundtrip_failures)
     click.echo(
         f"round-trip: {res.roundtrip_checked - bad}/{res.roundtrip_checked} sampled rows "

@@ -27,7 +27,13 @@ from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.pack import pack_blocks, token_ranges
 from tokenloom.loader.plan import EpochPlan, step_blocks
 from tokenloom.loader.pools import parse_mixture, union_inputs
-from tokenloom.loader.read import LoaderError, TokenReader, count_column_for, scan_plan_inputs
+from tokenloom.loader.read import (
+    LoaderError,
+    TokenReader,
+    count_column_for,
+    read_cut_points,
+    scan_plan_inputs,
+)
 from tokenloom.loader.recipe import Recipe, plan_recipe_epoch, recipe_epoch_steps, recipe_spans
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.state import LoaderState
@@ -80,6 +86,9 @@ class PackedDataset(IterableDataset):
             ``max_passes``).
         budget_tokens: Positions (tokens + EOS + padding) in a mixture epoch; default: until
             the first capped pool runs out.
+        cut_column: With ``long_docs="window"``: a column of token offsets where a window may
+            end (``cut_points``, from ``tokenloom tokenize --boundaries``); windows then end at
+            the latest line break within their last eighth.
     """
 
     def __init__(
@@ -109,6 +118,7 @@ class PackedDataset(IterableDataset):
         overlap: int = 0,
         mixture: Mapping[str, Sequence[Any]] | None = None,
         budget_tokens: int | None = None,
+        cut_column: str | None = None,
     ) -> None:
         from tokenloom.table import Table
 
@@ -165,6 +175,14 @@ class PackedDataset(IterableDataset):
                 count_column=self.count_column,
                 filter=filter,
             )
+        self.cut_column = cut_column if self.recipe.long_docs == "window" else None
+        self._cuts = read_cut_points(
+            handle.dataset,
+            self.inputs,
+            self.cut_column,
+            self.recipe.window or self.seq_len,
+            bool(self.mixture),
+        )
         tok = self.inputs.tokenizer
         self.eos_id = eos_id if eos_id is not None else tok.get("eos_id")
         if self.eos_id is None:
@@ -233,6 +251,7 @@ class PackedDataset(IterableDataset):
                     epoch=epoch,
                     seq_len=self.seq_len,
                     recipe=self.recipe,
+                    cut_points=self._cuts,
                 )
             if epoch != self._epoch:
                 return plan
@@ -294,6 +313,7 @@ class PackedDataset(IterableDataset):
             "permutation": PERMUTATION_ALGORITHM,
             **self.recipe.fingerprint_inputs(),
             **self._mixture_inputs(),
+            **({"cut_column": self.cut_column} if self.cut_column else {}),
         }
 
     def _mixture_inputs(self) -> dict:

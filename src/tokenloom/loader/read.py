@@ -13,6 +13,7 @@ import json
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import lance
 import numpy as np
@@ -21,7 +22,14 @@ import pyarrow.compute as pc
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.spans import Spans
 
-__all__ = ["PlanInputs", "TokenReader", "scan_plan_inputs", "count_column_for", "LoaderError"]
+__all__ = [
+    "PlanInputs",
+    "TokenReader",
+    "scan_plan_inputs",
+    "count_column_for",
+    "read_cut_points",
+    "LoaderError",
+]
 
 
 class LoaderError(TokenloomError):
@@ -201,3 +209,26 @@ class TokenReader:
             if lengths[i]:
                 tokens[offsets[i] : offsets[i + 1]] = docs[int(rowids[i])][starts[i] : stops[i]]
         return tokens, offsets
+
+
+def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
+    """Cut points of the rows longer than a window (the only rows that are cut)."""
+    if column is None:
+        return None
+    if mixture:
+        raise LoaderError("cut_column is not supported with mixture= yet; leave one of them out")
+    if column not in ds.schema.names:
+        raise LoaderError(
+            f"no column {column!r}; add it with `tokenloom tokenize --table {ds.uri} "
+            "--tokenizer SPEC --boundaries`"
+        )
+    long = inputs.n_tokens + 1 > window
+    if not long.any():
+        return {}
+    table = ds._take_rows(inputs.rowids[long].tolist(), columns=["id", column])
+    return {
+        int(i): np.asarray(v or [], dtype=np.int64)
+        for i, v in zip(
+            table.column("id").to_pylist(), table.column(column).to_pylist(), strict=True
+        )
+    }

@@ -14,7 +14,8 @@ included) is trained exactly once per epoch. ``W = L, O = 0`` is the "split" pol
 packing uses for documents longer than a block.
 
 **Boundaries.** The planner sees only token counts, never text, so by default windows are cut at
-fixed offsets. :func:`window_docs` takes an optional ``cut_points`` hook: per row id, sorted
+fixed offsets. :func:`window_docs` takes an optional ``cut_points`` hook (a window then ends at
+the latest boundary within its last eighth, else at ``W``): per row id, sorted
 token offsets where a cut is welcome (sentence or paragraph ends, e.g. from a stored column). A
 window then ends at the largest such offset that leaves it at least one new token, else at the
 hard limit. The offsets must be plan inputs (a stored column of the pinned table version), or the
@@ -174,7 +175,9 @@ def window_docs(
         while p - s > W:
             # A cut c ends the window's tokens at c: it must leave a new token (c > s + O).
             hi = np.searchsorted(cuts, s + W, side="right")
-            c = int(cuts[hi - 1]) if hi and cuts[hi - 1] > s + ov else s + W
+            # the latest boundary in the last eighth of the window (a small slack), else cut at W
+            floor = max(s + ov, s + W - max(1, W // 8))
+            c = int(cuts[hi - 1]) if hi and cuts[hi - 1] > floor else s + W
             docs.append(k)
             starts.append(s)
             ends.append(c)
@@ -214,7 +217,8 @@ def naive_window_docs(
             if n + 1 - s <= window:
                 e = n + 1
             else:
-                ok = [c for c in cuts if s + overlap < c <= s + window]
+                floor = max(s + overlap, s + window - max(1, window // 8))
+                ok = [c for c in cuts if floor < c <= s + window]
                 e = max(ok) if ok else s + window
             last = e == n + 1
             ctx = s + overlap if s > 0 else 0
