@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-__all__ = ["table_option", "json_option", "emit_json", "loader_options", "build_dataset"]
+__all__ = [
+    "table_option",
+    "json_option",
+    "emit_json",
+    "loader_options",
+    "build_dataset",
+    "parse_mixture_option",
+]
 
 table_option = click.option(
     "--table",
@@ -108,19 +115,25 @@ def loader_options(func):  # noqa: ANN001, ANN201 - a click decorator
     return func
 
 
+def parse_mixture_option(value: str | None) -> Any:
+    """``--mixture``: inline JSON or the path of a JSON file."""
+    import os
+
+    if not value:
+        return None
+    text = open(value).read() if os.path.exists(value) else value
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--mixture") from exc
+
+
 def build_dataset(table: str, **kw: Any):  # noqa: ANN201 - PackedDataset
     """A PackedDataset (rank 0 of 1) from :func:`loader_options` values."""
-    import os
 
     from tokenloom.loader import PackedDataset
 
-    mixture = kw.pop("mixture", None)
-    if mixture:
-        text = open(mixture).read() if os.path.exists(mixture) else mixture
-        try:
-            mixture = json.loads(text)
-        except ValueError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--mixture") from exc
+    mixture = parse_mixture_option(kw.pop("mixture", None))
     return PackedDataset(
         table,
         kw.pop("token_column"),

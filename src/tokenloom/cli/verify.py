@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, parse_mixture_option, table_option
 
 __all__ = ["command"]
 
@@ -66,6 +66,20 @@ Examples:
     metavar="K",
     help="Steps per sample, and steps read before the resume check saves its state.",
 )
+@click.option(
+    "--mixture",
+    default=None,
+    metavar="JSON|FILE",
+    help='Pools: {"name": ["SQL filter", share, max_passes?], ...}.',
+)
+@click.option(
+    "--budget-tokens", type=click.IntRange(min=1), default=None, help="Positions per mixture epoch."
+)
+@click.option(
+    "--cut-column",
+    default=None,
+    help="With --long-docs window: end windows at these offsets (cut_points).",
+)
 @json_option
 def command(
     table: str,
@@ -80,6 +94,9 @@ def command(
     window: int | None,
     overlap: int,
     k: int,
+    mixture: str | None,
+    budget_tokens: int | None,
+    cut_column: str | None,
     as_json: bool,
 ) -> None:
     """Check the loader's batches against the table before a long training job."""
@@ -98,6 +115,9 @@ def command(
         window=window,
         overlap=overlap,
         steps=k,
+        cut_column=cut_column,
+        mixture=parse_mixture_option(mixture),
+        budget_tokens=budget_tokens,
     )
     if as_json:
         emit_json(report.to_json())

@@ -65,9 +65,14 @@ def _fixed_coverage(sample: Sample) -> str | None:
                 if r == rid:
                     trained = labels[blk, pos : pos + e - s] != IGNORE_INDEX
                     np.add.at(count, np.arange(s + 1, e + 1)[trained], 1)
-        if count[0] or not bool(np.all(count[1:] == 1)):
-            t = int(np.flatnonzero(count[1:] != 1)[0]) + 1 if count[0] == 0 else 0
-            return f"row {rid}: target {t} of {n} is trained {count[t]} times in the epoch"
+        # once per visit: a mixture pool that repeats delivers the document once per pass
+        visits = max(int(count[1]), 1) if n else 1
+        if count[0] or not bool(np.all(count[1:] == visits)):
+            t = int(np.flatnonzero(count[1:] != visits)[0]) + 1 if count[0] == 0 else 0
+            return (
+                f"row {rid}: target {t} of {n} is trained {count[t]} times in the epoch "
+                f"(target 1: {visits})"
+            )
     return None
 
 
@@ -108,7 +113,7 @@ def check_loss(sample: Sample) -> CheckResult:
         detail=(
             f"{expected:,} labelled positions in {len(sample.batches)} steps, each the next token "
             "of its document or its EOS, -100 elsewhere; equal to the loader's "
-            "stats.loss_positions; every target of the fixed rows trained exactly once"
+            "stats.loss_positions; every target of the fixed rows trained exactly once per visit"
         ),
         seconds=seconds,
     )

@@ -47,6 +47,9 @@ def verify(
     window: int | None = None,
     overlap: int = 0,
     steps: int = 8,
+    cut_column: str | None = None,
+    mixture: Any = None,
+    budget_tokens: int | None = None,
 ) -> VerifyReport:
     """Check a loader configuration on real batches of its epoch 0.
 
@@ -94,6 +97,9 @@ def verify(
         long_docs=long_docs,
         window=window,
         overlap=overlap,
+        cut_column=cut_column,
+        mixture=mixture,
+        budget_tokens=budget_tokens,
     )
     sample = read_sample(table, options, steps=steps)
     checks = [

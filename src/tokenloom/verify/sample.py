@@ -63,6 +63,12 @@ class LoaderOptions:
     """Window length for ``long_docs="window"``."""
     overlap: int = 0
     """Context tokens repeated at the start of each later window."""
+    cut_column: str | None = None
+    """Window boundaries column (``cut_points``) for ``long_docs="window"``."""
+    mixture: Any = None
+    """Token-quota pools ``{name: (sql_filter, share[, max_passes])}``."""
+    budget_tokens: int | None = None
+    """Positions of a mixture epoch."""
 
     def dataset(self, table: Any, *, version: int | None = None) -> Any:
         """A fresh :class:`~tokenloom.loader.PackedDataset` with these options (rank 0 of 1)."""
@@ -83,6 +89,9 @@ class LoaderOptions:
             long_docs=self.long_docs,
             window=self.window,
             overlap=self.overlap,
+            cut_column=self.cut_column,
+            mixture=self.mixture,
+            budget_tokens=self.budget_tokens,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -65,6 +65,18 @@ def _first_diff(a: np.ndarray | str, b: np.ndarray | str) -> int:
     return int(diff[0]) if diff.size else n
 
 
+def _visits(parts: list[Stretch]) -> list[list[Stretch]]:
+    """Split a document's stretches into visits, in stream order: a mixture pool that repeats
+    delivers the document once per pass, each visit starting again at token 0."""
+    ordered = sorted(parts, key=lambda p: (p.step, p.block, p.pos))
+    out: list[list[Stretch]] = []
+    for p in ordered:
+        if p.start == 0 or not out:
+            out.append([])
+        out[-1].append(p)
+    return out
+
+
 def _rebuild(rid: int, parts: list[Stretch], sample: Sample) -> str | None:
     """Why the fixed document ``rid`` does not come back exactly from its stretches (or None)."""
     row = sample.rows[rid]
@@ -128,7 +140,12 @@ def check_text(sample: Sample) -> CheckResult:
                     f"{g[:40]!r}… but a fresh tokenization gives {w[:40]!r}…"
                 )
     n_stretch = len(items)
-    problems = [p for rid, parts in fixed.items() if (p := _rebuild(rid, parts, sample))]
+    problems = [
+        p
+        for rid, parts in fixed.items()
+        for visit in _visits(parts)
+        if (p := _rebuild(rid, visit, sample))
+    ]
     blocks = sum(len({(st.step, st.block) for st in parts}) for parts in fixed.values())
     seconds = time.perf_counter() - started
     if problems or bad:
