@@ -1,0 +1,174 @@
+"""GPT-2 with document-isolated attention, built from the loader's batch contract.
+
+A packed block holds several documents. ``doc_ids`` (segment index per position, -1 on padding)
+and ``position_ids`` (restarting at each document) are all the model needs: attention is causal
+*and* block-diagonal over segments, so no token attends across a document boundary, and learned
+positions restart per document. ``attention="causal"`` keeps plain causal attention over the whole
+block, for comparison. Shapes are noted as ``(B, T, C)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["GPTConfig", "PRESETS", "GPT", "document_mask"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPTConfig:
+    """Model size; see :data:`PRESETS`."""
+
+    vocab_size: int = 50257
+    """Token ids must be below this (GPT-2's BPE: 50,257)."""
+    block_size: int = 1024
+    """Largest position id + 1 (the loader's ``seq_len`` at most)."""
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd {self.n_embd} must be a multiple of n_head {self.n_head}")
+
+
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 4, "n_head": 4, "n_embd": 128},  # trains usefully on 2 CPU cores
+    "small": {"n_layer": 12, "n_head": 12, "n_embd": 768},  # GPT-2 124M
+    "medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024},  # GPT-2 350M
+}
+
+
+def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """``(B, 1, T, T)`` bool: position i may attend to j iff j <= i and both are in the same
+    document. Padding (doc id -1) attends only to itself, so no attention row is empty."""
+    B, T = doc_ids.shape
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, T, T)
+    eye = torch.eye(T, dtype=torch.bool, device=doc_ids.device)
+    pad = (doc_ids < 0)[:, :, None]
+    allowed = causal & same & ~pad | (pad & eye)
+    return allowed[:, None, :, :]
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # fused q, k, v
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(  # (B, nh, T, hs)
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias),
+            nn.GELU(approximate="tanh"),
+            nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias),
+            nn.Dropout(cfg.dropout),
+        )
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """GPT-2: learned positions, pre-LayerNorm blocks, tied input/output embeddings."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: int) -> GPT:
+        """``tiny``, ``small`` (124M) or ``medium`` (350M), with overrides (e.g. vocab_size)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown model {name!r}; one of {', '.join(PRESETS)}")
+        return cls(GPTConfig(**{**PRESETS[name], **overrides}))
+
+    def num_params(self) -> int:
+        """Parameters, the tied embedding counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        doc_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        attention: str = "document",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits ``(B, T, V)`` and, with ``labels``, the mean loss over labels != -100.
+
+        Args:
+            attention: ``"document"`` (needs ``doc_ids``): causal within each document only;
+                ``"causal"``: plain causal attention over the whole block.
+        """
+        B, T = input_ids.shape  # (B, T)
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        if attention == "document":
+            if doc_ids is None:
+                raise ValueError("attention='document' needs the batch's doc_ids")
+            mask = document_mask(doc_ids)
+        elif attention == "causal":
+            mask = None
+        else:
+            raise ValueError(f"attention must be 'document' or 'causal', not {attention!r}")
+        x = self.drop(self.wte(input_ids) + self.wpe(position_ids))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, mask)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(
+                logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100
+            )
+        return logits, loss
