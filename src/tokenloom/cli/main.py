@@ -50,7 +50,9 @@ def _register() -> None:
 
     for module in (corpus, ingest, info, backfill, stats, ledger, verify, bench, demo):
         cli.add_command(module.command)
-    for command in (*curate.commands, *tokenize.commands):
+    from tokenloom.cli import train as train_cli
+
+    for command in (*curate.commands, *tokenize.commands, *train_cli.commands):
         cli.add_command(command)
 
 

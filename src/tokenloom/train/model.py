@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPTConfig", "PRESETS", "GPT", "document_mask"]
+__all__ = ["GPTConfig", "PRESETS", "GPT", "document_mask", "generate"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,3 +172,31 @@ class GPT(nn.Module):
                 logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100
             )
         return logits, loss
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    ids: list[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.8,
+    top_k: int | None = 50,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[int]:
+    """Sample a continuation of ``ids`` (one document: positions 0.., plain causal attention)."""
+    model.eval()
+    out = list(ids)
+    for _ in range(max_new_tokens):
+        ctx = torch.tensor([out[-model.cfg.block_size :]])  # (1, T)
+        logits, _ = model(ctx, attention="causal")
+        logits = logits[0, -1] / max(temperature, 1e-6)  # (V,)
+        if top_k:
+            kth = torch.topk(logits, min(top_k, logits.numel())).values[-1]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        nxt = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+        if nxt == eos_id:
+            break
+        out.append(nxt)
+    return out[len(ids) :]
