@@ -36,8 +36,15 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def loader_options(func):  # noqa: ANN001, ANN201 - a click decorator
-    """The PackedDataset options, declared once for every command that builds a loader."""
+def loader_options(func=None, *, position: bool = True):  # noqa: ANN001, ANN201
+    """The PackedDataset options, declared once for every command that builds a loader.
+
+    ``position=False`` leaves out ``--epoch`` and ``--version`` (for commands that pick their
+    own place in the stream, like ``verify``). Use as ``@loader_options`` or
+    ``@loader_options(position=False)``.
+    """
+    if func is None:
+        return lambda f: loader_options(f, position=position)
     opts = [
         click.option(
             "--column", "token_column", default="input_ids", show_default=True, help="Token column."
@@ -52,14 +59,6 @@ def loader_options(func):  # noqa: ANN001, ANN201 - a click decorator
             help="Blocks per step (the global batch).",
         ),
         click.option("--seed", type=int, default=0, show_default=True),
-        click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True),
-        click.option(
-            "--version",
-            "table_version",
-            type=int,
-            default=None,
-            help="Pin a table version [default: latest].",
-        ),
         click.option(
             "--packing",
             type=click.Choice(["concat", "best_fit"]),
@@ -110,6 +109,17 @@ def loader_options(func):  # noqa: ANN001, ANN201 - a click decorator
             help="With --long-docs window: end windows at these offsets (cut_points).",
         ),
     ]
+    if position:
+        opts += [
+            click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True),
+            click.option(
+                "--version",
+                "table_version",
+                type=int,
+                default=None,
+                help="Pin a table version [default: latest].",
+            ),
+        ]
     for opt in reversed(opts):
         func = opt(func)
     return func

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from tokenloom.cli.options import emit_json, json_option, parse_mixture_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    loader_options,
+    parse_mixture_option,
+    table_option,
+)
 
 __all__ = ["command"]
 
@@ -29,34 +37,7 @@ Examples:
       --overlap 128 --json""",
 )
 @table_option
-@click.option("--column", default="input_ids", show_default=True, help="The token column.")
-@click.option("--filter", default=None, metavar="SQL", help="Only these rows.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option(
-    "--packing", type=click.Choice(["concat", "best_fit"]), default="concat", show_default=True
-)
-@click.option(
-    "--fit-window",
-    type=click.IntRange(min=1),
-    default=1024,
-    show_default=True,
-    help="Best-fit look-ahead, in documents.",
-)
-@click.option(
-    "--long-docs", type=click.Choice(["split", "window"]), default="split", show_default=True
-)
-@click.option(
-    "--window", type=click.IntRange(min=1), default=None, help="Window length (--long-docs window)."
-)
-@click.option(
-    "--overlap",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Context tokens repeated at the start of each later window.",
-)
+@loader_options(position=False)
 @click.option(
     "--steps",
     "k",
@@ -66,58 +47,39 @@ Examples:
     metavar="K",
     help="Steps per sample, and steps read before the resume check saves its state.",
 )
-@click.option(
-    "--mixture",
-    default=None,
-    metavar="JSON|FILE",
-    help='Pools: {"name": ["SQL filter", share, max_passes?], ...}.',
-)
-@click.option(
-    "--budget-tokens", type=click.IntRange(min=1), default=None, help="Positions per mixture epoch."
-)
-@click.option(
-    "--cut-column",
-    default=None,
-    help="With --long-docs window: end windows at these offsets (cut_points).",
-)
 @json_option
-def command(
-    table: str,
-    column: str,
-    filter: str | None,
-    seq_len: int,
-    batch_size: int,
-    seed: int,
-    packing: str,
-    fit_window: int,
-    long_docs: str,
-    window: int | None,
-    overlap: int,
-    k: int,
-    mixture: str | None,
-    budget_tokens: int | None,
-    cut_column: str | None,
-    as_json: bool,
-) -> None:
+def command(table: str, k: int, as_json: bool, **loader: Any) -> None:
     """Check the loader's batches against the table before a long training job."""
     from tokenloom.verify import verify
 
+    column, seq_len, batch_size, seed = (
+        loader["token_column"],
+        loader["seq_len"],
+        loader["batch_size"],
+        loader["seed"],
+    )
+    packing, long_docs, window, overlap = (
+        loader["packing"],
+        loader["long_docs"],
+        loader["window"],
+        loader["overlap"],
+    )
     report = verify(
         table,
         column=column,
-        filter=filter,
+        filter=loader["filter"],
         seq_len=seq_len,
         batch_size=batch_size,
         seed=seed,
         packing=packing,
-        fit_window=fit_window,
+        fit_window=loader["fit_window"],
         long_docs=long_docs,
         window=window,
         overlap=overlap,
         steps=k,
-        cut_column=cut_column,
-        mixture=parse_mixture_option(mixture),
-        budget_tokens=budget_tokens,
+        cut_column=loader["cut_column"],
+        mixture=parse_mixture_option(loader["mixture"]),
+        budget_tokens=loader["budget_tokens"],
     )
     if as_json:
         emit_json(report.to_json())
