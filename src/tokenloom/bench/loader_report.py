@@ -71,44 +71,24 @@ class LoaderBench:
 
     def goals(self) -> list[Goal]:
         ref, lancedb = self.reference, self.best_lancedb
-        mds, long_ = self.find(_MDS), self.find(_LONG)
-        bestfit, mixture = self.find(_BESTFIT), self.find(_MIXTURE)
+        find = self.find
+        # (goal, numerator, denominator, target): one measured throughput over another
+        ratios = [
+            (">= 10x LanceDB StreamingDataset (best of sweep)", ref, lancedb, 10.0),
+            (">= 1.2x pre-packed MDS (MosaicML Streaming)", ref, find(_MDS), 1.2),
+            ("best-fit packing >= 0.8x concat", find(_BESTFIT), ref, 0.8),
+            ("70/30 token-quota mixture >= 0.8x concat", find(_MIXTURE), ref, 0.8),
+            ("long documents >= 0.8x normal", find(_LONG), ref, 0.8),
+        ]
         out = [
             Goal(
-                name=">= 10x LanceDB StreamingDataset (best of sweep)",
-                value=_div(ref, lancedb),
-                target=10.0,
+                name=name,
+                value=_div(a, b),
+                target=target,
                 higher_is_better=True,
-                detail=_pair(ref, lancedb),
-            ),
-            Goal(
-                name=">= 1.2x pre-packed MDS (MosaicML Streaming)",
-                value=_div(ref, mds),
-                target=1.2,
-                higher_is_better=True,
-                detail=_pair(ref, mds),
-            ),
-            Goal(
-                name="best-fit packing >= 0.8x concat",
-                value=_div(bestfit, ref),
-                target=0.8,
-                higher_is_better=True,
-                detail=_pair(bestfit, ref),
-            ),
-            Goal(
-                name="70/30 token-quota mixture >= 0.8x concat",
-                value=_div(mixture, ref),
-                target=0.8,
-                higher_is_better=True,
-                detail=_pair(mixture, ref),
-            ),
-            Goal(
-                name="long documents >= 0.8x normal",
-                value=_div(long_, ref),
-                target=0.8,
-                higher_is_better=True,
-                detail=_pair(long_, ref),
-            ),
+                detail=_pair(a, b),
+            )
+            for name, a, b, target in ratios
         ]
         tl = [r for r in self.results if r.kind == "tokenloom" and r.ok and not r.options]
         worst = max(tl, key=lambda r: r.peak_rss_mb) if tl else None
