@@ -40,7 +40,7 @@ def _cfg(table, out, **kw):
 def test_resume_continues_exactly(table, tmp_path):
     full = train(_cfg(table, tmp_path / "a"), log=lambda *_: None)
     assert len(full.losses) == 6
-    first = train(dataclasses.replace(_cfg(table, tmp_path / "b"), steps=3), log=lambda *_: None)
+    first = train(dataclasses.replace(_cfg(table, tmp_path / "b"), stop_at=3), log=lambda *_: None)
     assert first.losses == full.losses[:3]
     rest = train(_cfg(table, tmp_path / "b"), resume=True, log=lambda *_: None)
     assert rest.losses == full.losses[3:]  # bit-identical on CPU fp32
@@ -51,7 +51,7 @@ def test_resume_continues_exactly(table, tmp_path):
 
 
 def test_resume_with_another_filter_is_refused(table, tmp_path):
-    train(dataclasses.replace(_cfg(table, tmp_path), steps=3), log=lambda *_: None)
+    train(dataclasses.replace(_cfg(table, tmp_path), stop_at=3), log=lambda *_: None)
     changed = dataclasses.replace(_cfg(table, tmp_path), filter="id % 10 != 1")
     with pytest.raises(ResumeMismatchError, match="filter"):
         train(changed, resume=True, log=lambda *_: None)

@@ -5,6 +5,11 @@ and ``position_ids`` (restarting at each document) are all the model needs: atte
 *and* block-diagonal over segments, so no token attends across a document boundary, and learned
 positions restart per document. ``attention="causal"`` keeps plain causal attention over the whole
 block, for comparison. Shapes are noted as ``(B, T, C)``.
+
+Two kernels build the document mask: ``sdpa`` hands PyTorch's scaled-dot-product attention a
+``(B, 1, T, T)`` boolean mask (any device; memory ``O(B T^2)``), and ``flex`` builds a sparse
+block mask for ``flex_attention``, which skips fully masked tiles and is fused under
+``torch.compile`` (the default on CUDA). Both give the same attention (tested).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPTConfig", "PRESETS", "GPT", "document_mask", "generate"]
+__all__ = ["GPTConfig", "PRESETS", "GPT", "document_mask", "flex_document_mask", "generate"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,33 @@ def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
     return allowed[:, None, :, :]
 
 
+def flex_document_mask(doc_ids: torch.Tensor):  # noqa: ANN201 (a flex_attention BlockMask)
+    """The same rule as :func:`document_mask` as a ``flex_attention`` block mask (tiles that are
+    fully masked, e.g. across documents, are skipped). Padding attends causally to padding, which
+    only changes padding positions (they carry no loss)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    B, T = doc_ids.shape
+
+    def mask_mod(b, h, q, kv):  # noqa: ANN001, ANN202
+        return ((kv <= q) & (doc_ids[b, q] == doc_ids[b, kv])) | (q == kv)
+
+    return create_block_mask(mask_mod, B, None, T, T, device=doc_ids.device)
+
+
+_flex_kernel = None
+
+
+def _flex_attention(q, k, v, block_mask):  # noqa: ANN001, ANN202
+    """``flex_attention``, compiled once on CUDA (eager elsewhere: correct, unfused)."""
+    global _flex_kernel
+    if _flex_kernel is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _flex_kernel = torch.compile(flex_attention) if q.is_cuda else flex_attention
+    return _flex_kernel(q, k, v, block_mask=block_mask)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -65,10 +97,13 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask) -> torch.Tensor:  # noqa: ANN001
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if mask is not None and not isinstance(mask, torch.Tensor):  # a flex BlockMask
+            y = _flex_attention(q, k, v, mask)  # (B, nh, T, hs)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         y = F.scaled_dot_product_attention(  # (B, nh, T, hs)
             q,
             k,
@@ -93,7 +128,7 @@ class Block(nn.Module):
             nn.Dropout(cfg.dropout),
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask) -> torch.Tensor:  # noqa: ANN001
         x = x + self.attn(self.ln_1(x), mask)
         return x + self.mlp(self.ln_2(x))
 
@@ -144,12 +179,19 @@ class GPT(nn.Module):
         doc_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         attention: str = "document",
+        kernel: str = "sdpa",
+        reduction: str = "mean",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits ``(B, T, V)`` and, with ``labels``, the mean loss over labels != -100.
+        """Logits ``(B, T, V)`` and, with ``labels``, the loss over labels != -100.
 
         Args:
             attention: ``"document"`` (needs ``doc_ids``): causal within each document only;
                 ``"causal"``: plain causal attention over the whole block.
+            kernel: ``"sdpa"`` (a dense boolean mask) or ``"flex"`` (a flex_attention block
+                mask) for document attention.
+            reduction: ``"mean"`` over target tokens, or ``"sum"`` (the trainer divides by the
+                global number of targets, so any split into ranks and micro-batches gives the
+                same loss).
         """
         B, T = input_ids.shape  # (B, T)
         if position_ids is None:
@@ -157,7 +199,12 @@ class GPT(nn.Module):
         if attention == "document":
             if doc_ids is None:
                 raise ValueError("attention='document' needs the batch's doc_ids")
-            mask = document_mask(doc_ids)
+            if kernel == "flex":
+                mask = flex_document_mask(doc_ids)
+            elif kernel == "sdpa":
+                mask = document_mask(doc_ids)
+            else:
+                raise ValueError(f"kernel must be 'sdpa' or 'flex', not {kernel!r}")
         elif attention == "causal":
             mask = None
         else:
@@ -169,7 +216,10 @@ class GPT(nn.Module):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
-                logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=-100
+                logits.float().view(-1, logits.size(-1)),
+                labels.view(-1),
+                ignore_index=-100,
+                reduction=reduction,
             )
         return logits, loss
 

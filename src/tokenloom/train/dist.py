@@ -1,0 +1,74 @@
+"""The process group of a run: one process, or ``torchrun --nproc-per-node N`` (DDP).
+
+``torchrun`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; with ``WORLD_SIZE > 1`` the group
+is initialised here (``nccl`` on GPU, ``gloo`` on CPU) and each rank takes the loader's slice of
+every global batch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as torch_dist
+
+__all__ = ["Dist", "resolve_device"]
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """``auto`` → ``cuda:LOCAL_RANK`` when a GPU is visible, else ``cpu``."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", local_rank)
+    return dev
+
+
+@dataclass
+class Dist:
+    """This process's place in the run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    owned: bool = False
+    """Whether :meth:`setup` created the process group (and :meth:`close` destroys it)."""
+
+    @classmethod
+    def setup(cls, device: str = "auto") -> Dist:
+        world = int(os.environ.get("WORLD_SIZE") or 1)
+        rank = int(os.environ.get("RANK") or 0)
+        local = int(os.environ.get("LOCAL_RANK") or 0)
+        dev = resolve_device(device, local)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        owned = False
+        if world > 1 and not torch_dist.is_initialized():
+            torch_dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+            owned = True
+        return cls(rank=rank, world_size=world, local_rank=local, device=dev, owned=owned)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def all_reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum over ranks (in place; the identity on one process)."""
+        if self.distributed:
+            torch_dist.all_reduce(value, op=torch_dist.ReduceOp.SUM)
+        return value
+
+    def barrier(self) -> None:
+        if self.distributed:
+            torch_dist.barrier()
+
+    def close(self) -> None:
+        if self.owned and torch_dist.is_initialized():
+            torch_dist.destroy_process_group()

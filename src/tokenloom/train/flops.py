@@ -1,0 +1,56 @@
+"""Model FLOPs utilisation (MFU): achieved model FLOPs over the accelerator's dense peak.
+
+FLOPs per token follow the PaLM appendix (as nanoGPT does): ``6 N`` for the weights (forward and
+backward) plus ``12 L H Q T`` for attention scores, with ``N`` the parameters without the position
+embedding. Document masking skips part of the attention work; MFU still counts it, by convention.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["flops_per_token", "peak_flops", "mfu"]
+
+# Dense bf16 peak per device (datasheet figures, no sparsity), matched on the device name.
+_PEAK_BF16 = (
+    ("H200", 989e12),
+    ("H100", 989e12),
+    ("H800", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362e12),
+    ("L40", 181e12),
+    ("L4", 121e12),
+    ("A10G", 70e12),
+    ("A10", 125e12),
+    ("4090", 165e12),
+    ("3090", 71e12),
+    ("V100", 125e12),
+    ("T4", 65e12),
+)
+
+
+def flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
+    """Training FLOPs per token of a :class:`~tokenloom.train.model.GPT` at block length T."""
+    cfg = model.cfg
+    n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
+    return 6 * n + 12 * cfg.n_layer * cfg.n_embd * seq_len
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The device's dense bf16 peak in FLOP/s, or ``None`` when unknown (e.g. CPU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, value in _PEAK_BF16:
+        if key in name:
+            return value
+    return None
+
+
+def mfu(tokens_per_second: float, per_token: float, peak: float | None) -> float | None:
+    """Fraction of peak achieved (``None`` without a known peak)."""
+    if not peak:
+        return None
+    return tokens_per_second * per_token / peak

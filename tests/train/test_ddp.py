@@ -1,0 +1,141 @@
+"""DDP under torchrun (2 gloo processes on CPU): the same losses as one process with the same
+global batch, and a run killed mid-way resumes on another number of processes with the same
+data stream and losses."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.conftest import real_paragraphs  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
+from tokenloom.train.loop import TrainConfig, load_checkpoint, train  # noqa: E402
+
+STEPS = 400  # the schedule's length; runs stop long before (kill / stop_at)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return token_table(tmp_path_factory.mktemp("ddp"), real_paragraphs(80))
+
+
+def _cfg(table, out, **kw) -> TrainConfig:
+    base = dict(
+        table=table,
+        out=str(out),
+        seq_len=64,
+        batch_size=4,
+        steps=STEPS,
+        checkpoint_every=2,
+        eval_every=1000,
+        log_every=1000,
+        filter="id % 10 != 0",
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def _torchrun(table, out, *args: str) -> subprocess.Popen:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        "-m", "tokenloom.cli.main", "train", "--table", table, "--out", str(out),
+        "--seq-len", "64", "--batch-size", "2", "--global-batch-size", "4",
+        "--steps", str(STEPS), "--checkpoint-every", "2", "--log-every", "1000",
+        "--filter", "id % 10 != 0", *args,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its ranks in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _step_on_disk(out) -> int:
+    try:
+        with open(os.path.join(out, "last.json")) as fh:
+            return json.load(fh)["step"]
+    except (OSError, ValueError):
+        return 0
+
+
+def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
+    out = tmp_path / "ddp"
+    proc = _torchrun(table, out)
+    deadline = time.time() + 120
+    while _step_on_disk(out) < 6 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    for pid in [proc.pid, *_descendants(proc.pid)]:  # kill the whole run: launcher and ranks
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    output = proc.communicate()[0].decode(errors="replace")
+    assert proc.returncode == -signal.SIGKILL, output
+    state = load_checkpoint(os.path.join(out, "last.pt"))
+    k = state["step"]
+    assert 6 <= k < STEPS and state["world_size"] == 2
+    killed = [loss for _, loss in state["history"]["train"]]
+    assert len(killed) == k
+
+    # one process, the same global batch of 4 blocks (B=4, K=1): the same losses
+    ref = train(_cfg(table, tmp_path / "ref", stop_at=k + 4), log=lambda *_: None)
+    assert killed == pytest.approx(ref.losses[:k], rel=1e-5)
+
+    # resume the killed 2-process run on 1 process (B=2, K=2): the same stream continues
+    resumed = train(
+        _cfg(table, out, batch_size=2, global_batch_size=4, stop_at=k + 4),
+        resume=True,
+        log=lambda *_: None,
+    )
+    assert resumed.world_size == 1 and resumed.step == k + 4
+    assert resumed.losses == pytest.approx(ref.losses[k:], rel=1e-4)
+
+
+def test_grad_accumulation_equals_the_larger_batch(table, tmp_path):
+    whole = train(_cfg(table, tmp_path / "a", stop_at=4), log=lambda *_: None)
+    accum = train(
+        _cfg(table, tmp_path / "b", batch_size=1, grad_accum=4, stop_at=4), log=lambda *_: None
+    )
+    assert accum.losses == pytest.approx(whole.losses, rel=1e-5)
+
+
+def test_another_global_batch_is_refused_on_resume(table, tmp_path):
+    from tokenloom.loader import ResumeMismatchError
+
+    train(_cfg(table, tmp_path, stop_at=2), log=lambda *_: None)
+    with pytest.raises(ResumeMismatchError, match="global_batch"):
+        train(_cfg(table, tmp_path, batch_size=2, stop_at=4), resume=True, log=lambda *_: None)
+
+
+def test_epochs_are_exact(table, tmp_path):
+    cfg = dataclasses.replace(_cfg(table, tmp_path), steps=None, epochs=2, batch_size=8)
+    res = train(cfg, log=lambda *_: None)
+    from tokenloom.loader import PackedDataset
+
+    ds = PackedDataset(table, filter=cfg.filter, seq_len=64, batch_size=8, seed=0)
+    assert res.step == ds.epoch_info(0)["steps"] + ds.epoch_info(1)["steps"]
