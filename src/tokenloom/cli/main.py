@@ -43,6 +43,7 @@ def _register() -> None:
         info,
         ingest,
         ledger,
+        search,
         stats,
         tokenize,
         verify,
@@ -52,7 +53,7 @@ def _register() -> None:
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 
-    for command in (*curate.commands, *tokenize.commands, *train_cli.commands):
+    for command in (*curate.commands, *tokenize.commands, *train_cli.commands, *search.commands):
         cli.add_command(command)
 
 

