@@ -1,0 +1,1 @@
+"""Tests of tokenloom.search: embeddings, indexes, queries, contamination."""
