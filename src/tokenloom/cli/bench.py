@@ -231,3 +231,60 @@ def loader_bench(
         emit_json(bench.to_json())
         return
     click.echo(format_report(bench))
+
+
+@command.command(
+    "search",
+    epilog="""\b
+Examples:
+  tokenloom bench search                      # bundled corpus, ~4,000 rows embedded
+  tokenloom bench search --embed-rows 2000 --repeats 3 --json
+
+\b
+Full-text index on all 28k documents; MiniLM on an evenly spread subset (id % stride = 0)
+because embedding the whole corpus on 2 cores takes tens of minutes (extrapolated and
+printed). Query latency p50/p95 over 16 queries, end to end, model loaded.""",
+)
+@click.option(
+    "--embed-rows",
+    default=4000,
+    show_default=True,
+    type=click.IntRange(min=100),
+    help="About this many rows get an embedding (id % stride = 0).",
+)
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1))
+@json_option
+def search_bench(embed_rows: int, workers: int, repeats: int, as_json: bool) -> None:
+    """Index build time and query latency (FTS, vector, hybrid; p50/p95) on the bundled corpus."""
+    import time
+
+    from tokenloom.bench.search import QUERIES, run_search_bench
+
+    with tempfile.TemporaryDirectory(prefix="tokenloom-bench-") as tmp:
+        started = time.perf_counter()
+        uri = _bundled_table(tmp)
+        ingest_seconds = time.perf_counter() - started
+        bench = run_search_bench(uri, embed_rows=embed_rows, workers=workers, repeats=repeats)
+        bench.ingest_seconds = ingest_seconds
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(f"bundled corpus: {bench.rows:,} rows (build + ingest {ingest_seconds:.1f} s)")
+    click.echo(f"  full-text index (BM25, all rows)        {bench.fts_index_seconds:8.2f} s")
+    click.echo(
+        f"  embed {bench.embedded_rows:,} rows (id % {bench.stride} = 0), {bench.embed_workers} "
+        f"workers  {bench.embed_seconds:8.1f} s  ({bench.embed_rows_s:.1f} rows/s; all "
+        f"{bench.rows:,} rows would take ~{bench.full_embed_minutes:.0f} min)"
+    )
+    click.echo(
+        f"  IVF_FLAT index ({bench.ivf_partitions} partitions)          "
+        f"{bench.ivf_index_seconds:8.2f} s"
+    )
+    q = sorted(bench.query_embed_ms)[len(bench.query_embed_ms) // 2]
+    click.echo(
+        f"query latency, {len(QUERIES)} queries x {repeats}, K=10 (query embedding p50 {q:.1f} ms):"
+    )
+    click.echo(f"  {'case':<46} {'p50 ms':>8} {'p95 ms':>8} {'hits':>6}")
+    for name, (p50, p95) in bench.percentiles().items():
+        click.echo(f"  {name:<46} {p50:8.1f} {p95:8.1f} {bench.hits[name]:6.1f}")

@@ -135,6 +135,7 @@ def embed_table(
     max_tokens: int = MAX_TOKENS,
     backend: str = "auto",
     unit_rows: int = 2048,
+    where: str | None = None,
     progress: bool | None = None,
 ) -> EmbedResult:
     """Add (or complete, after an append) the embedding column as one new table version.
@@ -148,6 +149,8 @@ def embed_table(
         max_tokens: Word pieces per text (longer texts are truncated, as the model was trained).
         backend: ``auto`` (torch when installed), ``numpy`` or ``torch``.
         unit_rows: Rows per checkpointed unit (small: the model is the expensive part).
+        where: SQL; only matching rows are embedded (the others get null, which vector
+            search skips).
         progress: Progress bar on stderr (default: when stderr is a terminal).
     """
     model_dir()  # fail early, naming the install line, before any worker starts
@@ -157,7 +160,9 @@ def embed_table(
     udf = embed_udf(
         column, output, max_tokens=max_tokens, backend=backend, threads=max(1, cpus // n)
     )
-    res = add_column(uri, output, udf, workers=workers, unit_rows=unit_rows, progress=progress)
+    res = add_column(
+        uri, output, udf, workers=workers, where=where, unit_rows=unit_rows, progress=progress
+    )
     return EmbedResult(
         column=output,
         model=model_identity(max_tokens),
