@@ -189,5 +189,5 @@ _MODELS: dict[tuple[int, str], MiniLM] = {}
 def _cached_model(max_tokens: int, backend: str) -> MiniLM:
     key = (max_tokens, backend)
     if key not in _MODELS:
-        _MODELS[key] = MiniLM(backend, max_tokens=max_tokens)
+        _MODELS[key] = MiniLM(backend, max_tokens=max_tokens, threads=1)  # see MiniLM
     return _MODELS[key]
