@@ -78,6 +78,8 @@ class TrainConfig:
     stop_at: int | None = None
     """End this invocation after this step (checkpointed), as a preempted job would; the
     learning-rate schedule still runs to ``steps`` and ``--resume`` continues."""
+    time_limit: float | None = None
+    """End this invocation (checkpointed) once this many seconds of training have passed."""
     epochs: int | None = None
     """Instead of ``steps``: whole passes over the selection (each reshuffled)."""
     lr: float = 3e-3
@@ -123,6 +125,10 @@ class TrainResult:
     seconds: float = 0.0
     data_seconds: float = 0.0
     """Time this (main) process waited for batches."""
+    step_seconds: list[float] = field(default_factory=list)
+    """Wall time of each step of this invocation (data wait included)."""
+    wait_seconds: list[float] = field(default_factory=list)
+    """Time each step waited for its batch."""
     history: dict = field(default_factory=dict)
     """The whole run's ``{"train": [(step, loss)], "val": [(step, loss)]}``, across resumes."""
     loader_summary: str = ""
@@ -328,12 +334,11 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
         except StopIteration:  # epoch done: the next epoch reshuffles the whole selection
             it = iter(loader)
             continue
-        result.data_seconds += time.perf_counter() - wait
+        waited = time.perf_counter() - wait
+        result.data_seconds += waited
         micro = _split(batch, run.accum, dist.device)
-        counts = torch.tensor(
-            [float(sum(int((mb["labels"] != -100).sum()) for mb in micro))],
-            dtype=torch.float64,
-            device=dist.device,
+        counts = torch.tensor(  # target tokens of this rank's share, counted on the host
+            [float((batch["labels"] != -100).sum())], dtype=torch.float64, device=dist.device
         )
         targets = max(float(dist.all_reduce_sum(counts)[0]), 1.0)
         for group in opt.param_groups:
@@ -352,7 +357,13 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
-        value = float(dist.all_reduce_sum(loss_sum) / targets)
+        value = float(dist.all_reduce_sum(loss_sum) / targets)  # (synchronises the device)
+        result.step_seconds.append(time.perf_counter() - wait)
+        result.wait_seconds.append(waited)
+        if cfg.time_limit is not None and step < end:
+            over = torch.tensor([float(time.perf_counter() - started > cfg.time_limit)])
+            if float(dist.all_reduce_sum(over.to(dist.device))[0]):  # every rank stops together
+                end = step
         result.losses.append(value)
         history["train"].append((step, value))
         n_tokens = global_blocks * cfg.seq_len
