@@ -50,7 +50,7 @@ def _torchrun(table, out, *args: str) -> subprocess.Popen:
         "-m", "tokenloom.cli.main", "train", "--table", table, "--out", str(out),
         "--seq-len", "64", "--batch-size", "2", "--global-batch-size", "4",
         "--steps", str(STEPS), "--checkpoint-every", "2", "--log-every", "1000",
-        "--filter", "id % 10 != 0", *args,
+        "--filter", "id % 10 != 0", "--provenance-log", *args,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
@@ -108,12 +108,17 @@ def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
 
     # resume the killed 2-process run on 1 process (B=2, K=2): the same stream continues
     resumed = train(
-        _cfg(table, out, batch_size=2, global_batch_size=4, stop_at=k + 4),
+        _cfg(table, out, batch_size=2, global_batch_size=4, stop_at=k + 4, provenance_log=True),
         resume=True,
         log=lambda *_: None,
     )
     assert resumed.world_size == 1 and resumed.step == k + 4
     assert resumed.losses == pytest.approx(ref.losses[k:], rel=1e-4)
+
+    # the trace recomputes what each rank was fed, on both topologies of this run
+    from tests.search.provenance import assert_trace_matches_log
+
+    assert_trace_matches_log(out, steps=k + 4, world_at=lambda s: 2 if s <= k else 1)
 
 
 def test_grad_accumulation_equals_the_larger_batch(table, tmp_path):

@@ -46,10 +46,11 @@ def _register() -> None:
         search,
         stats,
         tokenize,
+        trace,
         verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, verify, bench, demo):
+    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo):
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 

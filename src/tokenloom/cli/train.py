@@ -83,6 +83,11 @@ Examples:
 @click.option("--eval-batches", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--provenance-log",
+    is_flag=True,
+    help="Each rank appends OUT/provenance-rankR.jsonl (what `tokenloom trace` recomputes).",
+)
 @click.option("--plot", default=None, metavar="FILE", help="Write loss curves (PNG) at the end.")
 @click.option("--resume", is_flag=True, help="Continue from OUT/last.pt exactly.")
 def train(resume: bool, plot: str | None, **options) -> None:  # noqa: ANN003

@@ -110,6 +110,9 @@ class TrainConfig:
     """Global validation batches per evaluation (the same rows every time)."""
     checkpoint_every: int = 50
     log_every: int = 10
+    provenance_log: bool = False
+    """Each rank appends ``provenance-rank{R}.jsonl``: the loader's provenance of every step.
+    Not needed by ``tokenloom trace`` (it recomputes it); an audit trail to check that against."""
 
 
 @dataclass(kw_only=True)
@@ -320,7 +323,20 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
         )
     else:
         log(f"resuming at step {step} of {total} on {dist.world_size} process(es)")
+    # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
+    history.setdefault("topology", []).append(
+        {
+            "from_step": step + 1,
+            "world_size": dist.world_size,
+            "blocks_per_rank": cfg.batch_size * run.accum,
+        }
+    )
     result = TrainResult(step=step, world_size=dist.world_size, history=history)
+    if cfg.val_filter and step == 0:
+        val = evaluate(run, raw, ds.version)
+        result.val_losses.append((0, val))
+        history["val"].append((0, val))
+        log(f"step {0:>6}  val loss {val:.4f}  (before training)")
     os.makedirs(cfg.out, exist_ok=True)
     started = last_log = time.perf_counter()
     tokens_since = 0
@@ -336,6 +352,8 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
             continue
         waited = time.perf_counter() - wait
         result.data_seconds += waited
+        if cfg.provenance_log:
+            _log_provenance(cfg.out, dist.rank, step + 1, batch["spans"])
         micro = _split(batch, run.accum, dist.device)
         counts = torch.tensor(  # target tokens of this rank's share, counted on the host
             [float((batch["labels"] != -100).sum())], dtype=torch.float64, device=dist.device
@@ -393,6 +411,11 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
     return result
 
 
+def _log_provenance(out: str, rank: int, step: int, spans) -> None:  # noqa: ANN001
+    with open(os.path.join(out, f"provenance-rank{rank}.jsonl"), "a") as fh:
+        fh.write(json.dumps({"step": step, "spans": spans.tolist()}) + "\n")
+
+
 def _save(cfg, dist, raw, opt, step, loader, ds, history) -> None:  # noqa: ANN001
     """Rank 0 writes the checkpoint (atomically); every rank waits until it is on disk."""
     if dist.is_main:
@@ -420,6 +443,10 @@ def _save(cfg, dist, raw, opt, step, loader, ds, history) -> None:  # noqa: ANN0
                     "world_size": dist.world_size,
                     "train_loss": history["train"][-1][1] if history["train"] else None,
                     "val_loss": history["val"][-1][1] if history["val"] else None,
+                    "config": asdict(cfg),
+                    "loader": loader.state_dict(),
+                    "tokenizer": ds.inputs.tokenizer,
+                    "topology": history["topology"],
                 },
                 fh,
             )

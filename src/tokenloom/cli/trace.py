@@ -1,0 +1,119 @@
+"""``tokenloom trace``: the rows of a training step, or the steps of a row."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+__all__ = ["command", "describe"]
+
+
+def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
+    """Each stretch with its row's source and the text of exactly the tokens the model saw
+    (decoded with the run's tokenizer; the row's text when that tokenizer cannot be loaded)."""
+    from tokenloom.table import Table
+
+    if not seen:
+        return []
+    cfg = run.record["config"]
+    column = cfg["token_column"]
+    table = Table.open(cfg["table"], version=run.table_version)
+    ids = sorted({s.row_id for s in seen})
+    data = table.dataset.to_table(
+        columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
+    ).to_pydict()
+    rows = {i: k for k, i in enumerate(data["id"])}
+    try:
+        from tokenloom.tokenize import load_tokenizer
+
+        tok = load_tokenizer(run.record["tokenizer"]["name"])
+    except Exception:  # noqa: BLE001 (a tokenizer that is not loadable here: show the text)
+        tok = None
+    out = []
+    for s in seen:
+        k = rows[s.row_id]
+        if tok is not None:
+            text = tok.decode(data[column][k][s.token_start : s.token_end])
+        else:
+            text = data["text"][k]
+        out.append(
+            {
+                "step": s.step,
+                "epoch": s.epoch,
+                "rank": s.rank,
+                "block": s.block,
+                "position": s.position,
+                "row_id": s.row_id,
+                "source": data["source"][k],
+                "tokens": [s.token_start, s.token_end],
+                "provenance": list(s.as_tuple()),
+                "snippet": " ".join(text.split())[:chars],
+            }
+        )
+    return out
+
+
+@click.command(
+    "trace",
+    epilog="""\b
+Examples:
+  tokenloom trace --checkpoint runs/tiny --step 120            # the rows of step 120's batch
+  tokenloom trace --checkpoint runs/tiny --step 120 --rank 1   # what rank 1 was fed
+  tokenloom trace --checkpoint runs/tiny --row 4711 --json     # every step that saw row 4711""",
+)
+@click.option("--checkpoint", required=True, metavar="DIR", help="The run's --out directory.")
+@click.option("--step", type=click.IntRange(min=1), default=None, help="Optimizer step (1-based).")
+@click.option("--row", "row_id", type=int, default=None, help="A row id.")
+@click.option("--rank", type=click.IntRange(min=0), default=None)
+@click.option("--chars", type=click.IntRange(min=0), default=60, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def command(
+    checkpoint: str,
+    step: int | None,
+    row_id: int | None,
+    rank: int | None,
+    chars: int,
+    as_json: bool,
+) -> None:
+    """Which rows the model saw at a step, or at which steps it saw a row.
+
+    Recomputed from the checkpoint's pinned plan (table version, filter, seed, block length,
+    global batch and the topology of each resume); no log of samples is needed.
+    """
+    from tokenloom.search.trace import open_run
+
+    if (step is None) == (row_id is None):
+        raise click.UsageError("give exactly one of --step and --row")
+    run = open_run(checkpoint)
+    seen = run.step(step, rank=rank) if step is not None else run.row(row_id)
+    if rank is not None and row_id is not None:
+        seen = [s for s in seen if s.rank == rank]
+    rows = describe(run, seen, chars=chars)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "table": run.record["config"]["table"],
+                    "table_version": run.table_version,
+                    "filter": run.record["config"]["filter"],
+                    "steps_done": run.steps_done,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
+        return
+    what = f"step {step}" if step is not None else f"row {row_id}"
+    click.echo(
+        f"{what}: {len(rows)} stretch(es); run of {run.steps_done} steps on table version "
+        f"{run.table_version}, filter {run.record['config']['filter']!r}"
+    )
+    click.echo(f"{'step':>6} {'rank':>4} {'block':>5} {'pos':>5} {'row':>8}  {'source':<16} "
+               f"{'tokens':<15} text")  # fmt: skip
+    for r in rows:
+        rng = f"[{r['tokens'][0]}, {r['tokens'][1]})"
+        click.echo(
+            f"{r['step']:>6} {r['rank']:>4} {r['block']:>5} {r['position']:>5} {r['row_id']:>8}  "
+            f"{r['source']:<16} {rng:<15} {r['snippet']!r}"
+        )
