@@ -37,8 +37,10 @@ def test_train_resume_and_sample(tmp_path):
     out = CliRunner().invoke(cli, [*base, "--steps", "2"])
     assert out.exit_code == 0, out.output
     assert "step      2  loss" in out.output and "val loss" in out.output
-    out = CliRunner().invoke(cli, [*base, "--steps", "4", "--resume"])
+    png = tmp_path / "loss.png"
+    out = CliRunner().invoke(cli, [*base, "--steps", "4", "--resume", "--plot", str(png)])
     assert out.exit_code == 0, out.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # curves of the whole run
     assert "step      3" in out.output and "step      1 " not in out.output  # continued
     out = CliRunner().invoke(
         cli,

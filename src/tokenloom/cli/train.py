@@ -59,6 +59,13 @@ Examples:
     default=None,
     help="End this invocation at this step (checkpointed); the schedule still runs to --steps.",
 )
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="End this invocation (checkpointed) after this much training time.",
+)
 @click.option("--lr", type=float, default=3e-3, show_default=True, help="Peak learning rate.")
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="[5% of steps]")
 @click.option("--weight-decay", type=float, default=0.1, show_default=True)

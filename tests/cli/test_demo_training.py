@@ -1,0 +1,29 @@
+"""The main job with its training stage, on the whole bundled corpus and the demo's budget:
+the tiny model ends well below the unigram entropy; the search and the trace answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from tokenloom.cli.main import cli  # noqa: E402
+
+
+@pytest.mark.timeout(1500)
+def test_demo_trains_below_the_unigram_entropy(tmp_path):
+    workdir = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--workdir", str(workdir)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((workdir / "summary.json").read_text())
+    entropy = summary["unigram_entropy"]
+    assert summary["val_loss_before"] > entropy  # an untrained model is worse than unigram
+    assert summary["val_loss_after"] < entropy - 0.5  # well below: it learned context
+    assert (workdir / "loss.png").stat().st_size > 0
+    assert summary["search_hits"] and summary["trace_rows"] > 0
+    assert summary["sample"].startswith("The king") and len(summary["sample"]) > len("The king")
+    assert "validation loss" in result.output and "trace: the rows in step" in result.output
