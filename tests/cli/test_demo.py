@@ -12,8 +12,10 @@ def test_demo_runs_end_to_end_and_is_rerunnable(tmp_path):
     workdir = tmp_path / "demo"
     for _ in range(2):  # a second run recreates its own workdir
         result = CliRunner().invoke(
-            cli, ["demo", "--workdir", str(workdir), "--max-docs", "5", "--workers", "0"]
-        )
+            cli,
+            ["demo", "--workdir", str(workdir), "--max-docs", "5", "--workers", "0",
+             "--train-steps", "3"],
+        )  # fmt: skip
         assert result.exit_code == 0, result.output
     table = Table.open(workdir / "corpus.lance")
     assert table.count_rows() == 7 * 5
@@ -22,10 +24,11 @@ def test_demo_runs_end_to_end_and_is_rerunnable(tmp_path):
     assert {"is_dup", "dup_of", "near_dup_cluster", "is_near_dup", "quality", "quality_reasons",
             "input_ids", "n_tokens"} <= names
     ops = [v.operation for v in table.versions()]
-    assert ops == ["create", "ingest"] + ["backfill"] * 6  # one version per stage
+    assert ops == ["create", "ingest"] + ["backfill"] * 7 + ["createindex"]  # one per stage
     assert table.count_rows("n_tokens IS NULL") == 0
     assert "table versions" in result.output and "done in" in result.output
     assert "packing keeps 100%" in result.output
+    assert "validation loss" in result.output and "trace: the rows in step 3" in result.output
 
 
 def test_demo_refuses_a_foreign_directory(tmp_path):
