@@ -65,3 +65,18 @@ def test_tiny_model_learns(table, tmp_path):
     first, last = sum(res.losses[:5]) / 5, sum(res.losses[-5:]) / 5
     assert last < 0.8 * first and last < 4.0  # uniform over 258 byte ids would be 5.55
     assert res.val_losses and res.val_losses[-1][1] < res.losses[0]
+
+
+def test_resume_reads_the_pinned_version_after_the_table_moves_on(tmp_path):
+    from tokenloom.backfill import add_column
+    from tokenloom.backfill.builtin import n_words
+    from tokenloom.table import Table
+
+    uri = token_table(tmp_path, real_paragraphs(40))
+    full = train(_cfg(uri, tmp_path / "a"), log=lambda *_: None)
+    train(dataclasses.replace(_cfg(uri, tmp_path / "b"), stop_at=3), log=lambda *_: None)
+    before = Table.open(uri).version
+    add_column(uri, None, n_words, workers=0)  # a later backfill: a new table version
+    assert Table.open(uri).version > before
+    rest = train(_cfg(uri, tmp_path / "b"), resume=True, log=lambda *_: None)
+    assert rest.losses == full.losses[3:]

@@ -22,7 +22,9 @@ Examples:
       --seq-len 1024 --batch-size 16 --grad-accum 4 --steps 2000 --plot runs/small/loss.png""",
 )
 @click.option("--table", required=True, metavar="PATH")
-@click.option("--out", required=True, metavar="DIR", help="Checkpoint directory.")
+@click.option(
+    "--out", default=None, metavar="DIR", help="Checkpoint directory [default: runs/MODEL]."
+)
 @click.option(
     "--model", type=click.Choice(["tiny", "small", "medium"]), default="tiny", show_default=True
 )
@@ -105,6 +107,8 @@ def train(resume: bool, plot: str | None, **options) -> None:  # noqa: ANN003
     from tokenloom.train.loop import TrainConfig
     from tokenloom.train.loop import train as run
 
+    if options["out"] is None:
+        options["out"] = os.path.join("runs", options["model"])
     if options["steps"] is None and options["epochs"] is None:
         options["steps"] = 100
     result = run(TrainConfig(**options), resume=resume, log=click.echo)
