@@ -119,7 +119,8 @@ def train(resume: bool, plot: str | None, **options) -> None:  # noqa: ANN003
     click.echo(
         f"done: step {result.step}, last loss {last}{val}, "
         f"{result.tokens / max(result.seconds, 1e-9):,.0f} tok/s, data wait "
-        f"{100 * result.data_seconds / max(result.seconds, 1e-9):.1f}% of wall; checkpoint in "
+        f"{100 * result.data_seconds / max(result.seconds, 1e-9):.1f}% of wall (+ "
+        f"{result.startup_seconds:.1f} s loader start-up); checkpoint in "
         f"{options['out']}/last.pt"
     )
     if plot:

@@ -127,7 +127,9 @@ class TrainResult:
     """Block positions processed by all ranks in this invocation."""
     seconds: float = 0.0
     data_seconds: float = 0.0
-    """Time this (main) process waited for batches."""
+    """Time this (main) process waited for batches, worker start-up excluded."""
+    startup_seconds: float = 0.0
+    """Time to the first batch of each epoch (DataLoader workers start, plan built)."""
     step_seconds: list[float] = field(default_factory=list)
     """Wall time of each step of this invocation (data wait included)."""
     wait_seconds: list[float] = field(default_factory=list)
@@ -340,7 +342,7 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
     os.makedirs(cfg.out, exist_ok=True)
     started = last_log = time.perf_counter()
     tokens_since = 0
-    it = iter(loader)
+    it, fresh = iter(loader), True
     model.train()
     end = min(total, cfg.stop_at) if cfg.stop_at else total
     while step < end:
@@ -348,10 +350,14 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
         try:
             batch = next(it)
         except StopIteration:  # epoch done: the next epoch reshuffles the whole selection
-            it = iter(loader)
+            it, fresh = iter(loader), True
             continue
         waited = time.perf_counter() - wait
-        result.data_seconds += waited
+        if fresh:  # workers starting: not a stall of the running pipeline
+            result.startup_seconds += waited
+            fresh = False
+        else:
+            result.data_seconds += waited
         if cfg.provenance_log:
             _log_provenance(cfg.out, dist.rank, step + 1, batch["spans"])
         micro = _split(batch, run.accum, dist.device)
