@@ -108,6 +108,13 @@ def loader_options(func=None, *, position: bool = True):  # noqa: ANN001, ANN201
             default=None,
             help="With --long-docs window: end windows at these offsets (cut_points).",
         ),
+        click.option(
+            "--block-order",
+            type=click.Choice(["sequential", "interleave"]),
+            default="sequential",
+            show_default=True,
+            help="Blocks of a global step: consecutive, or one from each of G stretches.",
+        ),
     ]
     if position:
         opts += [
@@ -163,4 +170,5 @@ def build_dataset(table: str, **kw: Any):  # noqa: ANN201 - PackedDataset
         mixture=mixture,
         budget_tokens=kw.pop("budget_tokens"),
         cut_column=kw.pop("cut_column"),
+        block_order=kw.pop("block_order", "sequential"),
     )

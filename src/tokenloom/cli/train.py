@@ -73,6 +73,13 @@ Examples:
 @click.option("--weight-decay", type=float, default=0.1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
+    "--block-order",
+    type=click.Choice(["interleave", "sequential"]),
+    default="interleave",
+    show_default=True,
+    help="Global batch = one block from each of G stretches of the stream, or G consecutive.",
+)
+@click.option(
     "--attention", type=click.Choice(["document", "causal"]), default="document", show_default=True
 )
 @click.option(

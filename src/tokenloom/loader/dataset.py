@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.pack import pack_blocks, token_ranges
-from tokenloom.loader.plan import EpochPlan, step_blocks
+from tokenloom.loader.plan import BLOCK_ORDERS, EpochPlan, step_blocks
 from tokenloom.loader.pools import parse_mixture, union_inputs
 from tokenloom.loader.read import (
     LoaderError,
@@ -89,6 +89,11 @@ class PackedDataset(IterableDataset):
         cut_column: With ``long_docs="window"``: a column of token offsets where a window may
             end (``cut_points``, from ``tokenloom tokenize --boundaries``); windows then end at
             the latest line break within their last eighth.
+        block_order: ``"sequential"`` (global step ``s`` holds blocks ``[sG, (s+1)G)``) or
+            ``"interleave"`` (slot ``j`` of step ``s`` holds block ``jS + s``: every batch
+            mixes ``G`` far-apart stretches of the stream, so a long document spreads over
+            consecutive steps instead of filling one batch; see
+            :func:`~tokenloom.loader.plan.step_blocks`).
     """
 
     def __init__(
@@ -119,6 +124,7 @@ class PackedDataset(IterableDataset):
         mixture: Mapping[str, Sequence[Any]] | None = None,
         budget_tokens: int | None = None,
         cut_column: str | None = None,
+        block_order: str = "sequential",
     ) -> None:
         from tokenloom.table import Table
 
@@ -142,6 +148,11 @@ class PackedDataset(IterableDataset):
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
         self.drop_last = bool(drop_last)
         self.lookahead = bool(lookahead)
+        if block_order not in BLOCK_ORDERS:
+            raise LoaderError(
+                f"block_order must be one of {', '.join(BLOCK_ORDERS)}, not {block_order!r}"
+            )
+        self.block_order = block_order
         self.allow_data_change = allow_data_change
         self.recipe = Recipe(
             packing={"best_fit": "bestfit"}.get(packing, packing),
@@ -314,6 +325,7 @@ class PackedDataset(IterableDataset):
             **self.recipe.fingerprint_inputs(),
             **self._mixture_inputs(),
             **({"cut_column": self.cut_column} if self.cut_column else {}),
+            **({"block_order": self.block_order} if self.block_order != "sequential" else {}),
         }
 
     def _mixture_inputs(self) -> dict:
@@ -367,6 +379,7 @@ class PackedDataset(IterableDataset):
             batch_size=self.batch_size,
             num_blocks=plan.num_blocks,
             drop_last=self.drop_last,
+            order=self.block_order,
         )
         spans = recipe_spans(plan, blocks)
         starts, stops = token_ranges(spans, lookahead=self.lookahead)

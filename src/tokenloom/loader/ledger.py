@@ -103,6 +103,7 @@ def ledger(ds: Any, *, steps: int | None = None, epoch: int | None = None) -> Le
             batch_size=G,
             num_blocks=plan.num_blocks,
             drop_last=ds.drop_last,
+            order=getattr(ds, "block_order", "sequential"),
         )
         spans = recipe_spans(plan, blocks)
         starts, stops = token_ranges(spans, lookahead=ds.lookahead)

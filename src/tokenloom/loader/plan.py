@@ -243,13 +243,28 @@ def steps_in_epoch(plan: EpochPlan, *, batch_size: int, world_size: int, drop_la
     ).steps
 
 
+BLOCK_ORDERS = ("sequential", "interleave")
+
+
 def step_blocks(
-    step: int, *, rank: int, world_size: int, batch_size: int, num_blocks: int, drop_last: bool
+    step: int,
+    *,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    num_blocks: int,
+    drop_last: bool,
+    order: str = "sequential",
 ) -> np.ndarray:
     """The blocks rank ``rank`` packs at global step ``step``.
 
-    Rank ``r`` gets blocks ``[s*G + r*B, s*G + (r+1)*B)`` with ``G = B * world_size``, so the
-    concatenation over ranks, ``[s*G, (s+1)*G)``, depends on ``G`` only, not on the world size.
+    ``sequential``: rank ``r`` gets blocks ``[s*G + r*B, s*G + (r+1)*B)`` with
+    ``G = B * world_size``, so the concatenation over ranks, ``[s*G, (s+1)*G)``, depends on ``G``
+    only, not on the world size. ``interleave``: global slot ``j`` of step ``s`` holds block
+    ``j*S + s`` (``S`` steps in the epoch), so a global batch gathers one block from each of
+    ``G`` far-apart stretches of the shuffled stream and the blocks of a long document go to
+    consecutive steps instead of filling one batch. Both depend on ``G`` only, and both visit
+    every block once.
 
     Args:
         step: Global step within the epoch, ``0 <= step < steps_in_epoch``.
@@ -267,6 +282,8 @@ def step_blocks(
         PlanError: ``step`` is outside the epoch, or the topology is invalid.
     """
     _check_topology(batch_size, world_size, rank)
+    if order not in BLOCK_ORDERS:
+        raise PlanError(f"block order must be one of {', '.join(BLOCK_ORDERS)}, not {order!r}")
     g = batch_size * world_size
     steps = num_blocks // g if drop_last else -(-num_blocks // g)
     if not 0 <= step < steps:
@@ -274,6 +291,10 @@ def step_blocks(
             f"step {step} is outside the epoch: it has {steps} global steps of {g} blocks "
             f"({num_blocks} blocks, drop_last={drop_last})"
         )
-    blocks = step * g + rank * batch_size + np.arange(batch_size, dtype=np.int64)
+    slots = rank * batch_size + np.arange(batch_size, dtype=np.int64)
+    if order == "interleave":
+        blocks = slots * steps + step
+    else:
+        blocks = step * g + slots
     blocks[blocks >= num_blocks] = -1
     return blocks

@@ -98,7 +98,7 @@ class RunTrace:
         for s in range(first, first + count):
             blocks = step_blocks(
                 s, rank=0, world_size=1, batch_size=G, num_blocks=plan.num_blocks,
-                drop_last=ds.drop_last,
+                drop_last=ds.drop_last, order=ds.block_order,
             )  # fmt: skip
             spans = recipe_spans(plan, blocks)
             starts, stops = token_ranges(spans, lookahead=ds.lookahead)
@@ -181,6 +181,7 @@ def open_run(checkpoint: str | os.PathLike[str]) -> RunTrace:
         version=inputs["table_version"],
         rank=0,
         world_size=1,
+        block_order=inputs.get("block_order", "sequential"),
     )
     ds.load_state_dict(record["loader"])  # the same plan, or a named mismatch
     return RunTrace(record=record, ds=ds)

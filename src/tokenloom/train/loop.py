@@ -93,6 +93,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     """Seeds the model init and the loader's shuffle."""
+    block_order: str = "interleave"
+    """Each global batch takes one block from each of G far-apart stretches of the shuffled
+    stream, so a long document spreads over consecutive steps instead of filling one batch
+    (``sequential``: G consecutive blocks)."""
     attention: str = "document"
     """``document`` isolates documents inside a block; ``causal`` for comparison."""
     kernel: str = "auto"
@@ -165,6 +169,7 @@ def _dataset(cfg: TrainConfig, dist: Dist, accum: int, *, filter, seed, version=
         version=version,
         rank=dist.rank,
         world_size=dist.world_size,
+        block_order=cfg.block_order,
     )
 
 

@@ -229,6 +229,7 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
                 batch_size=ds.batch_size,
                 num_blocks=plan.num_blocks,
                 drop_last=False,
+                order=ds.block_order,
             )
             arrays = {k: v.numpy() for k, v in batch.items() if hasattr(v, "numpy")}
             out.append(
