@@ -22,7 +22,7 @@ def test_demo_trains_below_the_unigram_entropy(tmp_path):
     summary = json.loads((workdir / "summary.json").read_text())
     entropy = summary["unigram_entropy"]
     assert summary["val_loss_before"] > entropy  # an untrained model is worse than unigram
-    assert summary["val_loss_after"] < entropy - 0.5  # well below: it learned context
+    assert summary["val_loss_after"] < entropy - 1.0  # well below: it learned context
     assert (workdir / "loss.png").stat().st_size > 0
     assert summary["search_hits"] and summary["trace_rows"] > 0
     assert summary["sample"].startswith("The king") and len(summary["sample"]) > len("The king")
