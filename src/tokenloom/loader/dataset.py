@@ -25,7 +25,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.pack import pack_blocks, token_ranges
-from tokenloom.loader.plan import BLOCK_ORDERS, EpochPlan, step_blocks
+from tokenloom.loader.plan import EpochPlan, check_block_order, step_blocks
 from tokenloom.loader.pools import parse_mixture, union_inputs
 from tokenloom.loader.read import (
     LoaderError,
@@ -43,6 +43,7 @@ __all__ = ["PackedDataset", "as_tensors"]
 
 _READ_GROUP = 8  # steps whose rows are fetched in one take: one call per 8 steps, not per step
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
+_POOL_COUNTS = ("blocks", "tokens", "eos", "padding", "loss_positions")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -89,11 +90,8 @@ class PackedDataset(IterableDataset):
         cut_column: With ``long_docs="window"``: a column of token offsets where a window may
             end (``cut_points``, from ``tokenloom tokenize --boundaries``); windows then end at
             the latest line break within their last eighth.
-        block_order: ``"sequential"`` (global step ``s`` holds blocks ``[sG, (s+1)G)``) or
-            ``"interleave"`` (slot ``j`` of step ``s`` holds block ``jS + s``: every batch
-            mixes ``G`` far-apart stretches of the stream, so a long document spreads over
-            consecutive steps instead of filling one batch; see
-            :func:`~tokenloom.loader.plan.step_blocks`).
+        block_order: ``"sequential"`` or ``"interleave"`` (each batch takes one block from each
+            of ``G`` far-apart stretches; :func:`~tokenloom.loader.plan.step_blocks`).
     """
 
     def __init__(
@@ -148,11 +146,7 @@ class PackedDataset(IterableDataset):
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
         self.drop_last = bool(drop_last)
         self.lookahead = bool(lookahead)
-        if block_order not in BLOCK_ORDERS:
-            raise LoaderError(
-                f"block_order must be one of {', '.join(BLOCK_ORDERS)}, not {block_order!r}"
-            )
-        self.block_order = block_order
+        self.block_order = check_block_order(block_order)
         self.allow_data_change = allow_data_change
         self.recipe = Recipe(
             packing={"best_fit": "bestfit"}.get(packing, packing),
@@ -456,9 +450,7 @@ class PackedDataset(IterableDataset):
             sel = owner == p
             if not sel.any():
                 continue
-            c = self.stats.pools.setdefault(
-                name, {"blocks": 0, "tokens": 0, "eos": 0, "padding": 0, "loss_positions": 0}
-            )
+            c = self.stats.pools.setdefault(name, dict.fromkeys(_POOL_COUNTS, 0))
             c["blocks"] += int((pools == p).sum())
             c["eos"] += int(eos[sel].sum())
             c["tokens"] += int(real[sel].sum() - eos[sel].sum())
@@ -491,11 +483,8 @@ class PackedDataset(IterableDataset):
                 self.stats.read_seconds = r.read_seconds
                 self.stats.steps += 1
                 if info is not None:
-                    batch[_META] = {
-                        "epoch": epoch,
-                        "step": step,
-                        "stats": self.stats.delta(snapshot),
-                    }
+                    delta = self.stats.delta(snapshot)
+                    batch[_META] = {"epoch": epoch, "step": step, "stats": delta}
                     snapshot = self.stats.copy()
                     yield batch  # numpy: one pickle to the main process, not one fd per tensor
                     continue

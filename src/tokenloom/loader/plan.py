@@ -33,6 +33,8 @@ __all__ = [
     "epoch_steps",
     "steps_in_epoch",
     "step_blocks",
+    "check_block_order",
+    "BLOCK_ORDERS",
     "stream_counts",
 ]
 
@@ -246,6 +248,13 @@ def steps_in_epoch(plan: EpochPlan, *, batch_size: int, world_size: int, drop_la
 BLOCK_ORDERS = ("sequential", "interleave")
 
 
+def check_block_order(order: str) -> str:
+    """``order`` if it is one of :data:`BLOCK_ORDERS`, else :class:`PlanError`."""
+    if order not in BLOCK_ORDERS:
+        raise PlanError(f"block order must be one of {', '.join(BLOCK_ORDERS)}, not {order!r}")
+    return order
+
+
 def step_blocks(
     step: int,
     *,
@@ -282,8 +291,7 @@ def step_blocks(
         PlanError: ``step`` is outside the epoch, or the topology is invalid.
     """
     _check_topology(batch_size, world_size, rank)
-    if order not in BLOCK_ORDERS:
-        raise PlanError(f"block order must be one of {', '.join(BLOCK_ORDERS)}, not {order!r}")
+    check_block_order(order)
     g = batch_size * world_size
     steps = num_blocks // g if drop_last else -(-num_blocks // g)
     if not 0 <= step < steps:
