@@ -31,7 +31,7 @@ from tokenloom.errors import TokenloomError
 from tokenloom.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from tokenloom.train.dist import Dist
 from tokenloom.train.flops import flops_per_token, mfu, peak_flops
-from tokenloom.train.model import GPT
+from tokenloom.train.model import GPT, attention_mask
 
 __all__ = [
     "TrainConfig",
@@ -222,14 +222,14 @@ class _Run:
         )
 
     def forward(self, model, mb: dict, reduction: str = "sum"):  # noqa: ANN001, ANN201
+        # the mask is built here, outside a compiled model (flex block masks are made eagerly)
+        mask = attention_mask(mb["doc_ids"], attention=self.cfg.attention, kernel=self.kernel)
         with self.autocast():
             _, loss = model(
                 mb["input_ids"],
                 position_ids=mb["position_ids"],
-                doc_ids=mb["doc_ids"],
                 labels=mb["labels"],
-                attention=self.cfg.attention,
-                kernel=self.kernel,
+                mask=mask,
                 reduction=reduction,
             )
         return loss

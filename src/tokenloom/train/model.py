@@ -21,7 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPTConfig", "PRESETS", "GPT", "document_mask", "flex_document_mask", "generate"]
+__all__ = [
+    "GPTConfig",
+    "PRESETS",
+    "GPT",
+    "attention_mask",
+    "document_mask",
+    "flex_document_mask",
+    "generate",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +82,22 @@ def flex_document_mask(doc_ids: torch.Tensor):  # noqa: ANN201 (a flex_attention
         return ((kv <= q) & (doc_ids[b, q] == doc_ids[b, kv])) | (q == kv)
 
     return create_block_mask(mask_mod, B, None, T, T, device=doc_ids.device)
+
+
+def attention_mask(doc_ids: torch.Tensor | None, *, attention: str, kernel: str):  # noqa: ANN201
+    """What :class:`GPT` attends with: ``None`` (plain causal), a ``(B, 1, T, T)`` boolean mask
+    (``sdpa``) or a flex_attention block mask (``flex``)."""
+    if attention == "causal":
+        return None
+    if attention != "document":
+        raise ValueError(f"attention must be 'document' or 'causal', not {attention!r}")
+    if doc_ids is None:
+        raise ValueError("attention='document' needs the batch's doc_ids")
+    if kernel == "flex":
+        return flex_document_mask(doc_ids)
+    if kernel == "sdpa":
+        return document_mask(doc_ids)
+    raise ValueError(f"kernel must be 'sdpa' or 'flex', not {kernel!r}")
 
 
 _flex_kernel = None
@@ -180,6 +204,7 @@ class GPT(nn.Module):
         labels: torch.Tensor | None = None,
         attention: str = "document",
         kernel: str = "sdpa",
+        mask=None,  # noqa: ANN001
         reduction: str = "mean",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits ``(B, T, V)`` and, with ``labels``, the loss over labels != -100.
@@ -189,6 +214,8 @@ class GPT(nn.Module):
                 ``"causal"``: plain causal attention over the whole block.
             kernel: ``"sdpa"`` (a dense boolean mask) or ``"flex"`` (a flex_attention block
                 mask) for document attention.
+            mask: A prebuilt :func:`attention_mask` (the trainer builds it outside a compiled
+                model, as flex_attention's block masks want); overrides the three above.
             reduction: ``"mean"`` over target tokens, or ``"sum"`` (the trainer divides by the
                 global number of targets, so any split into ranks and micro-batches gives the
                 same loss).
@@ -196,19 +223,8 @@ class GPT(nn.Module):
         B, T = input_ids.shape  # (B, T)
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        if attention == "document":
-            if doc_ids is None:
-                raise ValueError("attention='document' needs the batch's doc_ids")
-            if kernel == "flex":
-                mask = flex_document_mask(doc_ids)
-            elif kernel == "sdpa":
-                mask = document_mask(doc_ids)
-            else:
-                raise ValueError(f"kernel must be 'sdpa' or 'flex', not {kernel!r}")
-        elif attention == "causal":
-            mask = None
-        else:
-            raise ValueError(f"attention must be 'document' or 'causal', not {attention!r}")
+        if mask is None:
+            mask = attention_mask(doc_ids, attention=attention, kernel=kernel)
         x = self.drop(self.wte(input_ids) + self.wpe(position_ids))  # (B, T, C)
         for block in self.blocks:
             x = block(x, mask)
