@@ -80,3 +80,10 @@ def test_resume_reads_the_pinned_version_after_the_table_moves_on(tmp_path):
     assert Table.open(uri).version > before
     rest = train(_cfg(uri, tmp_path / "b"), resume=True, log=lambda *_: None)
     assert rest.losses == full.losses[3:]
+
+
+def test_flex_kernel_off_gpu_is_a_clear_error(table, tmp_path):
+    from tokenloom.train.loop import TrainError
+
+    with pytest.raises(TrainError, match="--kernel sdpa"):
+        train(dataclasses.replace(_cfg(table, tmp_path), kernel="flex"), log=lambda *_: None)

@@ -209,6 +209,11 @@ class _Run:
         self.kernel = cfg.kernel
         if self.kernel == "auto":
             self.kernel = "flex" if dev.type == "cuda" else "sdpa"
+        if self.kernel == "flex" and dev.type != "cuda":
+            raise TrainError(
+                "--kernel flex trains on CUDA only (PyTorch's flex_attention has no backward "
+                "on CPU); use --kernel sdpa (the default off-GPU)"
+            )
         dtype = cfg.dtype
         if dtype == "auto":
             dtype = "bf16" if dev.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
