@@ -35,6 +35,7 @@ def main() -> None:
     import torch
 
     from tokenloom.bench.loader_data import CorpusSpec, build_table
+    from tokenloom.loader import LoaderSpec
     from tokenloom.train.loop import TrainConfig, train
 
     t0 = time.perf_counter()
@@ -48,11 +49,11 @@ def main() -> None:
     if torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name()} (torch {torch.__version__})", flush=True)
     cfg = TrainConfig(
-        table=built.path,
+        loader=LoaderSpec(
+            table=built.path, seq_len=args.seq_len, global_batch=args.batch_size
+        ),
         out=os.path.join(work, "run"),
         model=args.model,
-        seq_len=args.seq_len,
-        batch_size=args.batch_size,
         steps=100_000,  # the time limit ends the run
         time_limit=args.seconds,
         lr=6e-4,
@@ -69,7 +70,7 @@ def main() -> None:
     skip = min(max(10, steps // 5), max(steps - 1, 0))  # compile + warm-up
     steady = np.asarray(res.step_seconds[skip:])
     waits = np.asarray(res.wait_seconds[skip:])
-    tokens_per_step = cfg.batch_size * cfg.seq_len
+    tokens_per_step = cfg.loader.global_batch * cfg.loader.seq_len
     rate = tokens_per_step * len(steady) / max(float(steady.sum()), 1e-9)
     from tokenloom.train.flops import flops_per_token, peak_flops
     from tokenloom.train.model import GPT

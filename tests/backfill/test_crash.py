@@ -47,7 +47,10 @@ def _start(uri: str, udf_name: str, *, workers: int = 2, sleep: float = 0.25):
     script = os.path.join(os.path.dirname(uri), "driver.py")
     return subprocess.Popen(
         [sys.executable, script, uri, udf_name, str(workers), str(UNIT_ROWS)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

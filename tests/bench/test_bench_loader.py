@@ -72,8 +72,12 @@ def test_numpy_transport_prototype_delivers_the_same_batches(tmp_path):
     from tokenloom.loader import DataLoader, PackedDataset
 
     uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=300)).path
-    real = DataLoader(PackedDataset(uri, seq_len=256, batch_size=4), num_workers=2)
-    proto = NumpyTransportLoader(NumpyTransportDataset(uri, seq_len=256, batch_size=4), 2)
+    real = DataLoader(
+        PackedDataset(uri, seq_len=256, global_batch=4, block_order="sequential"), num_workers=2
+    )
+    proto = NumpyTransportLoader(
+        NumpyTransportDataset(uri, seq_len=256, global_batch=4, block_order="sequential"), 2
+    )
     for a, b in zip(real, proto, strict=True):
         assert a.keys() == b.keys()
         for key, value in a.items():

@@ -13,8 +13,12 @@ from tokenloom.table import Table
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tokenloom.cli.main", *args],
-                          capture_output=True, text=True, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "tokenloom.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
 
 
 def test_backfill_run_and_status(tmp_path, paragraphs):
@@ -22,15 +26,36 @@ def test_backfill_run_and_status(tmp_path, paragraphs):
     uri = str(tmp_path / "t.lance")
     ingest([tmp_path / "a.jsonl"], uri, progress=False)
 
-    proc = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:n_words",
-                "--column", "words", "--workers", "2", "--unit-rows", "20", "--json")
+    proc = _run(
+        "backfill",
+        "run",
+        "--table",
+        uri,
+        "--udf",
+        "tokenloom.backfill.builtin:n_words",
+        "--column",
+        "words",
+        "--workers",
+        "2",
+        "--unit-rows",
+        "20",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["columns"] == ["words"] and out["rows"] == 60 and out["units"] == 8
     assert Table.open(uri).count_rows("words > 0") == 60
 
-    again = _run("backfill", "run", "--table", uri, "--udf", "tokenloom.backfill.builtin:n_words",
-                 "--column", "words")
+    again = _run(
+        "backfill",
+        "run",
+        "--table",
+        uri,
+        "--udf",
+        "tokenloom.backfill.builtin:n_words",
+        "--column",
+        "words",
+    )
     assert again.returncode == 0 and "nothing to do" in again.stdout
 
     status = json.loads(_run("backfill", "status", "--table", uri, "--json").stdout)

@@ -21,8 +21,16 @@ def test_demo_runs_end_to_end_and_is_rerunnable(tmp_path):
     assert table.count_rows() == 7 * 5
     assert set(table.rows_per_source().values()) == {5}
     names = set(table.schema().names)
-    assert {"is_dup", "dup_of", "near_dup_cluster", "is_near_dup", "quality", "quality_reasons",
-            "input_ids", "n_tokens"} <= names
+    assert {
+        "is_dup",
+        "dup_of",
+        "near_dup_cluster",
+        "is_near_dup",
+        "quality",
+        "quality_reasons",
+        "input_ids",
+        "n_tokens",
+    } <= names
     ops = [v.operation for v in table.versions()]
     assert ops == ["create", "ingest"] + ["backfill"] * 7 + ["createindex"]  # one per stage
     assert table.count_rows("n_tokens IS NULL") == 0

@@ -12,15 +12,25 @@ import pyarrow as pa
 
 from tokenloom.backfill import add_column, udf
 
-BYTE_TOKENIZER = {"name": "bytes", "vocab_size": 258, "eos_id": 256, "bos_id": None,
-                  "pad_id": 257, "vocab_hash": "bytes-v1"}
+BYTE_TOKENIZER = {
+    "name": "bytes",
+    "vocab_size": 258,
+    "eos_id": 256,
+    "bos_id": None,
+    "pad_id": 257,
+    "vocab_hash": "bytes-v1",
+}
 _META = {b"tokenloom.tokenizer": json.dumps(BYTE_TOKENIZER).encode()}
 
 
 @udf(
     inputs=["text"],
-    output=pa.schema([pa.field("input_ids", pa.list_(pa.uint16()), metadata=_META),
-                      pa.field("n_tokens", pa.int64())]),
+    output=pa.schema(
+        [
+            pa.field("input_ids", pa.list_(pa.uint16()), metadata=_META),
+            pa.field("n_tokens", pa.int64()),
+        ]
+    ),
     version="1",
 )
 def byte_tokens(batch: pa.RecordBatch) -> dict:
@@ -39,8 +49,9 @@ def token_table(tmp_path, texts: list[str], *, name: str = "t.lance") -> str:
     from tokenloom.ingest import ingest
 
     src = tmp_path / f"{name}.jsonl"
-    write_jsonl(src, [{"text": t, "source": "even" if i % 2 == 0 else "odd"}
-                      for i, t in enumerate(texts)])
+    write_jsonl(
+        src, [{"text": t, "source": "even" if i % 2 == 0 else "odd"} for i, t in enumerate(texts)]
+    )
     uri = str(tmp_path / name)
     ingest([src], uri, progress=False)
     add_column(uri, None, byte_tokens, workers=0)

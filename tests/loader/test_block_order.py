@@ -79,8 +79,10 @@ def _tokens(ds, n=None):
 
 
 def test_interleaved_epoch_holds_every_token_once_and_mixes_long_documents(table):
-    seq = _tokens(PackedDataset(table, seq_len=L, batch_size=8, seed=1))
-    inter = _tokens(PackedDataset(table, seq_len=L, batch_size=8, seed=1, block_order="interleave"))
+    seq = _tokens(PackedDataset(table, seq_len=L, global_batch=8, seed=1, block_order="sequential"))
+    inter = _tokens(
+        PackedDataset(table, seq_len=L, global_batch=8, seed=1, block_order="interleave")
+    )
 
     def stretches(batches):
         return sorted(tuple(r[2:]) for b in batches for r in b["spans"].tolist())
@@ -98,13 +100,13 @@ def test_interleaved_resume_onto_another_world_size(table):
     def ds(**kw):
         return PackedDataset(table, seq_len=L, seed=2, block_order="interleave", **kw)
 
-    full = [b["input_ids"] for b in _tokens(ds(batch_size=8))]
-    first = ds(batch_size=4, rank=0, world_size=2)
+    full = [b["input_ids"] for b in _tokens(ds(global_batch=8))]
+    first = ds(global_batch=8, rank=0, world_size=2)
     _tokens(first, 3)
     state = DataLoader(first).state_dict()
     rest = []
     for rank in range(4):
-        d = ds(batch_size=2, rank=rank, world_size=4)
+        d = ds(global_batch=8, rank=rank, world_size=4)
         d.load_state_dict(state)
         rest.append([b["input_ids"] for b in _tokens(d)])
     merged = [torch.cat([r[s] for r in rest]) for s in range(len(rest[0]))]

@@ -19,6 +19,8 @@ from tokenloom.loader import (  # noqa: E402
     naive_pack,
     step_blocks,
 )
+
+from tokenloom.loader.plan import PlanError  # noqa: E402
 from tokenloom.table import Table  # noqa: E402
 
 L = 32
@@ -56,12 +58,13 @@ def _global_batches(uri, *, world_size, workers, epoch=0, filter=None, seed=3):
         ds = PackedDataset(
             uri,
             seq_len=L,
-            batch_size=G // world_size,
+            global_batch=G,
             seed=seed,
             epoch=epoch,
             rank=rank,
             world_size=world_size,
             filter=filter,
+            block_order="sequential",
         )
         per_rank.append(list(DataLoader(ds, num_workers=workers if rank == 0 else 0)))
     steps = len(per_rank[0])
@@ -108,7 +111,9 @@ def test_matches_naive_reference_for_every_topology(table, world_size, workers):
 def test_epochs_differ_and_every_token_appears_once(table):
     rows = _rows(table)
     for epoch in (0, 1):
-        ds = PackedDataset(table, seq_len=L, batch_size=4, seed=3, epoch=epoch)
+        ds = PackedDataset(
+            table, seq_len=L, global_batch=4, seed=3, epoch=epoch, block_order="sequential"
+        )
         covered: dict[int, list[tuple[int, int]]] = {}
         firsts = []
         for batch in ds:
@@ -127,7 +132,9 @@ def test_epochs_differ_and_every_token_appears_once(table):
 
 @pytest.mark.parametrize("filter, n_rows", [("id < 0", 0), ("id = 7", 1), (None, 46)])
 def test_filters_selecting_none_one_all(table, filter, n_rows):
-    ds = PackedDataset(table, seq_len=L, batch_size=2, seed=0, filter=filter)
+    ds = PackedDataset(
+        table, seq_len=L, global_batch=2, seed=0, filter=filter, block_order="sequential"
+    )
     info = ds.epoch_info()
     assert info["rows"] == n_rows
     batches = list(ds)
@@ -147,7 +154,7 @@ def test_null_token_lists_are_planned_as_zero_length(tmp_path):
     uri = str(tmp_path / "t.lance")
     ingest([src], uri, progress=False)
     add_column(uri, None, byte_tokens, workers=0, where="id % 5 != 2")  # rows 2, 7, ... null
-    ds = PackedDataset(uri, seq_len=L, batch_size=2)
+    ds = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
     info = ds.epoch_info()
     assert info["null_rows"] == 6 and info["empty_rows"] == 6
     seen = {rid for b in ds for rid in b["spans"][:, 2].tolist()}
@@ -167,7 +174,13 @@ def _stream(dl, n=None):
 def test_exact_resume_onto_another_topology(table, k, new_world, new_workers):
     def ds(rank=0, world=2):
         return PackedDataset(
-            table, seq_len=L, batch_size=G // world, seed=3, rank=rank, world_size=world
+            table,
+            seq_len=L,
+            global_batch=G,
+            seed=3,
+            rank=rank,
+            world_size=world,
+            block_order="sequential",
         )
 
     full = [b["input_ids"] for b in DataLoader(ds(world=1), num_workers=0)]
@@ -189,14 +202,18 @@ def test_exact_resume_onto_another_topology(table, k, new_world, new_workers):
 
 
 def test_resume_across_an_epoch_boundary(table):
-    ds = PackedDataset(table, seq_len=L, batch_size=G, seed=3)
+    ds = PackedDataset(table, seq_len=L, global_batch=G, seed=3, block_order="sequential")
     n = len(ds)
     epoch0 = _stream(ds)
     assert ds.state_dict()["epoch"] == 1 and ds.state_dict()["step"] == 0
     ds.set_epoch(1)
     epoch1 = _stream(ds)
-    again = PackedDataset(table, seq_len=L, batch_size=G // 2, seed=3, rank=1, world_size=2)
-    state = PackedDataset(table, seq_len=L, batch_size=G, seed=3).state_dict()
+    again = PackedDataset(
+        table, seq_len=L, global_batch=G, seed=3, rank=1, world_size=2, block_order="sequential"
+    )
+    state = PackedDataset(
+        table, seq_len=L, global_batch=G, seed=3, block_order="sequential"
+    ).state_dict()
     state["step"] = n - 2  # two steps before the end of epoch 0
     again.load_state_dict(state)
     tail = _stream(again)
@@ -209,25 +226,36 @@ def test_resume_across_an_epoch_boundary(table):
 
 def test_changed_table_or_filter_is_refused_with_the_override(tmp_path):
     uri = token_table(tmp_path, real_paragraphs(20))
-    old = PackedDataset(uri, seq_len=L, batch_size=2)
+    old = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
     state = old.state_dict()
     write_jsonl(tmp_path / "more.jsonl", [{"text": t} for t in real_paragraphs(25)[20:]])
     ingest([tmp_path / "more.jsonl"], uri, progress=False)
     add_column(uri, None, byte_tokens, workers=0)
-    new = PackedDataset(uri, seq_len=L, batch_size=2)
+    new = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
     with pytest.raises(ResumeMismatchError, match=r"table version .* pass `version=") as err:
         new.load_state_dict(state)
     assert str(old.version) in str(err.value)
-    PackedDataset(uri, seq_len=L, batch_size=2, version=old.version).load_state_dict(state)
-    PackedDataset(uri, seq_len=L, batch_size=2, allow_data_change=True).load_state_dict(state)
-    other = PackedDataset(uri, seq_len=L, batch_size=2, version=old.version, filter="id > 3")
+    PackedDataset(
+        uri, seq_len=L, global_batch=2, version=old.version, block_order="sequential"
+    ).load_state_dict(state)
+    PackedDataset(
+        uri, seq_len=L, global_batch=2, allow_data_change=True, block_order="sequential"
+    ).load_state_dict(state)
+    other = PackedDataset(
+        uri,
+        seq_len=L,
+        global_batch=2,
+        version=old.version,
+        filter="id > 3",
+        block_order="sequential",
+    )
     with pytest.raises(ResumeMismatchError, match="filter"):
         other.load_state_dict(state)
 
 
 def test_stats_add_up_across_workers(table):
     for workers in (0, 2):
-        ds = PackedDataset(table, seq_len=L, batch_size=4, seed=0)
+        ds = PackedDataset(table, seq_len=L, global_batch=4, seed=0, block_order="sequential")
         dl = DataLoader(ds, num_workers=workers)
         batches = list(dl)
         info = ds.epoch_info(0)
@@ -241,15 +269,17 @@ def test_stats_add_up_across_workers(table):
 def test_rank_and_world_from_torchrun_environment(table, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")
-    ds = PackedDataset(table, seq_len=L, batch_size=4)
-    assert (ds.rank, ds.world_size, ds.global_batch) == (1, 3, 12)
+    ds = PackedDataset(table, seq_len=L, global_batch=12, block_order="sequential")
+    assert (ds.rank, ds.world_size, ds.global_batch, ds.batch_size) == (1, 3, 12, 4)
+    with pytest.raises(PlanError, match="does not split evenly over 3 ranks"):
+        PackedDataset(table, seq_len=L, global_batch=4)
 
 
 def test_a_huge_document_is_read_once_not_once_per_block(tmp_path):
     paras = real_paragraphs(200)
     huge = (" ".join(paras) * 2)[:150_000]  # 150k tokens: ~2,300 blocks of 64
     uri = token_table(tmp_path, [huge, *paras[:10]])
-    ds = PackedDataset(uri, seq_len=64, batch_size=2, seed=0)
+    ds = PackedDataset(uri, seq_len=64, global_batch=2, seed=0, block_order="sequential")
     steps = sum(1 for _ in ds)
     assert steps == len(ds) > 1000
     column_bytes = Table.open(uri).dataset.to_table(columns=["input_ids"]).nbytes
@@ -261,6 +291,6 @@ def test_a_huge_document_is_read_once_not_once_per_block(tmp_path):
 def test_persistent_workers_are_refused_with_the_reason(table):
     from tokenloom.loader.read import LoaderError
 
-    ds = PackedDataset(table, seq_len=L, batch_size=4)
+    ds = PackedDataset(table, seq_len=L, global_batch=4, block_order="sequential")
     with pytest.raises(LoaderError, match="persistent_workers=True would replay"):
         DataLoader(ds, num_workers=2, persistent_workers=True)

@@ -21,8 +21,16 @@ def table(tmp_path_factory):
 
 
 def _ds(table, **kw):
-    return PackedDataset(table, seq_len=L, batch_size=kw.pop("batch_size", 4), seed=5,
-                         mixture=MIX, budget_tokens=kw.pop("budget", 40_000), **kw)
+    return PackedDataset(
+        table,
+        seq_len=L,
+        global_batch=kw.pop("global_batch", 4),
+        seed=5,
+        mixture=MIX,
+        budget_tokens=kw.pop("budget", 40_000),
+        **kw,
+        block_order="sequential",
+    )
 
 
 def test_shares_hold_on_every_window_and_blocks_name_their_pool(table):
@@ -46,23 +54,29 @@ def test_shares_hold_on_every_window_and_blocks_name_their_pool(table):
 
 
 def test_mixture_resume_on_another_world_size(table):
-    full = [b["input_ids"] for b in _ds(table, batch_size=4)]
-    first = _ds(table, batch_size=2, rank=0, world_size=2)
+    full = [b["input_ids"] for b in _ds(table, global_batch=4)]
+    first = _ds(table, global_batch=4, rank=0, world_size=2)
     it = iter(first)
     for _ in range(7):
         next(it)
     state = first.state_dict()
     rest = []
     for rank in range(4):
-        d = _ds(table, batch_size=1, rank=rank, world_size=4)
+        d = _ds(table, global_batch=4, rank=rank, world_size=4)
         d.load_state_dict(state)
         rest.append([b["input_ids"] for b in d])
     merged = [torch.cat([r[s] for r in rest]) for s in range(len(rest[0]))]
     assert len(merged) == len(full) - 7
     assert all(torch.equal(a, b) for a, b in zip(full[7:], merged, strict=True))
-    other = PackedDataset(table, seq_len=L, batch_size=4, seed=5,
-                          mixture={"even": ("id % 2 = 0", 0.5), "odd": ("id % 2 = 1", 0.5, 3)},
-                          budget_tokens=40_000)
+    other = PackedDataset(
+        table,
+        seq_len=L,
+        global_batch=4,
+        seed=5,
+        mixture={"even": ("id % 2 = 0", 0.5), "odd": ("id % 2 = 1", 0.5, 3)},
+        budget_tokens=40_000,
+        block_order="sequential",
+    )
     with pytest.raises(ResumeMismatchError, match="mixture"):
         other.load_state_dict(state)
     assert np.isfinite(len(full))

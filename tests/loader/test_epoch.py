@@ -32,7 +32,7 @@ def test_every_token_exactly_once_per_epoch(
     L, lengths = corpus
     rows = make_rows(lengths)
     plan = plan_epoch(*columns(rows), seed=seed, epoch=epoch, seq_len=L)
-    info = epoch_steps(plan, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    info = epoch_steps(plan, global_batch=(batch_size) * world_size, drop_last=drop_last)
     seen_tokens: list[np.ndarray] = []
     seen_rows: dict[int, list[tuple[int, int]]] = {}
     eos = padding = 0
@@ -101,7 +101,7 @@ def test_grid_world_sizes_share_the_global_stream() -> None:
         streams = {}
         for world in (1, 2, 3, 4):
             b = 12 // world
-            info = epoch_steps(plan, batch_size=b, world_size=world, drop_last=False)
+            info = epoch_steps(plan, global_batch=(b) * world, drop_last=False)
             steps = []
             for step in range(info.steps):
                 per_rank = []

@@ -23,13 +23,14 @@ from tokenloom.loader.mixture import (
     share_weights,
     window_share_deviation,
 )
-from tokenloom.loader.recipe import Recipe, recipe_epoch_steps
+from tokenloom.loader.plan import epoch_steps
+from tokenloom.loader.recipe import Recipe
 
 RECIPES = [
     Recipe(),
-    Recipe(packing="bestfit", fit_window=4),
+    Recipe(packing="best_fit", fit_window=4),
     Recipe(long_docs="window", window=6, overlap=2),
-    Recipe(packing="bestfit", fit_window=3, long_docs="window", window=5, overlap=1),
+    Recipe(packing="best_fit", fit_window=3, long_docs="window", window=5, overlap=1),
 ]
 
 
@@ -161,7 +162,7 @@ def test_resume_on_another_world_size_continues_the_same_stream(recipe: Recipe) 
     G = 12
 
     def stream(plan, world: int, first: int) -> list[np.ndarray]:
-        steps = recipe_epoch_steps(plan, batch_size=G // world, world_size=world, drop_last=False)
+        steps = epoch_steps(plan, global_batch=G, drop_last=False)
         out = []
         for s in range(first, steps.steps):
             parts = []

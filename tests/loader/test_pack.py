@@ -107,7 +107,7 @@ def test_global_batch_packs_identically_across_world_sizes(
     by_world = {}
     for world in (w for w in range(1, 5) if global_batch % w == 0):
         b = global_batch // world
-        steps = steps_in_epoch(plan, batch_size=b, world_size=world, drop_last=False)
+        steps = steps_in_epoch(plan, global_batch=(b) * world, drop_last=False)
         by_world[world] = [
             np.concatenate(
                 [

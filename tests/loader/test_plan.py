@@ -80,7 +80,7 @@ def test_plan_rejects_bad_input(ids: list, n: list, seq_len: int, match: str) ->
 def test_empty_selection() -> None:
     plan = plan_epoch(np.zeros(0, np.int64), np.zeros(0, np.int64), seed=1, epoch=0, seq_len=8)
     assert (plan.num_blocks, plan.stream_len, plan.num_docs) == (0, 0, 0)
-    assert steps_in_epoch(plan, batch_size=2, world_size=2, drop_last=False) == 0
+    assert steps_in_epoch(plan, global_batch=(2) * 2, drop_last=False) == 0
     only_empty = plan_epoch(np.arange(3), np.zeros(3, np.int64), seed=1, epoch=0, seq_len=8)
     assert (only_empty.num_blocks, only_empty.empty_rows) == (0, 3)
 
@@ -130,7 +130,7 @@ def test_steps_cover_blocks_once(
     ids, n = columns(make_rows([1] * num_blocks))  # one token + EOS = 2 positions
     plan = plan_epoch(ids, n, seed=0, epoch=0, seq_len=2)
     assert plan.num_blocks == num_blocks
-    info = epoch_steps(plan, batch_size=batch_size, world_size=world_size, drop_last=drop_last)
+    info = epoch_steps(plan, global_batch=(batch_size) * world_size, drop_last=drop_last)
     g = batch_size * world_size
     seen = [
         step_blocks(
@@ -170,10 +170,10 @@ def test_drop_last_reports_skipped_tokens() -> None:
     # 3 docs of 5 tokens, seq_len 4: stream 18 positions, 5 blocks; G = 2 keeps 4 blocks (16).
     ids, n = columns(make_rows([5, 5, 5]))
     plan = plan_epoch(ids, n, seed=3, epoch=0, seq_len=4)
-    info = epoch_steps(plan, batch_size=1, world_size=2, drop_last=True)
+    info = epoch_steps(plan, global_batch=(1) * 2, drop_last=True)
     assert (info.steps, info.dropped_blocks) == (2, 1)
     assert (info.dropped_tokens, info.dropped_eos, info.padding_positions) == (1, 1, 0)
-    kept = epoch_steps(plan, batch_size=1, world_size=2, drop_last=False)
+    kept = epoch_steps(plan, global_batch=(1) * 2, drop_last=False)
     assert (kept.steps, kept.padding_blocks, kept.padding_positions) == (3, 1, 2 + 4)
 
 

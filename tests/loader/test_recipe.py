@@ -22,32 +22,26 @@ from tokenloom.loader import (
     step_blocks,
 )
 from tokenloom.loader.bestfit import BestFitPlan
-from tokenloom.loader.recipe import (
-    Recipe,
-    block_range_counts,
-    plan_recipe_epoch,
-    recipe_epoch_steps,
-    recipe_spans,
-)
+from tokenloom.loader.recipe import Recipe, plan_recipe_epoch
 from tokenloom.loader.window import WindowedPlan
 
 RECIPES = [
     Recipe(),
     Recipe(long_docs="window", overlap=2),
     Recipe(long_docs="window", window=5, overlap=0),
-    Recipe(packing="bestfit", fit_window=1),
-    Recipe(packing="bestfit", fit_window=5),
-    Recipe(packing="bestfit", fit_window=64, long_docs="window", window=6, overlap=3),
+    Recipe(packing="best_fit", fit_window=1),
+    Recipe(packing="best_fit", fit_window=5),
+    Recipe(packing="best_fit", fit_window=64, long_docs="window", window=6, overlap=3),
 ]
 
 
 def test_recipe_validation_and_fingerprint() -> None:
     assert Recipe().is_default and Recipe().fingerprint_inputs() == {}
     assert Recipe(fit_window=7).fingerprint_inputs() == {}  # unused by concat
-    bf = Recipe(packing="bestfit", fit_window=128)
+    bf = Recipe(packing="best_fit", fit_window=128)
     assert bf.fingerprint_inputs() == {
         "recipe": {
-            "packing": "bestfit",
+            "packing": "best_fit",
             "long_docs": "split",
             "fit_window": 128,
             "algorithm": "bfd-window-close-v1",
@@ -57,11 +51,13 @@ def test_recipe_validation_and_fingerprint() -> None:
     assert win.fingerprint_inputs()["recipe"]["overlap"] == 64
     prints = {
         plan_fingerprint(seq_len=8, **r.fingerprint_inputs())
-        for r in [Recipe(), bf, win, Recipe(packing="bestfit", fit_window=64)]
+        for r in [Recipe(), bf, win, Recipe(packing="best_fit", fit_window=64)]
     }
     assert len(prints) == 4
     for bad, match in [
         ({"packing": "greedy"}, "packing must be one of"),
+        ({"packing": "bestfit"}, "it is spelled 'best_fit'"),
+        ({"cut_column": "cut_points"}, "apply to long_docs='window' only"),
         ({"long_docs": "truncate"}, "long_docs must be one of"),
         ({"fit_window": 0}, "fit_window must be an integer >= 1"),
         ({"overlap": 3}, "apply to long_docs='window' only"),
@@ -112,9 +108,9 @@ def test_whole_epoch_across_world_sizes(
     by_world = {}
     for world in (w for w in range(1, 5) if global_batch % w == 0):
         b = global_batch // world
-        info = recipe_epoch_steps(plan, batch_size=b, world_size=world, drop_last=drop_last)
+        info = epoch_steps(plan, global_batch=(b) * world, drop_last=drop_last)
         if isinstance(plan, EpochPlan):
-            assert info == epoch_steps(plan, batch_size=b, world_size=world, drop_last=drop_last)
+            assert info == epoch_steps(plan, global_batch=(b) * world, drop_last=drop_last)
         batches, real, eos, pad = [], 0, 0, 0
         for s in range(info.steps):
             parts = []
@@ -127,14 +123,14 @@ def test_whole_epoch_across_world_sizes(
                     num_blocks=plan.num_blocks,
                     drop_last=drop_last,
                 )
-                out = fast_pack(plan, recipe_spans, rows, blocks, lookahead=True)
+                out = fast_pack(plan, lambda p, b: p.spans(b), rows, blocks, lookahead=True)
                 parts.append(out.input_ids)
                 real += out.real_tokens
                 eos += out.eos_positions
                 pad += out.padding_positions
             batches.append(np.concatenate(parts))
         by_world[world] = batches
-        everything = block_range_counts(plan, 0, plan.num_blocks)
+        everything = plan.counts(0, plan.num_blocks)
         assert real + info.dropped_tokens == everything.tokens
         assert (
             eos + info.dropped_eos
@@ -158,10 +154,10 @@ def test_planning_throughput() -> None:
     for name, recipe in [
         ("concat", Recipe()),
         ("concat+window(512, 64)", Recipe(long_docs="window", window=512, overlap=64)),
-        ("bestfit(1024)", Recipe(packing="bestfit", fit_window=1024)),
+        ("bestfit(1024)", Recipe(packing="best_fit", fit_window=1024)),
         (
             "bestfit(1024)+window(1024, 128)",
-            Recipe(packing="bestfit", fit_window=1024, long_docs="window", overlap=128),
+            Recipe(packing="best_fit", fit_window=1024, long_docs="window", overlap=128),
         ),
     ]:
         t0 = time.perf_counter()
@@ -169,7 +165,7 @@ def test_planning_throughput() -> None:
         planned = time.perf_counter() - t0
         t0 = time.perf_counter()
         for s in range(100):
-            recipe_spans(plan, np.arange(8 * s, 8 * s + 8))
+            plan.spans(np.arange(8 * s, 8 * s + 8))
         spans = (time.perf_counter() - t0) / 800
         print(
             f"\n{name}: {lens.shape[0] / planned:,.0f} docs/s planned, "

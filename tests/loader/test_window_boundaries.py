@@ -65,11 +65,12 @@ def test_windows_end_at_line_breaks_within_the_slack(table):
     ds = PackedDataset(
         table,
         seq_len=W,
-        batch_size=2,
+        global_batch=2,
         long_docs="window",
         window=W,
         overlap=OVERLAP,
         cut_column="cut_points",
+        block_order="sequential",
     )
     plan = ds.plan()
     v = plan.docs
@@ -100,7 +101,13 @@ def test_windows_end_at_line_breaks_within_the_slack(table):
     )
     assert new == sum(len(t) for t in ids.values())
     plain = PackedDataset(
-        table, seq_len=W, batch_size=2, long_docs="window", window=W, overlap=OVERLAP
+        table,
+        seq_len=W,
+        global_batch=2,
+        long_docs="window",
+        window=W,
+        overlap=OVERLAP,
+        block_order="sequential",
     )
     with pytest.raises(ResumeMismatchError, match="cut_column"):
         plain.load_state_dict(ds.state_dict())

@@ -15,7 +15,7 @@ from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tests.search.provenance import assert_trace_matches_log  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
-from tokenloom.loader import PackedDataset  # noqa: E402
+from tokenloom.loader import LoaderSpec, PackedDataset  # noqa: E402
 from tokenloom.search.trace import TraceError, open_run  # noqa: E402
 from tokenloom.train.loop import TrainConfig, train  # noqa: E402
 
@@ -24,11 +24,11 @@ from tokenloom.train.loop import TrainConfig, train  # noqa: E402
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("trace")
     uri = token_table(tmp, real_paragraphs(30))
-    per_epoch = PackedDataset(uri, filter="id % 5 != 0", seq_len=64, batch_size=6).epoch_info(0)
-    steps = per_epoch["steps"] + 3  # into the second epoch: every row is seen again
+    spec = LoaderSpec(table=uri, filter="id % 5 != 0", seq_len=64, global_batch=6)
+    steps = PackedDataset(spec).epoch_info(0)["steps"] + 3  # the 2nd epoch sees every row again
     cfg = TrainConfig(
-        table=uri, out=str(tmp / "run"), seq_len=64, batch_size=3, grad_accum=2, steps=steps,
-        filter="id % 5 != 0", checkpoint_every=1000, log_every=1000, provenance_log=True,
+        loader=spec, out=str(tmp / "run"), micro_batch_size=3, steps=steps,
+        checkpoint_every=1000, log_every=1000, provenance_log=True,
     )  # fmt: skip
     train(cfg, log=lambda *_: None)
     return cfg, steps

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
+from tokenloom.loader import LoaderSpec  # noqa: E402
 from tokenloom.train.loop import TrainConfig, load_checkpoint, train  # noqa: E402
 
 STEPS = 400  # the schedule's length; runs stop long before (kill / stop_at)
@@ -29,17 +30,15 @@ def table(tmp_path_factory):
     return token_table(tmp_path_factory.mktemp("ddp"), real_paragraphs(80))
 
 
-def _cfg(table, out, **kw) -> TrainConfig:
+def _cfg(table, out, loader=None, **kw) -> TrainConfig:
+    spec = {"table": table, "seq_len": 64, "global_batch": 4, "filter": "id % 10 != 0"}
     base = dict(
-        table=table,
+        loader=LoaderSpec(**{**spec, **(loader or {})}),
         out=str(out),
-        seq_len=64,
-        batch_size=4,
         steps=STEPS,
         checkpoint_every=2,
         eval_every=1000,
         log_every=1000,
-        filter="id % 10 != 0",
     )
     return TrainConfig(**{**base, **kw})
 
@@ -48,7 +47,7 @@ def _torchrun(table, out, *args: str) -> subprocess.Popen:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "-m", "tokenloom.cli.main", "train", "--table", table, "--out", str(out),
-        "--seq-len", "64", "--batch-size", "2", "--global-batch-size", "4",
+        "--seq-len", "64", "--global-batch-size", "4", "--micro-batch-size", "2",
         "--steps", str(STEPS), "--checkpoint-every", "2", "--log-every", "1000",
         "--filter", "id % 10 != 0", "--provenance-log", *args,
     ]  # fmt: skip
@@ -108,7 +107,7 @@ def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
 
     # resume the killed 2-process run on 1 process (B=2, K=2): the same stream continues
     resumed = train(
-        _cfg(table, out, batch_size=2, global_batch_size=4, stop_at=k + 4, provenance_log=True),
+        _cfg(table, out, micro_batch_size=2, stop_at=k + 4, provenance_log=True),
         resume=True,
         log=lambda *_: None,
     )
@@ -123,9 +122,7 @@ def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
 
 def test_grad_accumulation_equals_the_larger_batch(table, tmp_path):
     whole = train(_cfg(table, tmp_path / "a", stop_at=4), log=lambda *_: None)
-    accum = train(
-        _cfg(table, tmp_path / "b", batch_size=1, grad_accum=4, stop_at=4), log=lambda *_: None
-    )
+    accum = train(_cfg(table, tmp_path / "b", micro_batch_size=1, stop_at=4), log=lambda *_: None)
     assert accum.losses == pytest.approx(whole.losses, rel=1e-5)
 
 
@@ -134,13 +131,17 @@ def test_another_global_batch_is_refused_on_resume(table, tmp_path):
 
     train(_cfg(table, tmp_path, stop_at=2), log=lambda *_: None)
     with pytest.raises(ResumeMismatchError, match="global_batch"):
-        train(_cfg(table, tmp_path, batch_size=2, stop_at=4), resume=True, log=lambda *_: None)
+        train(
+            _cfg(table, tmp_path, loader={"global_batch": 2}, stop_at=4),
+            resume=True,
+            log=lambda *_: None,
+        )
 
 
 def test_epochs_are_exact(table, tmp_path):
-    cfg = dataclasses.replace(_cfg(table, tmp_path), steps=None, epochs=2, batch_size=8)
+    cfg = _cfg(table, tmp_path, loader={"global_batch": 8}, steps=None, epochs=2)
     res = train(cfg, log=lambda *_: None)
     from tokenloom.loader import PackedDataset
 
-    ds = PackedDataset(table, filter=cfg.filter, seq_len=64, batch_size=8, seed=0)
+    ds = PackedDataset(cfg.loader)
     assert res.step == ds.epoch_info(0)["steps"] + ds.epoch_info(1)["steps"]

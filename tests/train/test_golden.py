@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
+from tokenloom.loader import LoaderSpec  # noqa: E402
 from tokenloom.train.loop import TrainConfig, train  # noqa: E402
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden_losses.json")
@@ -24,16 +25,12 @@ GOLDEN = os.path.join(os.path.dirname(__file__), "golden_losses.json")
 def test_first_20_steps_match_the_golden_file(tmp_path):
     uri = token_table(tmp_path, real_paragraphs(60))
     cfg = TrainConfig(
-        table=uri,
+        loader=LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=0, filter="id % 10 != 0"),
         out=str(tmp_path / "run"),
-        seq_len=64,
-        batch_size=4,
         steps=20,
-        seed=0,
         lr=3e-3,
         checkpoint_every=100,
         log_every=100,
-        filter="id % 10 != 0",
     )
     losses = train(cfg, log=lambda *_: None).losses
     if os.environ.get("TOKENLOOM_UPDATE_GOLDEN"):

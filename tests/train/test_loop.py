@@ -12,7 +12,9 @@ torch = pytest.importorskip("torch")
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tokenloom.loader import ResumeMismatchError  # noqa: E402
+from tokenloom.loader import LoaderSpec  # noqa: E402
 from tokenloom.train.loop import TrainConfig, load_checkpoint, train  # noqa: E402
+from tokenloom.train.record import read_record  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -20,18 +22,24 @@ def table(tmp_path_factory):
     return token_table(tmp_path_factory.mktemp("train"), real_paragraphs(60))
 
 
-def _cfg(table, out, **kw):
+def _cfg(table, out, loader=None, **kw):
+    spec = LoaderSpec(
+        **{
+            "table": table,
+            "seq_len": 64,
+            "global_batch": 4,
+            "filter": "id % 10 != 0",
+            **(loader or {}),
+        }
+    )
     return TrainConfig(
-        table=table,
+        loader=spec,
         out=str(out),
-        seq_len=64,
-        batch_size=4,
         steps=6,
         checkpoint_every=3,
         eval_every=3,
         eval_batches=2,
         log_every=100,
-        filter="id % 10 != 0",
         val_filter="id % 10 = 0",
         **kw,
     )
@@ -46,13 +54,15 @@ def test_resume_continues_exactly(table, tmp_path):
     assert rest.losses == full.losses[3:]  # bit-identical on CPU fp32
     ckpt = load_checkpoint(os.path.join(tmp_path / "b", "last.pt"))
     assert ckpt["step"] == 6 and ckpt["loader"]["step"] == 6
-    assert ckpt["tokenizer"]["eos_id"] == 256
+    record = read_record(tmp_path / "b")
+    assert record.tokenizer["eos_id"] == 256 and record.loader.table == os.path.abspath(table)
+    assert record.pools == full.pools
     assert not [f for f in os.listdir(tmp_path / "b") if ".tmp" in f]  # atomic writes
 
 
 def test_resume_with_another_filter_is_refused(table, tmp_path):
     train(dataclasses.replace(_cfg(table, tmp_path), stop_at=3), log=lambda *_: None)
-    changed = dataclasses.replace(_cfg(table, tmp_path), filter="id % 10 != 1")
+    changed = _cfg(table, tmp_path, loader={"filter": "id % 10 != 1"})
     with pytest.raises(ResumeMismatchError, match="filter"):
         train(changed, resume=True, log=lambda *_: None)
 

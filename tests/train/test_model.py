@@ -18,7 +18,7 @@ L = 64
 def batch(tmp_path_factory):
     texts = [t[:18] for t in real_paragraphs(30)]  # short documents: several per block
     uri = token_table(tmp_path_factory.mktemp("model"), texts)
-    return next(iter(PackedDataset(uri, seq_len=L, batch_size=2, seed=0)))
+    return next(iter(PackedDataset(uri, seq_len=L, global_batch=2, seed=0)))
 
 
 def _model() -> GPT:

@@ -23,7 +23,7 @@ def test_train_resume_and_sample(tmp_path):
         str(tmp_path / "run"),
         "--seq-len",
         "32",
-        "--batch-size",
+        "--global-batch-size",
         "2",
         "--checkpoint-every",
         "2",
@@ -39,6 +39,9 @@ def test_train_resume_and_sample(tmp_path):
     assert "step      2  loss" in out.output and "val loss" in out.output
     png = tmp_path / "loss.png"
     out = CliRunner().invoke(cli, [*base, "--steps", "4", "--resume", "--plot", str(png)])
+    assert "--reschedule" in str(out.exception)  # a longer schedule only knowingly
+    resume = [*base, "--steps", "4", "--resume", "--reschedule", "--plot", str(png)]
+    out = CliRunner().invoke(cli, resume)
     assert out.exit_code == 0, out.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # curves of the whole run
     assert "step      3" in out.output and "step      1 " not in out.output  # continued

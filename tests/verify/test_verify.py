@@ -15,22 +15,19 @@ from click.testing import CliRunner  # noqa: E402
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.verify.tables import FLIPPED_TOKEN, corrupt_table, gpt2_table  # noqa: E402
 from tokenloom.cli.verify import command  # noqa: E402
-from tokenloom.loader import PackedDataset  # noqa: E402
-from tokenloom.loader.recipe import recipe_spans  # noqa: E402
+from tokenloom.loader import LoaderSpec, PackedDataset  # noqa: E402
 from tokenloom.tokenize import load_tokenizer  # noqa: E402
 from tokenloom.verify import CHECKS, VerifyError, verify  # noqa: E402
 from tokenloom.verify.isolation import attention_leak, check_isolation, segment_starts  # noqa: E402
 from tokenloom.verify.loss import check_loss  # noqa: E402
 from tokenloom.verify.sample import (  # noqa: E402
-    LoaderOptions,
     fixed_rows,
     read_sample,
     sample_steps,
-    steps_holding,
 )
 from tokenloom.verify.text import check_text, check_token_ids  # noqa: E402
 
-SMALL = {"seq_len": 64, "batch_size": 4, "steps": 2}  # many blocks, partial sample
+SMALL = {"seq_len": 64, "global_batch": 4, "steps": 2}  # many blocks, partial sample
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +52,7 @@ def bad(tmp_path_factory, texts, longest) -> str:
 
 
 def _sample(uri: str, **options):
-    return read_sample(uri, LoaderOptions(**options), steps=2)
+    return read_sample(LoaderSpec.from_options(table=uri, **options), steps=2)
 
 
 # -- the whole run -----------------------------------------------------------------------------
@@ -134,7 +131,7 @@ def test_cli_exits_one_on_a_failed_check(bad):
 
 
 def test_text_check_fails_when_a_fixed_document_loses_a_stretch(good):
-    sample = _sample(good, seq_len=64, batch_size=4)
+    sample = _sample(good, seq_len=64, global_batch=4)
     long = sample.fixed_rows[1]
     for batch in sample.batches:  # change one delivered token of the long fixed row
         spans = batch.arrays["spans"]
@@ -149,7 +146,7 @@ def test_text_check_fails_when_a_fixed_document_loses_a_stretch(good):
 
 
 def test_isolation_fails_when_cu_seqlens_merges_two_documents(good):
-    sample = _sample(good, seq_len=64, batch_size=4)
+    sample = _sample(good, seq_len=64, global_batch=4)
     batch = next(b for b in sample.batches if np.any(b.arrays["spans"][:, 1] > 0))
     cu = batch.arrays["cu_seqlens"]
     inner = [i for i, c in enumerate(cu.tolist()) if c % 64 != 0][0]  # a boundary inside a block
@@ -170,13 +167,13 @@ def test_attention_probe_sees_a_leaking_mask():
 
 
 def test_loss_check_fails_on_a_wrong_label_or_a_miscount(good):
-    sample = _sample(good, seq_len=64, batch_size=4)
+    sample = _sample(good, seq_len=64, global_batch=4)
     eos_at = np.argwhere(sample.batches[0].arrays["input_ids"] == sample.eos_id)[0]
     sample.batches[0].arrays["labels"][tuple(eos_at)] = 5  # an EOS predicting the next document
     result = check_loss(sample)
     assert not result.passed and "expected -100" in result.detail
 
-    sample = _sample(good, seq_len=64, batch_size=4)
+    sample = _sample(good, seq_len=64, global_batch=4)
     object.__setattr__(sample.batches[0], "loss_positions", sample.batches[0].loss_positions + 1)
     result = check_loss(sample)
     assert not result.passed and "stats counted" in result.detail
@@ -211,12 +208,17 @@ def test_sample_steps_and_fixed_rows():
     ],
 )
 def test_steps_holding_matches_a_scan_of_every_block(good, options):
-    ds = LoaderOptions(seq_len=32, batch_size=3, **options).dataset(good)
-    plan = ds.plan(0)
-    rows = fixed_rows(ds.inputs.row_ids, ds.inputs.n_tokens)
-    spans = recipe_spans(plan, np.arange(plan.num_blocks))
-    want = sorted({int(b) // 3 for b in spans.blocks[spans.block[np.isin(spans.row_id, rows)]]})
-    assert steps_holding(plan, rows, 3) == want
+    for order in ("sequential", "interleave"):
+        spec = LoaderSpec.from_options(
+            table=good, seq_len=32, global_batch=3, block_order=order, **options
+        )
+        ds = PackedDataset(spec)
+        view = ds.view(0)
+        rows = fixed_rows(ds.inputs.row_ids, ds.inputs.n_tokens)
+        want = sorted(  # every step's layout, scanned
+            s for s in range(view.steps) if np.isin(view.layout(s).spans.row_id, rows).any()
+        )
+        assert view.steps_holding(np.asarray(rows)) == want
 
 
 def test_segment_starts_compare_masks():

@@ -122,7 +122,8 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     ds = PackedDataset(
         spec.path,
         seq_len=spec.seq_len,
-        batch_size=spec.batch_size,
+        global_batch=spec.batch_size,
+        block_order="sequential",
         seed=0,
         eos_id=spec.eos_id,
         pad_id=spec.pad_id,

@@ -154,6 +154,15 @@ def command(workdir: str, max_docs: int | None, workers: int, train_steps: int) 
     click.echo(f"\ndone in {summary['seconds']:.1f} s from raw text")
 
 
+DEMO_MIXTURE = {
+    "prose": ["source LIKE 'wiki%'", 0.4],
+    "verse": ["source LIKE 'shakespeare%' OR source = 'kjv'", 0.45],
+    "code": ["source = 'python_stdlib'", 0.15],
+}
+"""The demo's token quotas: shares of the training positions per pool (a row of the selection
+falls in exactly one)."""
+
+
 def _train_search_trace(
     uri: str, workdir: str, curated: str, steps: int, workers: int, total: int
 ) -> dict:
@@ -167,8 +176,10 @@ def _train_search_trace(
     from tokenloom.tokenize import load_tokenizer
     from tokenloom.tokenize.column import tokenize_table
     from tokenloom.tokenize.train import train_bpe
-    from tokenloom.train.loop import TrainConfig, load_checkpoint, train
-    from tokenloom.train.model import GPT, PRESETS, GPTConfig, generate
+    from tokenloom.loader import LoaderSpec
+    from tokenloom.train.checkpoint import load_run_model
+    from tokenloom.train.loop import TrainConfig, train
+    from tokenloom.train.model import generate
     from tokenloom.train.plot import plot_losses
 
     val_filter = heldout_filter(1)
@@ -186,15 +197,21 @@ def _train_search_trace(
     train_filter = f"{curated} AND ids_bpe2k_n_tokens > 0"
     entropy, _ = unigram_entropy(uri, "ids_bpe2k", filter=train_filter)
     run_dir = os.path.join(workdir, "run")
-    cfg = TrainConfig(
+    G, L = 16, 128
+    spec = LoaderSpec(
         table=uri,
-        out=run_dir,
-        model="tiny",
         token_column="ids_bpe2k",
         filter=train_filter,
+        seq_len=L,
+        global_batch=G,
+        mixture=DEMO_MIXTURE,
+        budget_tokens=steps * G * L,  # one mixture epoch = the whole run
+    )
+    cfg = TrainConfig(
+        loader=spec,
+        out=run_dir,
+        model="tiny",
         val_filter=val_filter,
-        seq_len=128,
-        batch_size=16,
         steps=steps,
         lr=3e-3,
         warmup_steps=min(40, max(1, steps // 10)),
@@ -206,10 +223,17 @@ def _train_search_trace(
     _step(
         9,
         total,
-        f"train GPT tiny on ids_bpe2k: {steps} steps x 16 blocks x 128 tokens, "
-        "document-isolated attention",
+        f"train GPT tiny on ids_bpe2k: {steps} steps x {G} blocks x {L} tokens, "
+        "document-isolated attention, a 3-pool token-quota mixture",
     )
-    result = train(cfg, log=lambda line: click.echo(f"      {line}"))
+    result = train(cfg, overwrite=True, log=lambda line: click.echo(f"      {line}"))
+    for pool in result.pools:
+        click.echo(
+            f"      fed {pool['name']:<6} {pool['body_tokens']:>9,} tokens "
+            f"({pool['body_tokens'] / max(sum(p['body_tokens'] for p in result.pools), 1):.0%}), "
+            f"{pool['unique_documents']:,} documents, {pool['documents_seen_more_than_once']:,} "
+            "seen more than once"
+        )
     before, after = result.history["val"][0][1], result.history["val"][-1][1]
     plot = os.path.join(workdir, "loss.png")
     plot_losses(
@@ -224,10 +248,7 @@ def _train_search_trace(
         f"{entropy:.3f}: the best a model without context can do) in {result.seconds:.0f} s, "
         f"{result.tokens / max(result.seconds, 1e-9):,.0f} tokens/s; curves: {plot}"
     )
-    state = load_checkpoint(os.path.join(run_dir, "last.pt"))
-    model = GPT(GPTConfig(**PRESETS["tiny"], vocab_size=state["tokenizer"]["vocab_size"],
-                          block_size=cfg.seq_len))  # fmt: skip
-    model.load_state_dict(state["model"])
+    model, record = load_run_model(run_dir)
     bpe = load_tokenizer(tok_dir)
     prompt = "The king"
     import torch
@@ -237,7 +258,7 @@ def _train_search_trace(
         bpe.encode(prompt),
         max_new_tokens=40,
         temperature=0.8,
-        eos_id=state["tokenizer"]["eos_id"],
+        eos_id=record.tokenizer["eos_id"],
         generator=torch.Generator().manual_seed(0),
     )
     continuation = bpe.decode(ids)
@@ -268,6 +289,7 @@ def _train_search_trace(
                    f"--step {step})")  # fmt: skip
     return {
         "train_steps": result.step,
+        "fed": result.pools,
         "train_seconds": round(result.seconds, 1),
         "tokens_per_second": round(result.tokens / max(result.seconds, 1e-9)),
         "val_loss_before": before,

@@ -7,10 +7,10 @@ from typing import Any
 import click
 
 from tokenloom.cli.options import (
-    build_dataset,
     emit_json,
     json_option,
     loader_options,
+    loader_spec,
     table_option,
 )
 
@@ -21,7 +21,7 @@ __all__ = ["command"]
     "ledger",
     epilog="""\b
 Examples:
-  tokenloom ledger --table corpus.lance --seq-len 1024 --batch-size 8
+  tokenloom ledger --table corpus.lance --seq-len 1024 --global-batch-size 8
   tokenloom ledger --table corpus.lance --steps 1000 --packing best_fit --json
   tokenloom ledger --table corpus.lance --budget-tokens 20000000 --mixture mix.json
 
@@ -30,7 +30,7 @@ mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
            "code": ["source = 'python_stdlib'", 0.3, 2]}""",
 )
 @table_option
-@loader_options
+@loader_options(epoch=True)
 @click.option(
     "--steps",
     type=click.IntRange(min=0),
@@ -38,12 +38,16 @@ mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
     help="Count the first N steps [default: the whole epoch].",
 )
 @json_option
-def command(table: str, steps: int | None, as_json: bool, **loader: Any) -> None:
-    """Per pool: body, separator, padding, loss and overlap positions, documents, passes."""
-    from tokenloom.loader.ledger import ledger
+def command(table: str, steps: int | None, epoch: int, as_json: bool, **loader: Any) -> None:
+    """Per pool: body, separator, padding, loss and overlap positions, documents, passes.
 
-    ds = build_dataset(table, **loader)
-    led = ledger(ds, steps=steps)
+    Computed from the plan alone (no token is read); a training run with the same options
+    counts the same numbers from the batches it is fed.
+    """
+    from tokenloom.loader.ledger import ledger
+    from tokenloom.loader.planner import Planner
+
+    led = ledger(Planner(loader_spec(table, loader)), steps=steps, epoch=epoch)
     if as_json:
         emit_json(led.to_json())
         return

@@ -13,7 +13,8 @@ __all__ = [
     "json_option",
     "emit_json",
     "loader_options",
-    "build_dataset",
+    "loader_spec",
+    "LOADER_KEYS",
     "parse_mixture_option",
 ]
 
@@ -36,66 +37,141 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def loader_options(func=None, *, position: bool = True):  # noqa: ANN001, ANN201
-    """The PackedDataset options, declared once for every command that builds a loader.
+def _default(name: str) -> Any:
+    """A LoaderSpec / Recipe field's default: the CLI states no default of its own."""
+    import dataclasses
 
-    ``position=False`` leaves out ``--epoch`` and ``--version`` (for commands that pick their
-    own place in the stream, like ``verify``). Use as ``@loader_options`` or
-    ``@loader_options(position=False)``.
+    from tokenloom.loader.recipe import Recipe
+    from tokenloom.loader.spec import LoaderSpec
+
+    for cls in (LoaderSpec, Recipe):
+        for f in dataclasses.fields(cls):
+            if f.name == name:
+                return f.default
+    raise KeyError(name)
+
+
+LOADER_KEYS = (
+    "token_column",
+    "filter",
+    "seq_len",
+    "global_batch",
+    "seed",
+    "drop_last",
+    "lookahead",
+    "block_order",
+    "packing",
+    "fit_window",
+    "long_docs",
+    "window",
+    "overlap",
+    "cut_column",
+    "mixture",
+    "budget_tokens",
+    "eos_id",
+    "table_version",
+)
+"""The keyword arguments :func:`loader_options` adds to a command (:func:`loader_spec` takes
+them back out)."""
+
+
+def loader_options(func=None, *, epoch: bool = False):  # noqa: ANN001, ANN201
+    """Every :class:`~tokenloom.loader.LoaderSpec` option, declared once for every command that
+    builds a loader (train, verify, ledger, stats, trace); defaults are the spec's.
+
+    ``epoch=True`` adds ``--epoch`` (for commands that look at one epoch, like ``ledger``). Use as
+    ``@loader_options`` or ``@loader_options(epoch=True)``; turn the values into a spec with
+    :func:`loader_spec`.
     """
     if func is None:
-        return lambda f: loader_options(f, position=position)
+        return lambda f: loader_options(f, epoch=epoch)
     opts = [
         click.option(
-            "--column", "token_column", default="input_ids", show_default=True, help="Token column."
-        ),
-        click.option("--filter", default=None, metavar="SQL", help="Rows to train on."),
-        click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True),
-        click.option(
-            "--batch-size",
-            type=click.IntRange(min=1),
-            default=8,
+            "--column",
+            "token_column",
+            default=_default("token_column"),
             show_default=True,
-            help="Blocks per step (the global batch).",
+            help="Token column.",
         ),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--filter", default=None, metavar="SQL", help="Rows to read (SQL)."),
+        click.option(
+            "--seq-len",
+            type=click.IntRange(min=1),
+            default=_default("seq_len"),
+            show_default=True,
+            help="Block length.",
+        ),
+        click.option(
+            "--global-batch-size",
+            "global_batch",
+            type=click.IntRange(min=1),
+            default=_default("global_batch"),
+            show_default=True,
+            help="Blocks per global step, over all ranks (each of W ranks packs G/W).",
+        ),
+        click.option(
+            "--seed", type=click.IntRange(min=0), default=_default("seed"), show_default=True
+        ),
+        click.option(
+            "--drop-last",
+            is_flag=True,
+            help="Leave out an epoch's incomplete last step instead of padding it.",
+        ),
+        click.option(
+            "--lookahead/--no-lookahead",
+            default=_default("lookahead"),
+            show_default=True,
+            help="Read one token past a block cut mid-document so its last label is real.",
+        ),
+        click.option(
+            "--block-order",
+            type=click.Choice(["interleave", "sequential"]),
+            default=_default("block_order"),
+            show_default=True,
+            help="A global step takes one block from each of G stretches, or G consecutive.",
+        ),
         click.option(
             "--packing",
             type=click.Choice(["concat", "best_fit"]),
-            default="concat",
+            default=_default("packing"),
             show_default=True,
         ),
         click.option(
             "--fit-window",
             type=click.IntRange(min=1),
-            default=1024,
+            default=_default("fit_window"),
             show_default=True,
             help="Best-fit look-ahead, in documents.",
         ),
         click.option(
             "--long-docs",
             type=click.Choice(["split", "window"]),
-            default="split",
+            default=_default("long_docs"),
             show_default=True,
         ),
         click.option(
             "--window",
             type=click.IntRange(min=1),
             default=None,
-            help="Window length for --long-docs window.",
+            help="Window length for --long-docs window [default: --seq-len].",
         ),
         click.option(
             "--overlap",
             type=click.IntRange(min=0),
-            default=0,
+            default=_default("overlap"),
             show_default=True,
             help="Context-only tokens carried into the next window.",
+        ),
+        click.option(
+            "--cut-column",
+            default=None,
+            help="With --long-docs window: end windows at these offsets (cut_points).",
         ),
         click.option(
             "--mixture",
             default=None,
             metavar="JSON|FILE",
-            help='Pools: {"name": ["SQL filter", share, max_passes?], ...}.',
+            help='Token-quota pools: {"name": ["SQL filter", share, max_passes?], ...}.',
         ),
         click.option(
             "--budget-tokens",
@@ -104,29 +180,23 @@ def loader_options(func=None, *, position: bool = True):  # noqa: ANN001, ANN201
             help="Positions per mixture epoch.",
         ),
         click.option(
-            "--cut-column",
+            "--eos-id",
+            type=click.IntRange(min=0),
             default=None,
-            help="With --long-docs window: end windows at these offsets (cut_points).",
+            help="Separator id [default: the token column's tokenizer's EOS].",
         ),
         click.option(
-            "--block-order",
-            type=click.Choice(["sequential", "interleave"]),
-            default="sequential",
-            show_default=True,
-            help="Blocks of a global step: consecutive, or one from each of G stretches.",
+            "--version",
+            "table_version",
+            type=click.IntRange(min=0),
+            default=None,
+            help="Pin a table version [default: latest].",
         ),
     ]
-    if position:
-        opts += [
-            click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True),
-            click.option(
-                "--version",
-                "table_version",
-                type=int,
-                default=None,
-                help="Pin a table version [default: latest].",
-            ),
-        ]
+    if epoch:
+        opts.append(
+            click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True)
+        )
     for opt in reversed(opts):
         func = opt(func)
     return func
@@ -138,37 +208,23 @@ def parse_mixture_option(value: str | None) -> Any:
 
     if not value:
         return None
-    text = open(value).read() if os.path.exists(value) else value
+    if os.path.exists(value):
+        with open(value, encoding="utf-8") as fh:
+            text = fh.read()
+    else:
+        text = value
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--mixture") from exc
+        raise click.BadParameter(f"not JSON and not a file: {exc}", param_hint="--mixture") from exc
 
 
-def build_dataset(table: str, **kw: Any):  # noqa: ANN201 - PackedDataset
-    """A PackedDataset (rank 0 of 1) from :func:`loader_options` values."""
+def loader_spec(table: str, options: dict[str, Any]) -> Any:
+    """Pop :func:`loader_options`' values out of a command's keyword arguments into a
+    :class:`~tokenloom.loader.LoaderSpec` (the remaining keys are the command's own)."""
+    from tokenloom.loader.spec import LoaderSpec
 
-    from tokenloom.loader import PackedDataset
-
-    mixture = parse_mixture_option(kw.pop("mixture", None))
-    return PackedDataset(
-        table,
-        kw.pop("token_column"),
-        filter=kw.pop("filter"),
-        seq_len=kw.pop("seq_len"),
-        batch_size=kw.pop("batch_size"),
-        seed=kw.pop("seed"),
-        epoch=kw.pop("epoch"),
-        version=kw.pop("table_version"),
-        rank=0,
-        world_size=1,
-        packing=kw.pop("packing"),
-        fit_window=kw.pop("fit_window"),
-        long_docs=kw.pop("long_docs"),
-        window=kw.pop("window"),
-        overlap=kw.pop("overlap"),
-        mixture=mixture,
-        budget_tokens=kw.pop("budget_tokens"),
-        cut_column=kw.pop("cut_column"),
-        block_order=kw.pop("block_order", "sequential"),
-    )
+    values = {k: options.pop(k) for k in LOADER_KEYS if k in options}
+    values["version"] = values.pop("table_version", None)
+    values["mixture"] = parse_mixture_option(values.get("mixture"))
+    return LoaderSpec.from_options(table=table, **values)

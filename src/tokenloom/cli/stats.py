@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    loader_options,
+    loader_spec,
+    table_option,
+)
 
 __all__ = ["command"]
 
@@ -18,23 +24,21 @@ Examples:
   tokenloom stats --table corpus.lance --column input_ids_bpe16k --json""",
 )
 @table_option
-@click.option("--filter", default=None, metavar="SQL", help="Only these rows.")
-@click.option("--column", default="input_ids", show_default=True, help="The token column.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=1024, show_default=True)
+@loader_options
 @click.option("--plot", default=None, metavar="FILE", help="Write a PNG length histogram.")
 @json_option
-def command(
-    table: str, filter: str | None, column: str, seq_len: int, plot: str | None, as_json: bool
-) -> None:
-    """Length statistics of a token column, from the stored counts only."""
+def command(table: str, plot: str | None, as_json: bool, **loader) -> None:  # noqa: ANN003
+    """Length statistics of a token column, and the exact epoch of the loader options given,
+    from the stored counts only."""
     import pyarrow.compute as pc
 
-    from tokenloom.loader.read import count_column_for
+    from tokenloom.loader.planner import Planner
     from tokenloom.stats import length_stats
     from tokenloom.table import Table
 
-    count = count_column_for(column)
-    ds = Table.open(table).dataset
+    spec = loader_spec(table, loader)
+    filter, seq_len, count = spec.filter, spec.seq_len, spec.count_column
+    ds = Table.open(table, version=spec.version).dataset
     if count not in ds.schema.names:
         raise click.UsageError(
             f"no {count!r} column: tokenize first "
@@ -46,12 +50,20 @@ def command(
     if len(n_tokens) == 0:
         raise click.UsageError(f"the filter {filter!r} selects no rows")
     stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)
+    epoch = Planner(spec).epoch_info(0)
     if plot:
         from tokenloom.stats import plot_length_histogram
 
         plot_length_histogram(n_tokens, plot, seq_len=seq_len, sources=sources)
     if as_json:
-        emit_json({**stats.to_json(), **({"plot": plot} if plot else {})})
+        emit_json(
+            {
+                **stats.to_json(),
+                "loader": spec.to_dict(),
+                "epoch": epoch,
+                **({"plot": plot} if plot else {}),
+            }
+        )
     else:
         p = stats.percentiles
         click.echo(
@@ -68,5 +80,12 @@ def command(
                 f"pad/truncate keeps {src.kept_tokens / max(src.tokens, 1):6.1%}"
             )
         click.echo(stats.summary())
+        positions = max(epoch["steps"] * spec.global_batch * seq_len, 1)
+        click.echo(
+            f"epoch 0 with {spec.describe()}: {epoch['steps']:,} steps, {epoch['blocks']:,} "
+            f"blocks, padding {epoch['padding_positions']:,} positions "
+            f"({epoch['padding_positions'] / positions:.2%}), dropped {epoch['dropped_tokens']:,} "
+            "tokens"
+        )
         if plot:
             click.echo(f"histogram: {plot}")

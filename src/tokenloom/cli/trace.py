@@ -16,9 +16,9 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
 
     if not seen:
         return []
-    cfg = run.record["config"]
-    column = cfg["token_column"]
-    table = Table.open(cfg["table"], version=run.table_version)
+    spec = run.planner.spec
+    column = spec.token_column
+    table = Table.open(spec.table, version=run.table_version)
     ids = sorted({s.row_id for s in seen})
     data = table.dataset.to_table(
         columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
@@ -27,7 +27,7 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
     try:
         from tokenloom.tokenize import load_tokenizer
 
-        tok = load_tokenizer(run.record["tokenizer"]["name"])
+        tok = load_tokenizer(run.record.tokenizer["name"])
     except Exception:  # noqa: BLE001 (a tokenizer that is not loadable here: show the text)
         tok = None
     out = []
@@ -45,8 +45,10 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
                 "block": s.block,
                 "position": s.position,
                 "row_id": s.row_id,
+                "pool": s.pool,
                 "source": data["source"][k],
                 "tokens": [s.token_start, s.token_end],
+                "context": [s.token_start, s.context_end] if s.context_end is not None else None,
                 "provenance": list(s.as_tuple()),
                 "snippet": " ".join(text.split())[:chars],
             }
@@ -94,9 +96,9 @@ def command(
         click.echo(
             json.dumps(
                 {
-                    "table": run.record["config"]["table"],
+                    "table": run.planner.spec.table,
                     "table_version": run.table_version,
-                    "filter": run.record["config"]["filter"],
+                    "loader": run.planner.spec.to_dict(),
                     "steps_done": run.steps_done,
                     "rows": rows,
                 },
@@ -105,15 +107,18 @@ def command(
         )
         return
     what = f"step {step}" if step is not None else f"row {row_id}"
+    spec = run.planner.spec
     click.echo(
         f"{what}: {len(rows)} stretch(es); run of {run.steps_done} steps on table version "
-        f"{run.table_version}, filter {run.record['config']['filter']!r}"
+        f"{run.table_version}, filter {spec.filter!r}; {spec.describe()}"
     )
-    click.echo(f"{'step':>6} {'rank':>4} {'block':>5} {'pos':>5} {'row':>8}  {'source':<16} "
-               f"{'tokens':<15} text")  # fmt: skip
+    click.echo(f"{'step':>6} {'rank':>4} {'block':>5} {'pos':>5} {'row':>8}  {'pool':<8} "
+               f"{'source':<16} {'tokens':<15} text")  # fmt: skip
     for r in rows:
         rng = f"[{r['tokens'][0]}, {r['tokens'][1]})"
+        if r["context"]:
+            rng += f" ctx<{r['context'][1]}"
         click.echo(
             f"{r['step']:>6} {r['rank']:>4} {r['block']:>5} {r['position']:>5} {r['row_id']:>8}  "
-            f"{r['source']:<16} {rng:<15} {r['snippet']!r}"
+            f"{r['pool']:<8} {r['source']:<16} {rng:<15} {r['snippet']!r}"
         )

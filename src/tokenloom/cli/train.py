@@ -6,6 +6,8 @@ import os
 
 import click
 
+from tokenloom.cli.options import LOADER_KEYS, loader_options, loader_spec, parse_mixture_option
+
 __all__ = ["commands"]
 
 
@@ -13,45 +15,34 @@ __all__ = ["commands"]
     "train",
     epilog="""\b
 Examples:
-  tokenloom train --table corpus.lance --model tiny --seq-len 256 --batch-size 8 --steps 300 \\
-      --filter "NOT is_dup AND id % 100 != 0" --val-filter "id % 100 = 0" --out runs/tiny
-  tokenloom train --table corpus.lance --out runs/tiny --steps 300 --resume
+  tokenloom train --table corpus.lance --model tiny --seq-len 256 --global-batch-size 8 \\
+      --steps 300 --filter "NOT is_dup AND id % 100 != 0" --val-filter "id % 100 = 0" \\
+      --out runs/tiny
+  tokenloom train --out runs/tiny --resume                 # every option from the record
+  tokenloom train --table corpus.lance --out runs/bf --packing best_fit --fit-window 256
+  tokenloom train --table corpus.lance --out runs/win --long-docs window --window 256 \\
+      --overlap 32 --cut-column cut_points
+  tokenloom train --table corpus.lance --out runs/mix --mixture mix.json --budget-tokens 2000000
+  tokenloom train --table corpus.lance --out runs/stage2 --init-from runs/mix \\
+      --seq-len 512 --mixture stage2.json --budget-tokens 1000000 --steps 200
   torchrun --nproc-per-node 2 -m tokenloom.cli.main train --table corpus.lance \\
-      --out runs/ddp --batch-size 4 --global-batch-size 16 --epochs 1
-  tokenloom train --table corpus.lance --out runs/small --model small --compile \\
-      --seq-len 1024 --batch-size 16 --grad-accum 4 --steps 2000 --plot runs/small/loss.png""",
+      --out runs/ddp --global-batch-size 16 --micro-batch-size 4 --epochs 1""",
 )
-@click.option("--table", required=True, metavar="PATH")
 @click.option(
-    "--out", default=None, metavar="DIR", help="Checkpoint directory [default: runs/MODEL]."
+    "--table", default=None, metavar="PATH", help="The table [a resume reads it from the record]."
 )
+@click.option("--out", default=None, metavar="DIR", help="Run directory [default: runs/MODEL].")
+@loader_options
 @click.option(
     "--model", type=click.Choice(["tiny", "small", "medium"]), default="tiny", show_default=True
 )
-@click.option("--column", "token_column", default="input_ids", show_default=True)
-@click.option("--filter", default=None, metavar="SQL", help="Training rows.")
 @click.option("--val-filter", default=None, metavar="SQL", help="Held-out rows for val loss.")
-@click.option("--seq-len", type=click.IntRange(min=2), default=256, show_default=True)
 @click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="Micro-batch: blocks per forward pass per process.",
-)
-@click.option(
-    "--grad-accum",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Micro-batches per optimizer step.",
-)
-@click.option(
-    "--global-batch-size",
+    "--micro-batch-size",
     type=click.IntRange(min=1),
     default=None,
-    help="Blocks per optimizer step; sets --grad-accum to G / (batch size x processes), so a "
-    "resume on another number of processes keeps the same data stream.",
+    help="Blocks per forward pass per process B [default: the process's whole share, G/W]; "
+    "K = G / (B x processes) micro-batches are accumulated per step.",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps [100].")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Instead of --steps.")
@@ -69,16 +60,9 @@ Examples:
     help="End this invocation (checkpointed) after this much training time.",
 )
 @click.option("--lr", type=float, default=3e-3, show_default=True, help="Peak learning rate.")
+@click.option("--min-lr-ratio", type=click.FloatRange(min=0, max=1), default=0.1, show_default=True)
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="[5% of steps]")
 @click.option("--weight-decay", type=float, default=0.1, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--block-order",
-    type=click.Choice(["interleave", "sequential"]),
-    default="interleave",
-    show_default=True,
-    help="Global batch = one block from each of G stretches of the stream, or G consecutive.",
-)
 @click.option(
     "--attention", type=click.Choice(["document", "causal"]), default="document", show_default=True
 )
@@ -104,21 +88,42 @@ Examples:
     is_flag=True,
     help="Each rank appends OUT/provenance-rankR.jsonl (what `tokenloom trace` recomputes).",
 )
+@click.option(
+    "--init-from",
+    default=None,
+    metavar="DIR",
+    help="Start from another run's weights (a new stage: new data, schedule and step count).",
+)
+@click.option(
+    "--keep-optimizer", is_flag=True, help="With --init-from: keep its optimizer moments too."
+)
 @click.option("--plot", default=None, metavar="FILE", help="Write loss curves (PNG) at the end.")
-@click.option("--resume", is_flag=True, help="Continue from OUT/last.pt exactly.")
-def train(resume: bool, plot: str | None, **options) -> None:  # noqa: ANN003
+@click.option("--resume", is_flag=True, help="Continue OUT's checkpoint exactly.")
+@click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
+@click.option(
+    "--reschedule",
+    is_flag=True,
+    help="On --resume: allow a different --steps/--epochs/--lr/--warmup-steps schedule.",
+)
+@click.pass_context
+def train(
+    ctx: click.Context,
+    resume: bool,
+    overwrite: bool,
+    reschedule: bool,
+    plot: str | None,
+    **options,  # noqa: ANN003
+) -> None:
     """Train GPT-2 straight from the table with document-isolated attention.
 
-    Runs as one process or under torchrun (DDP: gloo on CPU, nccl on GPU).
+    Takes every loader option (packing, long documents, mixtures, block order); runs as one
+    process or under torchrun (DDP: gloo on CPU, nccl on GPU). A resume needs only --out and
+    --resume: the options come from the run's record, and one given again must match it.
     """
-    from tokenloom.train.loop import TrainConfig
     from tokenloom.train.loop import train as run
 
-    if options["out"] is None:
-        options["out"] = os.path.join("runs", options["model"])
-    if options["steps"] is None and options["epochs"] is None:
-        options["steps"] = 100
-    result = run(TrainConfig(**options), resume=resume, log=click.echo)
+    cfg = _config(ctx, options, resume)
+    result = run(cfg, resume=resume, overwrite=overwrite, reschedule=reschedule, log=click.echo)
     if int(os.environ.get("RANK") or 0) != 0:
         return
     val = f", last val loss {result.val_losses[-1][1]:.4f}" if result.val_losses else ""
@@ -127,8 +132,7 @@ def train(resume: bool, plot: str | None, **options) -> None:  # noqa: ANN003
         f"done: step {result.step}, last loss {last}{val}, "
         f"{result.tokens / max(result.seconds, 1e-9):,.0f} tok/s, data wait "
         f"{100 * result.data_seconds / max(result.seconds, 1e-9):.1f}% of wall (+ "
-        f"{result.startup_seconds:.1f} s loader start-up); checkpoint in "
-        f"{options['out']}/last.pt"
+        f"{result.startup_seconds:.1f} s loader start-up); checkpoint in {cfg.out}"
     )
     if plot:
         from tokenloom.train.plot import plot_losses
@@ -137,9 +141,64 @@ def train(resume: bool, plot: str | None, **options) -> None:  # noqa: ANN003
             plot,
             result.history["train"],
             result.history["val"],
-            title=f"{options['model']} on {os.path.basename(options['table'].rstrip('/'))}",
+            title=f"{cfg.model} on {os.path.basename(cfg.loader.table.rstrip('/'))}",
         )
         click.echo(f"loss curves: {plot}")
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether an option was given on the command line (or the environment), not defaulted."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
+
+
+def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
+    """The run's TrainConfig: from the options, or on ``--resume`` from the run's record with
+    the options given again laid over it (the loader and the resume checks then refuse a
+    change that would break the exact continuation, naming it)."""
+    from tokenloom.train.loop import TrainConfig
+    from tokenloom.train.record import read_record
+
+    table = options.pop("table")
+    if not resume:
+        if table is None:
+            raise click.UsageError("--table is required (unless --resume continues a run)")
+        if options["out"] is None:
+            options["out"] = os.path.join("runs", options["model"])
+        if options["steps"] is None and options["epochs"] is None:
+            options["steps"] = 100
+        return TrainConfig(loader=loader_spec(table, options), **options)
+    if options["out"] is None:
+        raise click.UsageError("--resume needs --out DIR (the run to continue)")
+    record = read_record(options["out"])
+    given_loader = {k: options.pop(k) for k in LOADER_KEYS if k in options}
+    changed = {k: v for k, v in given_loader.items() if _given(ctx, k)}
+    if table is not None:
+        changed["table"] = table
+    loader = record.loader
+    if changed:
+        spec_of = {**record.loader.to_dict(), "table": record.loader.table}
+        spec_of.pop("spec_version", None)
+        for key, value in changed.items():
+            if key == "table_version":
+                spec_of["version"] = value
+            elif key == "mixture":
+                spec_of["mixture"] = parse_mixture_option(value)
+            else:
+                spec_of[key] = value
+        from tokenloom.loader.spec import LoaderSpec
+
+        loader = LoaderSpec.from_options(**spec_of)
+    own = {k: v for k, v in options.items() if k != "out" and _given(ctx, k)}
+    if "steps" in own and "epochs" not in own:
+        own["epochs"] = None
+    if "epochs" in own and "steps" not in own:
+        own["steps"] = None
+    return TrainConfig.from_record(record, loader=loader, out=options["out"], **own)
 
 
 @click.command(
@@ -160,27 +219,18 @@ def sample(
     import torch
 
     from tokenloom.tokenize import load_tokenizer
-    from tokenloom.train.loop import load_checkpoint
-    from tokenloom.train.model import GPT, GPTConfig, generate
+    from tokenloom.train.checkpoint import load_run_model
+    from tokenloom.train.model import generate
 
-    state = load_checkpoint(os.path.join(checkpoint, "last.pt"))
-    ident, cfg = state["tokenizer"], state["config"]
-    tok = load_tokenizer(ident["name"])
-    from tokenloom.train.model import PRESETS
-
-    model = GPT(
-        GPTConfig(
-            **PRESETS[cfg["model"]], vocab_size=ident["vocab_size"], block_size=cfg["seq_len"]
-        )
-    )
-    model.load_state_dict(state["model"])
+    model, record = load_run_model(checkpoint)
+    tok = load_tokenizer(record.tokenizer["name"])
     gen = torch.Generator().manual_seed(seed)
     ids = generate(
         model,
         tok.encode(prompt),
         max_new_tokens=max_new_tokens,
         temperature=temperature,
-        eos_id=ident.get("eos_id"),
+        eos_id=record.tokenizer.get("eos_id"),
         generator=gen,
     )
     click.echo(prompt + tok.decode(ids))

@@ -10,7 +10,7 @@ from tokenloom.cli.options import (
     emit_json,
     json_option,
     loader_options,
-    parse_mixture_option,
+    loader_spec,
     table_option,
 )
 
@@ -37,7 +37,7 @@ Examples:
       --overlap 128 --json""",
 )
 @table_option
-@loader_options(position=False)
+@loader_options
 @click.option(
     "--steps",
     "k",
@@ -52,44 +52,14 @@ def command(table: str, k: int, as_json: bool, **loader: Any) -> None:
     """Check the loader's batches against the table before a long training job."""
     from tokenloom.verify import verify
 
-    column, seq_len, batch_size, seed = (
-        loader["token_column"],
-        loader["seq_len"],
-        loader["batch_size"],
-        loader["seed"],
-    )
-    packing, long_docs, window, overlap = (
-        loader["packing"],
-        loader["long_docs"],
-        loader["window"],
-        loader["overlap"],
-    )
-    report = verify(
-        table,
-        column=column,
-        filter=loader["filter"],
-        seq_len=seq_len,
-        batch_size=batch_size,
-        seed=seed,
-        packing=packing,
-        fit_window=loader["fit_window"],
-        long_docs=long_docs,
-        window=window,
-        overlap=overlap,
-        steps=k,
-        cut_column=loader["cut_column"],
-        mixture=parse_mixture_option(loader["mixture"]),
-        budget_tokens=loader["budget_tokens"],
-    )
+    spec = loader_spec(table, loader)
+    report = verify(spec, steps=k)
     if as_json:
         emit_json(report.to_json())
     else:
-        recipe = packing + (
-            "" if long_docs == "split" else f"/window {window or seq_len}+{overlap}"
-        )
         click.echo(
-            f"verify {report.table} (version {report.version}), column {column}, "
-            f"seq_len {seq_len} x batch {batch_size}, seed {seed}, {recipe}"
+            f"verify {report.table} (version {report.version}), column {spec.token_column}: "
+            f"{spec.describe()}"
         )
         click.echo(
             f"  read {len(report.steps_read)} of {report.total_steps:,} steps of epoch 0; "

@@ -1,6 +1,9 @@
 """The training loader: a pure epoch plan, materialised by reading and packing.
 
-The pure modules (``shuffle``, ``plan``, ``spans``, ``pack``, ``state``, and the data recipes
+Every option lives in one :class:`LoaderSpec`; a :class:`Planner` resolves it against the table
+(stored counts only); every epoch planner returns a :class:`BlockPlan`, and :class:`EpochView` lays
+out a global step once for the dataset, the ledger, ``trace`` and ``verify``. The pure modules
+(``spec``, ``shuffle``, ``plan``, ``spans``, ``pack``, ``view``, ``state``, and the data recipes
 ``window``, ``bestfit``, ``mixture``, ``recipe``) take and return numpy arrays and never import
 Lance or torch; importing this package stays cheap.
 """
@@ -14,6 +17,7 @@ from tokenloom.loader.bestfit import (
     padding_by_window,
     plan_bestfit,
 )
+from tokenloom.loader.ledger import Ledger, LedgerCounter, PoolLedger, ledger
 from tokenloom.loader.mixture import (
     MIXTURE_ALGORITHM,
     MixturePlan,
@@ -35,16 +39,10 @@ from tokenloom.loader.plan import (
     steps_in_epoch,
     stream_counts,
 )
-from tokenloom.loader.recipe import (
-    BlockCounts,
-    Recipe,
-    block_range_counts,
-    plan_recipe_epoch,
-    recipe_epoch_steps,
-    recipe_spans,
-)
+from tokenloom.loader.recipe import BlockCounts, Recipe, plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM, epoch_permutation, epoch_rng
 from tokenloom.loader.spans import Spans, block_spans
+from tokenloom.loader.spec import LoaderSpec, PoolSpec
 from tokenloom.loader.state import (
     LoaderState,
     LoaderStateError,
@@ -52,9 +50,15 @@ from tokenloom.loader.state import (
     check_fingerprint,
     plan_fingerprint,
 )
+from tokenloom.loader.view import BlockPlan, EpochView, StepCounts, StepLayout
 from tokenloom.loader.window import VirtualDocs, WindowedPlan, plan_windowed_epoch, windowed_spans
 
-_LAZY = {"PackedDataset": "dataset", "DataLoader": "dataloader", "LoaderStats": "stats"}
+_LAZY = {
+    "PackedDataset": "dataset",
+    "DataLoader": "dataloader",
+    "LoaderStats": "stats",
+    "Planner": "planner",  # imports Lance
+}
 
 
 def __getattr__(name: str):  # noqa: ANN202 - torch is imported only when these are asked for
@@ -73,6 +77,18 @@ __all__ = [
     "DataLoader",
     "LoaderStats",
     "PackedDataset",
+    # one spec, one plan interface, one step layout
+    "LoaderSpec",
+    "PoolSpec",
+    "Planner",
+    "BlockPlan",
+    "EpochView",
+    "StepLayout",
+    "StepCounts",
+    "Ledger",
+    "LedgerCounter",
+    "PoolLedger",
+    "ledger",
     "IGNORE_INDEX",
     "PERMUTATION_ALGORITHM",
     "EpochPlan",
@@ -108,7 +124,6 @@ __all__ = [
     "VirtualDocs",
     "WindowedPlan",
     "bestfit_spans",
-    "block_range_counts",
     "mixture_block_source",
     "mixture_spans",
     "padding_by_window",
@@ -116,8 +131,6 @@ __all__ = [
     "plan_mixture",
     "plan_recipe_epoch",
     "plan_windowed_epoch",
-    "recipe_epoch_steps",
-    "recipe_spans",
     "window_share_deviation",
     "windowed_spans",
 ]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenloom.loader.plan import PlanError, plan_epoch
+from tokenloom.loader.plan import BlockCounts, PlanError, clip_range, plan_epoch
 from tokenloom.loader.spans import Spans
 from tokenloom.loader.window import (
     VirtualDocs,
@@ -103,6 +103,19 @@ class BestFitPlan:
     def spans(self, blocks: np.ndarray) -> Spans:
         """:func:`bestfit_spans` of this plan."""
         return bestfit_spans(self, blocks)
+
+    def counts(self, lo: int, hi: int) -> BlockCounts:
+        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(pieces in range)."""
+        lo, hi = clip_range(lo, hi, self.num_blocks)
+        pieces = self.block_pieces[self.block_ptr[lo] : self.block_ptr[hi]]
+        d = self.docs
+        tokens = int((d.tok_end[pieces] - d.tok_start[pieces]).sum())
+        eos = int(d.has_eos[pieces].sum())
+        return BlockCounts(tokens=tokens, eos=eos, filled=tokens + eos)
+
+    def block_pools(self, blocks: np.ndarray) -> np.ndarray:
+        """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
+        return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
 
 
 def best_fit_blocks(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.dataset import _META, PackedDataset, as_tensors
+from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
 
@@ -40,9 +41,22 @@ class DataLoader(torch.utils.data.DataLoader):
         if num_workers > 0:
             kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
             kwargs.setdefault("collate_fn", _keep)  # workers send numpy; tensors made here
+        if kwargs.get("batch_size") is not None:
+            raise LoaderError(
+                f"DataLoader(batch_size={kwargs['batch_size']}) would be ignored: a "
+                "PackedDataset yields whole batches of global_batch / world_size blocks; set "
+                "global_batch in the LoaderSpec instead"
+            )
         kwargs.pop("batch_size", None)
+        if kwargs.get("shuffle") or kwargs.get("sampler") is not None:
+            raise LoaderError(
+                "shuffle/sampler do not apply: the PackedDataset shuffles the whole selection "
+                "every epoch from its seed (LoaderSpec.seed)"
+            )
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+        self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.universes())
+        """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         ds: PackedDataset = self.dataset  # type: ignore[assignment]
@@ -60,6 +74,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self.stats.wait_seconds += time.perf_counter() - started
             meta = batch.pop(_META)
             self.stats.add(meta["stats"])
+            self.ledger.add(meta["counts"])
             ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
             if ds._step >= total:
                 ds._epoch, ds._step = meta["epoch"] + 1, 0
@@ -76,6 +91,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 return
             self.stats.wait_seconds += time.perf_counter() - started
             self.stats.add(ds.stats.delta(snapshot))
+            self.ledger.add(ds.last_counts)
             snapshot = ds.stats.copy()
             yield batch
 

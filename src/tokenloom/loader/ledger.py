@@ -7,16 +7,15 @@ its counts equal what the loader delivers (``DataLoader.stats``) for the same st
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.pack import pack_blocks, token_ranges
-from tokenloom.loader.plan import step_blocks
-from tokenloom.loader.recipe import recipe_spans
+from tokenloom.loader.view import COUNT_FIELDS, StepCounts
 
-__all__ = ["PoolLedger", "Ledger", "ledger"]
+__all__ = ["PoolLedger", "Ledger", "LedgerCounter", "ledger"]
 
 
 @dataclass(kw_only=True)
@@ -37,7 +36,6 @@ class PoolLedger:
     unique_documents: int = 0
     documents_seen_more_than_once: int = 0
     passes: int = 1
-    _starts: list = field(default_factory=list, repr=False)
 
 
 @dataclass(kw_only=True)
@@ -65,9 +63,7 @@ class Ledger:
     def to_json(self) -> dict[str, Any]:
         pools = []
         for p in self.pools:
-            d = asdict(p)
-            d.pop("_starts")
-            pools.append(d)
+            pools.append(asdict(p))
         return {
             "epoch": self.epoch,
             "steps": self.steps,
@@ -78,83 +74,80 @@ class Ledger:
         }
 
 
-def ledger(ds: Any, *, steps: int | None = None, epoch: int | None = None) -> Ledger:
+class LedgerCounter:
+    """Adds up :class:`~tokenloom.loader.view.StepCounts` into per-pool ledgers: the ledger
+    command over a plan, and a training run over the batches it was actually fed.
+
+    Documents are tracked with one saturating byte per row of each pool (how often its first
+    token was seen), so memory stays at one byte per selected row however long the run.
+
+    Args:
+        names: The pools' names.
+        universes: Per pool, the ascending table ids of its rows.
+    """
+
+    def __init__(self, names: Sequence[str], universes: Sequence[np.ndarray]) -> None:
+        self.names = list(names)
+        self.universes = [np.asarray(u, dtype=np.int64) for u in universes]
+        self.counts = np.zeros((len(self.names), len(COUNT_FIELDS)), dtype=np.int64)
+        self.seen = [np.zeros(len(u), dtype=np.uint8) for u in self.universes]
+
+    def add(self, step: StepCounts) -> None:
+        """Count one step (or one rank's share of it)."""
+        self.counts += step.counts
+        for p, ids in enumerate(step.starts):
+            if len(ids):
+                where, times = np.unique(
+                    np.searchsorted(self.universes[p], ids), return_counts=True
+                )
+                seen = self.seen[p]
+                seen[where] = np.minimum(seen[where].astype(np.int64) + times, 255)
+
+    def merge_seen(self, seen: Sequence[np.ndarray]) -> None:
+        """Replace the seen-counters with ones summed elsewhere (e.g. over ranks), saturated."""
+        self.seen = [np.minimum(np.asarray(s), 255).astype(np.uint8) for s in seen]
+
+    def pools(self) -> list[PoolLedger]:
+        """The counts as :class:`PoolLedger` values (passes left at 1)."""
+        out = []
+        for p, name in enumerate(self.names):
+            values = dict(zip(COUNT_FIELDS, self.counts[p].tolist(), strict=True))
+            out.append(
+                PoolLedger(
+                    name=name,
+                    unique_documents=int((self.seen[p] > 0).sum()),
+                    documents_seen_more_than_once=int((self.seen[p] > 1).sum()),
+                    **values,
+                )
+            )
+        return out
+
+
+def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
     """Count what the first ``steps`` global steps of ``epoch`` hold, per pool.
 
     Args:
-        ds: A :class:`~tokenloom.loader.dataset.PackedDataset` (its options define the plan; its
-            rank is ignored: the ledger covers the global batch).
+        planner: A :class:`~tokenloom.loader.planner.Planner` (or anything with ``view``,
+            ``spec``: a :class:`~tokenloom.loader.PackedDataset` has both).
         steps: Steps to count (default: the whole epoch).
-        epoch: Default: the dataset's current epoch.
+        epoch: The epoch.
     """
-    epoch = ds.epoch if epoch is None else epoch
-    plan = ds.plan(epoch)
-    total_steps = ds.epoch_info(epoch)["steps"]
-    steps = total_steps if steps is None else min(int(steps), total_steps)
-    mixture = bool(getattr(ds, "mixture", None))
-    names = [m[0] for m in ds.mixture] if mixture else ["all"]
-    pools = [PoolLedger(name=n) for n in names]
-    G, L = ds.global_batch, ds.seq_len
+    view = planner.view(epoch)
+    spec = planner.spec
+    steps = view.steps if steps is None else min(int(steps), view.steps)
+    counter = LedgerCounter(spec.pool_names, planner.universes())
+    P = len(spec.pool_names)
     for s in range(steps):
-        blocks = step_blocks(
-            s,
-            rank=0,
-            world_size=1,
-            batch_size=G,
-            num_blocks=plan.num_blocks,
-            drop_last=ds.drop_last,
-            order=getattr(ds, "block_order", "sequential"),
-        )
-        spans = recipe_spans(plan, blocks)
-        starts, stops = token_ranges(spans, lookahead=ds.lookahead)
-        offsets = np.zeros(len(spans) + 1, dtype=np.int64)
-        np.cumsum(stops - starts, out=offsets[1:])
-        fake = np.zeros(int(offsets[-1]), dtype=np.int64)
-        packed = pack_blocks(
-            spans,
-            fake,
-            offsets,
-            num_blocks_in_batch=G,
-            seq_len=L,
-            eos_id=ds.eos_id,
-            pad_id=ds.pad_id,
-            lookahead=ds.lookahead,
-        )
-        pool_of_block = np.zeros(G, dtype=np.int64)
-        real = blocks >= 0
-        if mixture and real.any():
-            pool_of_block[real] = plan.source(blocks[real])[0]
-        pool_of_block[~real] = -1
-        doc_ids = packed.doc_ids
-        lab = packed.labels != -100
-        for b in range(G):
-            p = pool_of_block[b] if pool_of_block[b] >= 0 else (0 if not mixture else -1)
-            if p < 0:  # a whole padding block completing the last step: counted on pool 0
-                pools[0].padding_positions += L
-                continue
-            led = pools[p]
-            led.blocks += 1
-            led.padding_positions += int((doc_ids[b] == -1).sum())
-            led.loss_positions += int(lab[b].sum())
-        sel_block = spans.block
-        ctx = packed.context
-        ctx_len = (ctx[:, 1] - ctx[:, 0]) if ctx is not None else np.zeros(len(spans), np.int64)
-        for i in range(len(spans)):
-            p = int(pool_of_block[sel_block[i]]) if mixture else 0
-            led = pools[p]
-            led.overlap_tokens += int(ctx_len[i])
-            led.body_tokens += int(spans.tok_end[i] - spans.tok_start[i] - ctx_len[i])
-            led.separator_tokens += int(spans.has_eos[i])
-            if spans.tok_start[i] == 0:
-                led._starts.append(int(spans.row_id[i]))
-    for led in pools:
-        if led._starts:
-            _, counts = np.unique(np.asarray(led._starts), return_counts=True)
-            led.unique_documents = int(len(counts))
-            led.documents_seen_more_than_once = int((counts > 1).sum())
-    if mixture:
+        layout = view.layout(s)
+        counter.add(view.count(layout, view.skeleton(layout), P))
+    pools = counter.pools()
+    if spec.mixture:
+        plan = view.plan
+        G = spec.global_batch
         done = plan.passes_done(steps * G)
         taken = plan.taken(steps * G)
         for i, led in enumerate(pools):
             led.passes = int(done[i]) + int(taken[i] > plan.pass_ends[i][done[i]])
-    return Ledger(epoch=epoch, steps=steps, seq_len=L, global_batch=G, pools=pools)
+    return Ledger(
+        epoch=epoch, steps=steps, seq_len=spec.seq_len, global_batch=spec.global_batch, pools=pools
+    )

@@ -35,15 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.recipe import (
-    BlockCounts,
-    Recipe,
-    RecipePlan,
-    block_range_counts,
-    plan_recipe_epoch,
-    recipe_spans,
-)
+from tokenloom.loader.plan import BlockCounts, PlanError, clip_range
+from tokenloom.loader.recipe import Recipe, RecipePlan, plan_recipe_epoch
 from tokenloom.loader.schedule import (
     Schedule,
     deficit_schedule,
@@ -202,8 +195,18 @@ class MixturePlan:
         """:func:`mixture_spans` of this plan."""
         return mixture_spans(self, blocks)
 
+    def block_pools(self, blocks: np.ndarray) -> np.ndarray:
+        """``(m,)`` pool index of each global block, -1 for a padding block (``-1``)."""
+        req = np.asarray(blocks, dtype=np.int64)
+        out = np.full(req.shape, -1, dtype=np.int64)
+        real = req >= 0
+        if real.any():
+            out[real] = self.source(req[real])[0]
+        return out
+
     def counts(self, lo: int, hi: int) -> BlockCounts:
         """What global blocks ``[lo, hi)`` hold (per pool, per pass; full passes are stored)."""
+        lo, hi = clip_range(lo, hi, self.num_blocks)
         a, b = self.taken(lo), self.taken(hi)
         tokens = eos = filled = 0
         for p in range(len(self.pools)):
@@ -271,7 +274,7 @@ def _pool_range_counts(
         if lo == 0 and hi == int(ends[q + 1] - ends[q]):
             c = pass_counts[q]  # a full pass: stored
         else:
-            c = block_range_counts(pass_plan(q), lo, hi)
+            c = pass_plan(q).counts(lo, hi)
         tokens, eos, filled = tokens + c.tokens, eos + c.eos, filled + c.filled
         a = int(ends[q]) + hi
         q += 1
@@ -327,7 +330,7 @@ def plan_mixture(
 
     def pass_counts(p: int, q: int) -> tuple[int, BlockCounts]:
         plan = _pool_plan(cache, pools, p, 0 if invariant else q, seed, epoch, L, recipe)
-        return plan.num_blocks, block_range_counts(plan, 0, plan.num_blocks)
+        return plan.num_blocks, plan.counts(0, plan.num_blocks)
 
     ends: list[list[int]] = [[0] for _ in pools]
     counts: list[list[BlockCounts]] = [[] for _ in pools]
@@ -431,7 +434,7 @@ def mixture_spans(plan: MixturePlan, blocks: np.ndarray) -> Spans:
         key = p * (int(q.max()) + 1) + q
         for u in np.unique(key).tolist():
             idx = np.flatnonzero(key == u)
-            sub = recipe_spans(plan.pool_plan(int(p[idx[0]]), int(q[idx[0]])), b[idx])
+            sub = plan.pool_plan(int(p[idx[0]]), int(q[idx[0]])).spans(b[idx])
             parts.append((real[idx][sub.block], sub))
     windowed = any(s.ctx_end is not None or s.ends_window is not None for _, s in parts)
     if not parts or sum(len(s) for _, s in parts) == 0:

@@ -19,6 +19,7 @@ The plan is computed from the stored ``n_tokens`` column alone, never from the t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from tokenloom.loader.shuffle import epoch_permutation
 
 __all__ = [
     "PlanError",
+    "BlockCounts",
+    "clip_range",
     "EpochPlan",
     "EpochSteps",
     "plan_epoch",
@@ -41,6 +44,24 @@ __all__ = [
 
 class PlanError(TokenloomError):
     """Inputs of the loader's plan math are inconsistent (lengths, ranges, ranks, spans, tokens)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BlockCounts:
+    """What a range of blocks holds."""
+
+    tokens: int
+    """Real token positions (repeated context included)."""
+    eos: int
+    """EOS positions."""
+    filled: int
+    """``tokens + eos``; the rest of the range is padding."""
+
+
+def clip_range(lo: int, hi: int, num_blocks: int) -> tuple[int, int]:
+    """``[lo, hi)`` clipped to ``[0, num_blocks]`` (``hi >= lo``)."""
+    lo = min(max(int(lo), 0), num_blocks)
+    return lo, min(max(int(hi), lo), num_blocks)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
@@ -72,6 +93,22 @@ class EpochPlan:
     def num_docs(self) -> int:
         """Documents in the stream (non-empty rows)."""
         return int(self.row_ids.shape[0])
+
+    def spans(self, blocks: np.ndarray) -> Any:
+        """:func:`~tokenloom.loader.spans.block_spans` of this plan."""
+        from tokenloom.loader.spans import block_spans
+
+        return block_spans(self, blocks)
+
+    def counts(self, lo: int, hi: int) -> BlockCounts:
+        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(log n)."""
+        lo, hi = clip_range(lo, hi, self.num_blocks)
+        tokens, eos = stream_counts(self, lo * self.seq_len, hi * self.seq_len)
+        return BlockCounts(tokens=tokens, eos=eos, filled=tokens + eos)
+
+    def block_pools(self, blocks: np.ndarray) -> np.ndarray:
+        """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
+        return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
 
 
 def _as_int64_1d(name: str, values: np.ndarray) -> np.ndarray:
@@ -173,7 +210,7 @@ class EpochSteps:
     steps: int
     """Global steps in the epoch."""
     global_batch: int
-    """Blocks per global step, ``batch_size * world_size``."""
+    """Blocks per global step ``G``."""
     padding_blocks: int
     """Whole padding blocks completing the last step (0 with ``drop_last``)."""
     padding_positions: int
@@ -195,54 +232,53 @@ def _check_topology(batch_size: int, world_size: int, rank: int = 0) -> None:
         raise PlanError(f"rank must be in [0, {world_size}), got {rank}")
 
 
-def epoch_steps(
-    plan: EpochPlan, *, batch_size: int, world_size: int, drop_last: bool
-) -> EpochSteps:
-    """Count the epoch's global steps and what padding or dropping they imply. O(log n).
+def epoch_steps(plan: Any, *, global_batch: int, drop_last: bool) -> EpochSteps:
+    """Count an epoch's global steps and what padding or dropping they imply, for any plan.
+
+    ``padding_positions`` counts every padding position delivered: inside blocks (best-fit
+    tails, the last block) and the whole padding blocks completing the last step.
 
     Args:
-        plan: The epoch plan.
-        batch_size: Blocks per rank per step (``B``).
-        world_size: Number of ranks (``W``); ``G = B * W`` blocks per global step.
+        plan: Any plan (``num_blocks``, ``seq_len``, ``padding_positions``, ``counts``).
+        global_batch: Blocks per global step ``G`` (over all ranks).
         drop_last: Drop an incomplete last step instead of padding it with whole blocks.
 
     Returns:
         The :class:`EpochSteps`.
     """
-    _check_topology(batch_size, world_size)
-    g = batch_size * world_size
+    _check_topology(global_batch, 1)
+    g = int(global_batch)
+    n, L = plan.num_blocks, plan.seq_len
     if drop_last:
-        steps = plan.num_blocks // g
+        steps = n // g
         kept = steps * g
-        tokens, eos = stream_counts(plan, kept * plan.seq_len, plan.stream_len)
-        tail = plan.padding_positions if kept == plan.num_blocks else 0
+        dropped = plan.counts(kept, n)
+        inside = plan.padding_positions - ((n - kept) * L - dropped.filled)  # kept blocks' padding
         return EpochSteps(
             steps=steps,
             global_batch=g,
             padding_blocks=0,
-            padding_positions=tail,
-            dropped_blocks=plan.num_blocks - kept,
-            dropped_tokens=tokens,
-            dropped_eos=eos,
+            padding_positions=inside,
+            dropped_blocks=n - kept,
+            dropped_tokens=dropped.tokens,
+            dropped_eos=dropped.eos,
         )
-    steps = -(-plan.num_blocks // g)
-    pad_blocks = steps * g - plan.num_blocks
+    steps = -(-n // g)
+    pad_blocks = steps * g - n
     return EpochSteps(
         steps=steps,
         global_batch=g,
         padding_blocks=pad_blocks,
-        padding_positions=plan.padding_positions + pad_blocks * plan.seq_len,
+        padding_positions=plan.padding_positions + pad_blocks * L,
         dropped_blocks=0,
         dropped_tokens=0,
         dropped_eos=0,
     )
 
 
-def steps_in_epoch(plan: EpochPlan, *, batch_size: int, world_size: int, drop_last: bool) -> int:
+def steps_in_epoch(plan: Any, *, global_batch: int, drop_last: bool) -> int:
     """Global steps in the epoch: ``floor`` (``drop_last``) or ``ceil`` of ``num_blocks / G``."""
-    return epoch_steps(
-        plan, batch_size=batch_size, world_size=world_size, drop_last=drop_last
-    ).steps
+    return epoch_steps(plan, global_batch=global_batch, drop_last=drop_last).steps
 
 
 BLOCK_ORDERS = ("sequential", "interleave")

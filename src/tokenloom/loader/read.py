@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.spans import Spans
+from tokenloom.loader.spec import count_column_for
 
 __all__ = [
     "PlanInputs",
@@ -34,13 +35,6 @@ __all__ = [
 
 class LoaderError(TokenloomError):
     """The loader cannot be built as asked (missing column, bad filter, no tokenizer)."""
-
-
-def count_column_for(token_column: str) -> str:
-    """The token-count column stored beside a token column (``input_ids`` -> ``n_tokens``)."""
-    if token_column.startswith("input_ids"):
-        return "n_tokens" + token_column[len("input_ids") :]
-    return f"{token_column}_n_tokens"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

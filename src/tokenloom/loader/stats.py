@@ -7,7 +7,7 @@ them, so totals are exact whatever the number of workers. The consumer adds its 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 __all__ = ["LoaderStats"]
 
@@ -34,37 +34,24 @@ class LoaderStats:
     pack_seconds: float = 0.0
     wait_seconds: float = 0.0
     """Time the consumer spent waiting for batches (the data stall)."""
-    pools: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Per mixture pool: ``{"blocks", "tokens", "eos", "padding", "loss_positions"}`` (the
-    ledger's numbers, counted at run time)."""
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
         items = other.items() if isinstance(other, dict) else asdict(other).items()
         for key, value in items:
-            if key == "pools":
-                for name, counts in value.items():
-                    mine = self.pools.setdefault(name, dict.fromkeys(counts, 0))
-                    for k, v in counts.items():
-                        mine[k] = mine.get(k, 0) + v
-            elif key != "rows_planned":
+            if key != "rows_planned":
                 setattr(self, key, getattr(self, key) + value)
 
     def delta(self, since: LoaderStats) -> dict:
         """The increments since a snapshot, as a dict (what a batch carries)."""
-        out: dict = {
+        return {
             f.name: getattr(self, f.name) - getattr(since, f.name)
             for f in fields(self)
-            if f.name not in ("rows_planned", "pools")
+            if f.name != "rows_planned"
         }
-        out["pools"] = {
-            name: {k: v - since.pools.get(name, {}).get(k, 0) for k, v in counts.items()}
-            for name, counts in self.pools.items()
-        }
-        return out
 
     def copy(self) -> LoaderStats:
-        return replace(self, pools={k: dict(v) for k, v in self.pools.items()})
+        return replace(self)
 
     def to_json(self) -> dict:
         return asdict(self)

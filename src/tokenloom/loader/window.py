@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenloom.loader.plan import PlanError, plan_epoch
+from tokenloom.loader.plan import BlockCounts, PlanError, clip_range, plan_epoch
 from tokenloom.loader.spans import Spans
 
 __all__ = [
@@ -256,6 +256,19 @@ class WindowedPlan:
     def spans(self, blocks: np.ndarray) -> Spans:
         """:func:`windowed_spans` of this plan."""
         return windowed_spans(self, blocks)
+
+    def counts(self, lo: int, hi: int) -> BlockCounts:
+        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(log V)."""
+        lo, hi = clip_range(lo, hi, self.num_blocks)
+        L = self.seq_len
+        a, b = min(lo * L, self.stream_len), min(hi * L, self.stream_len)
+        eos_at = self.starts[1:][self.docs.has_eos] - 1  # ascending stream positions of the EOS
+        eos = int(np.searchsorted(eos_at, b) - np.searchsorted(eos_at, a))
+        return BlockCounts(tokens=b - a - eos, eos=eos, filled=b - a)
+
+    def block_pools(self, blocks: np.ndarray) -> np.ndarray:
+        """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
+        return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
 
 
 def plan_windowed_epoch(

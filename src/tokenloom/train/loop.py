@@ -1,37 +1,51 @@
 """The training loop, top to bottom: loader → model → AdamW → atomic checkpoints → exact resume.
 
-One optimizer step consumes one *global batch* of ``G = B * K * W`` blocks: ``W`` ranks
-(``torchrun``), each reading ``B * K`` blocks per loader step and running them as ``K``
-micro-batches of ``B`` (gradient accumulation). The loader is built with ``batch_size = B * K``,
-so its global step *is* the optimizer step and its stream depends on ``G`` only: a run resumed
-with another ``W`` and ``K`` (same ``G``, e.g. via ``global_batch_size``) continues the same data.
+The data is one :class:`~tokenloom.loader.LoaderSpec` (every recipe: concat, best-fit, windows
+with cut points, token-quota mixtures). One optimizer step consumes one *global batch* of ``G``
+blocks (``spec.global_batch``): ``W`` ranks (``torchrun``) each pack ``G / W`` blocks and run them
+as ``K`` micro-batches of ``B`` (gradient accumulation, ``K = G / (B W)``). The loader's global
+step *is* the optimizer step and its stream depends on ``G`` only, so a run resumed with another
+``W`` or ``B`` continues the same data.
 
 The loss is the sum of cross-entropies over the global batch's target tokens divided by their
 global count (all-reduced), so it is the same number whatever the split into ranks and
 micro-batches (tested: 2 gloo processes = 1 process).
 
-A checkpoint holds the model, the optimizer, the step, every RNG state, the loader's cursor (which
-pins the table version, filter, tokenizer, block length and global batch), the run's options and
-its loss history. Resuming loads all of it, so the loss at step k+1 equals the uninterrupted run's
-(CPU, fp32; tested).
+A checkpoint (``last.pt``, tensors and plain values only) holds the model, the optimizer, the
+step, every RNG state, the loader's cursor, the per-pool counts of what was fed and the loss
+history; ``last.json`` is its readable :class:`~tokenloom.train.record.RunRecord`. Resuming loads
+all of it, so the loss at step k+1 equals the uninterrupted run's (CPU, fp32; tested). A run can
+also start from another run's weights (``init_from``) with a new spec: a stage transition.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
+import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 
 from tokenloom.errors import TokenloomError
-from tokenloom.train.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.train.checkpoint import (
+    load_checkpoint,
+    remove_stale_temporaries,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from tokenloom.train.dist import Dist
 from tokenloom.train.flops import flops_per_token, mfu, peak_flops
 from tokenloom.train.model import GPT, attention_mask
+from tokenloom.train.record import RunRecord, read_record, write_record
 
 __all__ = [
     "TrainConfig",
@@ -41,9 +55,17 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "evaluate",
+    "lr_at",
+    "MODEL_KEYS",
+    "SCHEDULE_KEYS",
 ]
 
-_MODEL_KEYS = ("model", "token_column", "attention")  # must match on resume
+MODEL_KEYS = ("model", "attention")
+"""Options a resumed run must share with its checkpoint (the weights depend on them)."""
+INVOCATION_KEYS = ("stop_at", "time_limit")
+"""Options of one invocation only: a resume does not inherit them from the record."""
+SCHEDULE_KEYS = ("steps", "epochs", "lr", "min_lr_ratio", "warmup_steps", "weight_decay")
+"""Options that shape the learning-rate schedule: changing one on resume needs ``reschedule``."""
 
 
 class TrainError(TokenloomError):
@@ -52,36 +74,30 @@ class TrainError(TokenloomError):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """The knobs of a run, each with its reason."""
+    """The knobs of a run, each with its reason. The data is :attr:`loader`, whole."""
 
-    table: str
-    """The tokenloom table to train from."""
+    loader: LoaderSpec
+    """What the run trains on: table, version, filter, block length, global batch, seed,
+    packing recipe, mixture (:class:`~tokenloom.loader.LoaderSpec`)."""
     out: str
-    """Checkpoint directory (``last.pt``, ``last.json``, ``log.jsonl``)."""
+    """Run directory (``last.pt``, ``last.json``); stored absolute."""
     model: str = "tiny"
     """``tiny`` trains usefully on 2 CPU cores; ``small``/``medium`` are GPT-2 124M/350M."""
-    token_column: str = "input_ids"
-    filter: str | None = None
-    """Training rows (SQL)."""
     val_filter: str | None = None
-    """Held-out rows for validation loss (e.g. ``id % 100 = 0``)."""
-    seq_len: int = 256
-    batch_size: int = 8
-    """Micro-batch ``B``: blocks per forward pass per process."""
-    grad_accum: int = 1
-    """Micro-batches ``K`` per optimizer step: a larger global batch without more memory."""
-    global_batch_size: int | None = None
-    """Blocks per optimizer step ``G``; when set, ``K = G / (B * W)`` (so a run resumed on
-    another number of processes keeps its data stream)."""
+    """Held-out rows for validation loss (e.g. ``id % 100 = 0``), read with the loader's
+    other options, seed 0 and no mixture."""
+    micro_batch_size: int | None = None
+    """Blocks per forward pass per process ``B``; ``None``: the rank's whole share ``G / W``
+    (no accumulation). ``K = G / (B W)`` micro-batches make one optimizer step."""
     steps: int | None = 100
     """Optimizer steps in all (a resumed run continues up to this)."""
+    epochs: int | None = None
+    """Instead of ``steps``: whole passes over the selection (each reshuffled)."""
     stop_at: int | None = None
     """End this invocation after this step (checkpointed), as a preempted job would; the
     learning-rate schedule still runs to ``steps`` and ``--resume`` continues."""
     time_limit: float | None = None
     """End this invocation (checkpointed) once this many seconds of training have passed."""
-    epochs: int | None = None
-    """Instead of ``steps``: whole passes over the selection (each reshuffled)."""
     lr: float = 3e-3
     """Peak AdamW learning rate; tiny models like it high."""
     min_lr_ratio: float = 0.1
@@ -91,12 +107,6 @@ class TrainConfig:
     weight_decay: float = 0.1
     """On matrices only (not biases, LayerNorms or the position embedding)."""
     grad_clip: float = 1.0
-    seed: int = 0
-    """Seeds the model init and the loader's shuffle."""
-    block_order: str = "interleave"
-    """Each global batch takes one block from each of G far-apart stretches of the shuffled
-    stream, so a long document spreads over consecutive steps instead of filling one batch
-    (``sequential``: G consecutive blocks)."""
     attention: str = "document"
     """``document`` isolates documents inside a block; ``causal`` for comparison."""
     kernel: str = "auto"
@@ -117,6 +127,37 @@ class TrainConfig:
     provenance_log: bool = False
     """Each rank appends ``provenance-rank{R}.jsonl``: the loader's provenance of every step.
     Not needed by ``tokenloom trace`` (it recomputes it); an audit trail to check that against."""
+    init_from: str | None = None
+    """Start from this run directory's weights (a stage transition); the data, schedule and
+    step start anew. The new run's record names it as its parent."""
+    keep_optimizer: bool = False
+    """With ``init_from``: also take its optimizer state (moments), not only the weights."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", absolute_uri(self.out))
+        if self.init_from is not None:
+            object.__setattr__(self, "init_from", absolute_uri(self.init_from))
+        if (self.steps is None) == (self.epochs is None):
+            raise TrainError("give exactly one of steps and epochs")
+        if self.keep_optimizer and not self.init_from:
+            raise TrainError("keep_optimizer applies with init_from only")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise TrainError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+
+    def options(self) -> dict[str, Any]:
+        """Every option but the loader spec, as JSON values (the run record's ``config``)."""
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "loader"
+        }
+
+    @classmethod
+    def from_record(cls, record: RunRecord, **changes: Any) -> TrainConfig:
+        """The config a run was trained with, with ``changes`` (``loader`` may be among them)."""
+        known = {f.name for f in dataclasses.fields(cls)} - set(INVOCATION_KEYS)
+        options = {k: v for k, v in record.config.items() if k in known}
+        options["loader"] = record.loader
+        options.update(changes)
+        return cls(**options)
 
 
 @dataclass(kw_only=True)
@@ -142,35 +183,22 @@ class TrainResult:
     """The whole run's ``{"train": [(step, loss)], "val": [(step, loss)]}``, across resumes."""
     loader_summary: str = ""
     world_size: int = 1
+    pools: list[dict] = field(default_factory=list)
+    """Per pool, what the whole run was fed (the ledger's fields), at the last step."""
+    interrupted: bool = False
+    """A SIGINT/SIGTERM ended the invocation (after checkpointing)."""
 
 
-def _micro_batches(cfg: TrainConfig, world: int) -> int:
-    if cfg.global_batch_size is None:
-        return cfg.grad_accum
-    per_pass = cfg.batch_size * world
-    if cfg.global_batch_size % per_pass:
+def _micro_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
+    """``(B, K)``: blocks per micro-batch and micro-batches per step on each of ``world`` ranks."""
+    per_rank = cfg.loader.per_rank(world)
+    b = cfg.micro_batch_size or per_rank
+    if per_rank % b:
         raise TrainError(
-            f"--global-batch-size {cfg.global_batch_size} is not a multiple of --batch-size "
-            f"{cfg.batch_size} x {world} processes"
+            f"--micro-batch-size {b} does not divide the {per_rank} blocks each of {world} "
+            f"process(es) gets of the global batch {cfg.loader.global_batch}"
         )
-    return cfg.global_batch_size // per_pass
-
-
-def _dataset(cfg: TrainConfig, dist: Dist, accum: int, *, filter, seed, version=None):  # noqa: ANN001, ANN202
-    from tokenloom.loader import PackedDataset
-
-    return PackedDataset(
-        cfg.table,
-        cfg.token_column,
-        filter=filter,
-        seq_len=cfg.seq_len,
-        batch_size=cfg.batch_size * accum,
-        seed=seed,
-        version=version,
-        rank=dist.rank,
-        world_size=dist.world_size,
-        block_order=cfg.block_order,
-    )
+    return b, per_rank // b
 
 
 def _optimizer(model: GPT, cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
@@ -204,7 +232,7 @@ class _Run:
 
     def __init__(self, cfg: TrainConfig, dist: Dist, log) -> None:  # noqa: ANN001
         self.cfg, self.dist, self.log = cfg, dist, log
-        self.accum = _micro_batches(cfg, dist.world_size)
+        self.micro, self.accum = _micro_batches(cfg, dist.world_size)
         dev = dist.device
         self.kernel = cfg.kernel
         if self.kernel == "auto":
@@ -240,11 +268,17 @@ class _Run:
         return loss
 
 
+def _dataset(spec: LoaderSpec, dist: Dist):  # noqa: ANN202
+    from tokenloom.loader import PackedDataset
+
+    return PackedDataset(spec, rank=dist.rank, world_size=dist.world_size)
+
+
 @torch.no_grad()
-def evaluate(run: _Run, model: GPT, version: int) -> float:
+def evaluate(run: _Run, model: GPT, spec: LoaderSpec) -> float:
     """Mean loss per target token over the first ``eval_batches`` global validation batches."""
     cfg, dist = run.cfg, run.dist
-    ds = _dataset(cfg, dist, run.accum, filter=cfg.val_filter, seed=0, version=version)
+    ds = _dataset(spec.replace(filter=cfg.val_filter, seed=0, mixture=(), budget_tokens=None), dist)
     was_training = model.training
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=dist.device)
@@ -259,58 +293,225 @@ def evaluate(run: _Run, model: GPT, version: int) -> float:
     return float(total[0] / total[1]) if total[1] else float("nan")
 
 
-def _check_resume(cfg: TrainConfig, saved: dict) -> None:
-    for key in _MODEL_KEYS:
+def _check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
+    for key in MODEL_KEYS:
         if saved.get(key) != getattr(cfg, key):
             raise TrainError(
                 f"the checkpoint was trained with {key}={saved.get(key)!r}, not "
                 f"{getattr(cfg, key)!r}; resume with the same {key} or start a new --out"
             )
+    if reschedule:
+        return
+    for key in SCHEDULE_KEYS:
+        if key in saved and saved[key] != getattr(cfg, key):
+            raise TrainError(
+                f"the checkpoint's schedule has {key}={saved[key]!r} but this resume asks for "
+                f"{getattr(cfg, key)!r}; drop the option to continue the same schedule, or pass "
+                "--reschedule to change it knowingly"
+            )
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, log=print) -> TrainResult:  # noqa: ANN001
-    """Train (or continue from ``cfg.out/last.pt`` when ``resume``) up to ``cfg.steps`` optimizer
-    steps (or ``cfg.epochs`` epochs). Under ``torchrun`` every rank calls this."""
+def _prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> None:
+    """Refuse to mix two runs in one directory; clean what a killed save left."""
+    ckpt = os.path.join(cfg.out, "last.pt")
+    exists = os.path.exists(ckpt) or os.path.exists(os.path.join(cfg.out, "last.json"))
+    if resume and not os.path.exists(ckpt):
+        raise TrainError(
+            f"--resume: no checkpoint in {cfg.out} (no last.pt); start the run without --resume"
+        )
+    if not resume and exists and not overwrite:
+        raise TrainError(
+            f"{cfg.out} already holds a run; continue it with `tokenloom train --out {cfg.out} "
+            "--resume`, pick another --out, or pass --overwrite to replace it"
+        )
+    if dist.is_main:
+        os.makedirs(cfg.out, exist_ok=True)
+        remove_stale_temporaries(cfg.out)
+        if overwrite and not resume:
+            for name in ("last.pt", "last.json"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(cfg.out, name))
+    dist.barrier()
+
+
+class _Stop:
+    """SIGINT/SIGTERM set a flag; the loop checkpoints at the next step boundary and ends."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stop:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        if self.requested:  # a second signal: stop now
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def train(
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    reschedule: bool = False,
+    log=print,  # noqa: ANN001
+) -> TrainResult:
+    """Train (or continue from ``cfg.out`` when ``resume``) up to ``cfg.steps`` optimizer steps
+    (or ``cfg.epochs`` epochs). Under ``torchrun`` every rank calls this.
+
+    Args:
+        cfg: The run.
+        resume: Continue the checkpoint in ``cfg.out`` exactly (its loader cursor must match).
+        overwrite: Replace a run already in ``cfg.out`` (otherwise refused).
+        reschedule: Let a resume change the schedule (``steps``, ``lr``, ...).
+        log: Where rank 0's log lines go.
+    """
     dist = Dist.setup(cfg.device)
     try:
-        return _train(cfg, dist, resume, log if dist.is_main else (lambda *_: None))
+        _prepare_out(cfg, resume, overwrite, dist)
+        with _Stop() as stop:
+            return _train(cfg, dist, resume, reschedule, stop, log if dist.is_main else _quiet)
     finally:
         dist.close()
 
 
-def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # noqa: ANN001, C901, PLR0915
+def _quiet(*_: Any) -> None:
+    return None
+
+
+def _parent(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict | None]:
+    """``(state, record)`` of ``cfg.init_from`` (weights to start from), checked against the
+    new run's tokenizer."""
+    if cfg.init_from is None:
+        return None, None
+    record = read_record(cfg.init_from)
+    state = load_checkpoint(os.path.join(cfg.init_from, "last.pt"))
+    if record.config.get("model") != cfg.model:
+        raise TrainError(
+            f"--init-from {cfg.init_from} holds a {record.config.get('model')!r} model, not "
+            f"{cfg.model!r}; pass --model {record.config.get('model')}"
+        )
+    return state, {
+        "out": record.out,
+        "step": record.step,
+        "loader": record.loader.to_dict(),
+        "tokenizer": record.tokenizer,
+    }
+
+
+def _load_weights(model: GPT, weights: dict) -> None:
+    """Load weights into ``model``, growing or keeping the position table when the block length
+    differs (a stage transition to longer blocks keeps the learned positions it has)."""
+    weights = dict(weights)
+    old = weights["wpe.weight"]
+    new = model.wpe.weight
+    if old.shape != new.shape:
+        grown = new.detach().clone()
+        n = min(old.shape[0], new.shape[0])
+        grown[:n] = old[:n]
+        weights["wpe.weight"] = grown
+    model.load_state_dict(weights)
+
+
+def _fed_totals(loader, dist: Dist):  # noqa: ANN001, ANN202
+    """Per-pool counters of everything the run was fed, summed over ranks (a collective)."""
+    from tokenloom.loader.ledger import LedgerCounter
+
+    counter = loader.ledger
+    if not dist.distributed:
+        return counter
+    counts = torch.from_numpy(counter.counts.copy()).to(dist.device)
+    dist.all_reduce_sum(counts)
+    seen = []
+    for arr in counter.seen:
+        t = torch.from_numpy(arr.astype(np.int32)).to(dist.device)
+        dist.all_reduce_sum(t)
+        seen.append(t.cpu().numpy())
+    total = LedgerCounter(counter.names, counter.universes)
+    total.counts = counts.cpu().numpy()
+    total.merge_seen(seen)
+    return total
+
+
+def _as_dicts(counter) -> list[dict]:  # noqa: ANN001
+    return [dataclasses.asdict(p) for p in counter.pools()]
+
+
+def _pool_line(pools: list[dict]) -> str:
+    return "  ".join(
+        f"{p['name']} {p['body_tokens'] / 1e6:.2f}M tok/{p['unique_documents']:,} docs/"
+        f"{p['documents_seen_more_than_once']:,} rep"
+        for p in pools
+    )
+
+
+def _train(
+    cfg: TrainConfig, dist: Dist, resume: bool, reschedule: bool, stop: _Stop, log
+) -> TrainResult:  # noqa: ANN001, C901, PLR0912, PLR0915
     from tokenloom.loader import DataLoader
 
-    if (cfg.steps is None) == (cfg.epochs is None):
-        raise TrainError("give exactly one of steps and epochs")
     run = _Run(cfg, dist, log)
-    ckpt_path = os.path.join(cfg.out, "last.pt")
-    state = load_checkpoint(ckpt_path) if resume and os.path.exists(ckpt_path) else None
+    state = load_checkpoint(os.path.join(cfg.out, "last.pt")) if resume else None
+    parent_state, parent = _parent(cfg, cfg.loader) if state is None else (None, None)
+    spec = cfg.loader
     if state is not None:
-        _check_resume(cfg, state["config"])
-    ds = _dataset(
-        cfg,
-        dist,
-        run.accum,
-        filter=cfg.filter,
-        seed=cfg.seed,
-        version=state["loader"]["inputs"]["table_version"] if state else None,
-    )
+        saved = state["config"]
+        _check_resume(cfg, saved, reschedule)
+        parent = state.get("parent")
+        if spec.version is None:  # the pinned version of the checkpoint, after later backfills
+            spec = spec.replace(version=state["loader"]["inputs"]["table_version"])
+    ds = _dataset(spec, dist)
+    spec = ds.spec  # version pinned
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
+    if parent is not None and parent_state is not None:
+        if parent["tokenizer"].get("vocab_size") != ds.inputs.tokenizer.get("vocab_size"):
+            raise TrainError(
+                f"--init-from {cfg.init_from} was trained on tokenizer "
+                f"{parent['tokenizer'].get('name')!r} ({parent['tokenizer'].get('vocab_size')} "
+                f"ids); the column {spec.token_column!r} holds "
+                f"{ds.inputs.tokenizer.get('name')!r} ({ds.inputs.tokenizer.get('vocab_size')})"
+            )
     total = cfg.steps
     if cfg.epochs is not None:
         total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
     vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    raw = GPT.preset(cfg.model, vocab_size=vocab, block_size=cfg.seq_len).to(dist.device)
+    torch.manual_seed(spec.seed)  # the same initial weights on every rank
+    block = spec.seq_len
+    if parent_state is not None:
+        block = max(block, int(parent_state["model"]["wpe.weight"].shape[0]))
+    if state is not None:
+        block = int(state["model"]["wpe.weight"].shape[0])
+    raw = GPT.preset(cfg.model, vocab_size=vocab, block_size=block).to(dist.device)
     opt = _optimizer(raw, cfg, fused=dist.device.type == "cuda")
     step, history = 0, {"train": [], "val": []}
+    loader = DataLoader(ds, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
     if state is not None:
         raw.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"])
         step, history = state["step"], state.get("history", history)
+        fed = state.get("fed")
+        if fed is not None and dist.is_main:  # the all-rank totals so far continue on rank 0
+            loader.ledger.counts = fed["counts"].numpy().copy()
+            loader.ledger.merge_seen([t.numpy() for t in fed["seen"]])
+    elif parent_state is not None:
+        _load_weights(raw, parent_state["model"])
+        if cfg.keep_optimizer:
+            opt.load_state_dict(parent_state["optimizer"])
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr
     model = raw
     if cfg.compile:
         model = torch.compile(model)
@@ -320,41 +521,37 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
         model = DistributedDataParallel(
             model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None
         )
-    loader = DataLoader(ds, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
-    per_token = flops_per_token(raw, cfg.seq_len)
+    per_token = flops_per_token(raw, spec.seq_len)
     peak = peak_flops(dist.device)
-    global_blocks = cfg.batch_size * run.accum * dist.world_size
-    if step == 0 or state is None:
+    G = spec.global_batch
+    if state is None:
+        origin = f"; weights from {cfg.init_from} (step {parent['step']})" if parent else ""
         log(
             f"model {cfg.model}: {raw.num_params() / 1e6:.2f}M parameters, vocab {vocab}; "
             f"{dist.world_size} process(es) on {dist.device.type}, {run.dtype}, "
             f"attention {cfg.attention}/{run.kernel}{', compiled' if cfg.compile else ''}; "
-            f"global batch {global_blocks} blocks x {cfg.seq_len} = "
-            f"{global_blocks * cfg.seq_len:,} tokens (B={cfg.batch_size}, K={run.accum}); "
-            f"{total} steps"
+            f"global batch {G} blocks x {spec.seq_len} = {G * spec.seq_len:,} tokens "
+            f"(B={run.micro}, K={run.accum}); {total} steps{origin}"
         )
+        log(f"data: {spec.table} v{spec.version}, {spec.describe()}")
     else:
         log(f"resuming at step {step} of {total} on {dist.world_size} process(es)")
     # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
     history.setdefault("topology", []).append(
-        {
-            "from_step": step + 1,
-            "world_size": dist.world_size,
-            "blocks_per_rank": cfg.batch_size * run.accum,
-        }
+        {"from_step": step + 1, "world_size": dist.world_size, "blocks_per_rank": ds.batch_size}
     )
     result = TrainResult(step=step, world_size=dist.world_size, history=history)
     if cfg.val_filter and step == 0:
-        val = evaluate(run, raw, ds.version)
+        val = evaluate(run, raw, spec)
         result.val_losses.append((0, val))
         history["val"].append((0, val))
         log(f"step {0:>6}  val loss {val:.4f}  (before training)")
-    os.makedirs(cfg.out, exist_ok=True)
     started = last_log = time.perf_counter()
     tokens_since = 0
     it, fresh = iter(loader), True
     model.train()
     end = min(total, cfg.stop_at) if cfg.stop_at else total
+    fed = None
     while step < end:
         wait = time.perf_counter()
         try:
@@ -394,16 +591,19 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
         value = float(dist.all_reduce_sum(loss_sum) / targets)  # (synchronises the device)
         result.step_seconds.append(time.perf_counter() - wait)
         result.wait_seconds.append(waited)
-        if cfg.time_limit is not None and step < end:
-            over = torch.tensor([float(time.perf_counter() - started > cfg.time_limit)])
-            if float(dist.all_reduce_sum(over.to(dist.device))[0]):  # every rank stops together
+        if step < end and (cfg.time_limit is not None or stop.requested or dist.distributed):
+            over = cfg.time_limit is not None and time.perf_counter() - started > cfg.time_limit
+            flag = torch.tensor([float(over or stop.requested)], device=dist.device)
+            if float(dist.all_reduce_sum(flag)[0]):  # every rank stops together
                 end = step
+                result.interrupted = stop.requested
         result.losses.append(value)
         history["train"].append((step, value))
-        n_tokens = global_blocks * cfg.seq_len
+        n_tokens = G * spec.seq_len
         result.tokens += n_tokens
         tokens_since += n_tokens
         if step % cfg.log_every == 0 or step == end:
+            fed = _fed_totals(loader, dist)
             now = time.perf_counter()
             rate = tokens_since / max(now - last_log, 1e-9)
             util = mfu(rate / dist.world_size, per_token, peak)
@@ -413,17 +613,23 @@ def _train(cfg: TrainConfig, dist: Dist, resume: bool, log) -> TrainResult:  # n
                 + (f"  MFU {100 * util:.1f}%" if util is not None else "")
                 + f"  | {loader.stats.summary(now - started)}"
             )
+            log(f"{'':>13}fed: {_pool_line(_as_dicts(fed))}")
             last_log, tokens_since = now, 0
         if cfg.val_filter and (step % cfg.eval_every == 0 or step == end):
-            val = evaluate(run, raw, ds.version)
+            val = evaluate(run, raw, spec)
             result.val_losses.append((step, val))
             history["val"].append((step, val))
             log(f"step {step:>6}  val loss {val:.4f}")
         if step % cfg.checkpoint_every == 0 or step == end:
-            _save(cfg, dist, raw, opt, step, loader, ds, history)
+            if step % cfg.log_every and step != end:
+                fed = _fed_totals(loader, dist)
+            _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent)
+    if result.interrupted:
+        log(f"stopped by a signal at step {step}: checkpoint written; continue with --resume")
     result.step = step
     result.seconds = time.perf_counter() - started
     result.loader_summary = loader.stats.summary(result.seconds)
+    result.pools = _as_dicts(fed) if fed is not None else []
     return result
 
 
@@ -432,7 +638,7 @@ def _log_provenance(out: str, rank: int, step: int, spans) -> None:  # noqa: ANN
         fh.write(json.dumps({"step": step, "spans": spans.tolist()}) + "\n")
 
 
-def _save(cfg, dist, raw, opt, step, loader, ds, history) -> None:  # noqa: ANN001
+def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent) -> None:  # noqa: ANN001
     """Rank 0 writes the checkpoint (atomically); every rank waits until it is on disk."""
     if dist.is_main:
         save_checkpoint(
@@ -443,28 +649,30 @@ def _save(cfg, dist, raw, opt, step, loader, ds, history) -> None:  # noqa: ANN0
                 "step": step,
                 "rng": rng_state(),
                 "loader": loader.state_dict(),
-                "config": asdict(cfg),
-                "tokenizer": ds.inputs.tokenizer,
+                "config": cfg.options(),
                 "history": history,
                 "world_size": dist.world_size,
+                "parent": parent,
+                "fed": {  # what all ranks were fed so far, per pool
+                    "counts": torch.from_numpy(fed.counts.copy()),
+                    "seen": [torch.from_numpy(s.copy()) for s in fed.seen],
+                },
             },
         )
-        tmp = os.path.join(cfg.out, "last.json.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(
-                {
-                    "step": step,
-                    "table_version": ds.version,
-                    "filter": cfg.filter,
-                    "world_size": dist.world_size,
-                    "train_loss": history["train"][-1][1] if history["train"] else None,
-                    "val_loss": history["val"][-1][1] if history["val"] else None,
-                    "config": asdict(cfg),
-                    "loader": loader.state_dict(),
-                    "tokenizer": ds.inputs.tokenizer,
-                    "topology": history["topology"],
-                },
-                fh,
+        write_record(
+            RunRecord(
+                out=cfg.out,
+                step=step,
+                loader=ds.spec,
+                loader_state=loader.state_dict(),
+                config=cfg.options(),
+                tokenizer=ds.inputs.tokenizer,
+                topology=history["topology"],
+                world_size=dist.world_size,
+                train_loss=history["train"][-1][1] if history["train"] else None,
+                val_loss=history["val"][-1][1] if history["val"] else None,
+                pools=_as_dicts(fed),
+                parent=parent,
             )
-        os.replace(tmp, os.path.join(cfg.out, "last.json"))
+        )
     dist.barrier()

@@ -17,8 +17,9 @@ from tokenloom.verify.report import CHECKS, CheckResult, VerifyError, VerifyRepo
 __all__ = ["CHECKS", "CheckResult", "VerifyError", "VerifyReport", "verify"]
 
 
-def verify(table: Any, **loader_options: Any) -> VerifyReport:
-    """Run every check; see :func:`tokenloom.verify.run.verify` for the options.
+def verify(spec: Any, *, steps: int = 8, **options: Any) -> VerifyReport:
+    """Run every check on a :class:`~tokenloom.loader.LoaderSpec` (or a table path plus the
+    spec's fields as keywords); see :func:`tokenloom.verify.run.verify`.
 
     Raises:
         MissingDependencyError: torch is not installed.
@@ -26,6 +27,9 @@ def verify(table: Any, **loader_options: Any) -> VerifyReport:
     from tokenloom.errors import require
 
     require("torch", extra="train")
+    from tokenloom.loader.spec import LoaderSpec
     from tokenloom.verify.run import verify as run
 
-    return run(table, **loader_options)
+    if not isinstance(spec, LoaderSpec):
+        spec = LoaderSpec.from_options(table=spec, **options)
+    return run(spec, steps=steps)

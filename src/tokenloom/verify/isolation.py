@@ -154,7 +154,7 @@ def attention_leak(
 def check_isolation(sample: Sample) -> CheckResult:
     """Check 3 (see the module docstring)."""
     started = time.perf_counter()
-    rng = np.random.default_rng([sample.options.seed, 0x150])
+    rng = np.random.default_rng([sample.spec.seed, 0x150])
     candidates: list[tuple[int, int]] = []  # (batch index, block) with two or more segments
     refs = []
     blocks = segments = 0

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.spec import LoaderSpec
 from tokenloom.verify.report import CheckResult
-from tokenloom.verify.sample import LoaderOptions
+from tokenloom.verify.sample import dataset
 
 __all__ = ["take", "check_resume"]
 
@@ -38,17 +39,17 @@ def take(dl: Any, n: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def check_resume(uri: str, version: int, options: LoaderOptions, *, steps: int) -> CheckResult:
+def check_resume(spec: LoaderSpec, *, steps: int) -> CheckResult:
     """Check 5 (see the module docstring)."""
     from tokenloom.loader import DataLoader
 
     started = time.perf_counter()
     k = steps
-    whole = take(DataLoader(options.dataset(uri, version=version)), 2 * k)
-    first = DataLoader(options.dataset(uri, version=version))
+    whole = take(DataLoader(dataset(spec)), 2 * k)
+    first = DataLoader(dataset(spec))
     take(first, k)
     state = json.loads(json.dumps(first.state_dict()))
-    resumed_ds = options.dataset(uri, version=version)
+    resumed_ds = dataset(spec)
     resumed_ds.load_state_dict(state)
     resumed = take(DataLoader(resumed_ds), k)
     problem = None

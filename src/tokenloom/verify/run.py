@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
+from tokenloom.loader.spec import LoaderSpec
 from tokenloom.verify.isolation import check_isolation
 from tokenloom.verify.loss import check_loss
 from tokenloom.verify.report import CheckResult, VerifyError, VerifyReport
 from tokenloom.verify.resume import check_resume
-from tokenloom.verify.sample import LoaderOptions, read_sample
+from tokenloom.verify.sample import read_sample
 from tokenloom.verify.text import check_text, check_token_ids
 
 __all__ = ["verify"]
@@ -33,45 +33,18 @@ def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
         )
 
 
-def verify(
-    table: Any,
-    *,
-    column: str = "input_ids",
-    filter: str | None = None,
-    seq_len: int = 1024,
-    batch_size: int = 8,
-    seed: int = 0,
-    packing: str = "concat",
-    fit_window: int = 1024,
-    long_docs: str = "split",
-    window: int | None = None,
-    overlap: int = 0,
-    steps: int = 8,
-    cut_column: str | None = None,
-    mixture: Any = None,
-    budget_tokens: int | None = None,
-) -> VerifyReport:
-    """Check a loader configuration on real batches of its epoch 0.
+def verify(spec: LoaderSpec, *, steps: int = 8) -> VerifyReport:
+    """Check a loader spec on real batches of its epoch 0.
 
     Five checks (each module's docstring defines its check exactly): ``text_reconstruction``
     (:mod:`~tokenloom.verify.text`), ``token_ids`` (same module), ``document_isolation``
     (:mod:`~tokenloom.verify.isolation`), ``loss_positions`` (:mod:`~tokenloom.verify.loss`) and
     ``resume`` (:mod:`~tokenloom.verify.resume`). They look at the first ``steps`` global steps,
-    ``steps`` steps at an offset drawn from ``seed``, and every step holding the shortest or the
-    longest selected row. The table version is pinned at the start.
+    ``steps`` steps at an offset drawn from the seed, and every step holding the shortest or the
+    longest selected row, in the spec's block order. The table version is pinned at the start.
 
     Args:
-        table: Table URI/path, or a :class:`tokenloom.table.Table`.
-        column: The token column.
-        filter: SQL filter selecting the rows.
-        seq_len: Block length.
-        batch_size: Blocks per step.
-        seed: Shuffle seed (also draws the sample's offset).
-        packing: ``"concat"`` or ``"best_fit"``.
-        fit_window: Best-fit look-ahead, in documents.
-        long_docs: ``"split"`` or ``"window"``.
-        window: Window length for ``long_docs="window"``.
-        overlap: Context tokens of each later window.
+        spec: The loader under test (:class:`~tokenloom.loader.LoaderSpec`).
         steps: Steps per sample (``k``), and the steps read before saving the resume state.
 
     Returns:
@@ -86,33 +59,19 @@ def verify(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise VerifyError(f"steps must be an integer >= 1, got {steps!r}")
     started = time.perf_counter()
-    options = LoaderOptions(
-        column=column,
-        filter=filter,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        seed=seed,
-        packing=packing,
-        fit_window=fit_window,
-        long_docs=long_docs,
-        window=window,
-        overlap=overlap,
-        cut_column=cut_column,
-        mixture=mixture,
-        budget_tokens=budget_tokens,
-    )
-    sample = read_sample(table, options, steps=steps)
+    sample = read_sample(spec, steps=steps)
+    pinned = sample.spec
     checks = [
         _guarded("text_reconstruction", lambda: check_text(sample)),
         _guarded("token_ids", lambda: check_token_ids(sample)),
         _guarded("document_isolation", lambda: check_isolation(sample)),
         _guarded("loss_positions", lambda: check_loss(sample)),
-        _guarded("resume", lambda: check_resume(sample.uri, sample.version, options, steps=steps)),
+        _guarded("resume", lambda: check_resume(pinned, steps=steps)),
     ]
     return VerifyReport(
         table=sample.uri,
         version=sample.version,
-        options={**options.to_json(), "steps": steps},
+        options={**pinned.to_dict(), "steps": steps},
         total_steps=sample.total_steps,
         steps_read=[b.step for b in sample.batches],
         fixed_rows=list(sample.fixed_rows),

@@ -12,90 +12,34 @@ rows are read back from the table and tokenized again from their text.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.plan import EpochPlan, step_blocks
-from tokenloom.loader.read import count_column_for
-from tokenloom.loader.recipe import recipe_spans
 from tokenloom.loader.spans import Spans
+from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.tokenize.base import Tokenizer
 from tokenloom.verify.report import VerifyError
 
 __all__ = [
-    "LoaderOptions",
+    "dataset",
     "StepBatch",
     "Row",
     "Sample",
     "sample_steps",
     "fixed_rows",
-    "steps_holding",
     "read_sample",
 ]
 
-_SCAN_BLOCKS = 1 << 16  # blocks per chunk when a plan has no stream offsets to search
 
+def dataset(spec: LoaderSpec) -> Any:
+    """A fresh :class:`~tokenloom.loader.PackedDataset` of ``spec`` on one rank (the global
+    stream is the same on any number, ★3)."""
+    from tokenloom.loader import PackedDataset
 
-@dataclass(frozen=True, kw_only=True)
-class LoaderOptions:
-    """The loader under test. It runs on one rank: the global stream is the same on any (★3)."""
-
-    column: str = "input_ids"
-    """The token column."""
-    filter: str | None = None
-    """SQL filter selecting the rows."""
-    seq_len: int = 1024
-    """Block length."""
-    batch_size: int = 8
-    """Blocks per step."""
-    seed: int = 0
-    """Shuffle seed; it also draws the offset of the second sample."""
-    packing: str = "concat"
-    """``"concat"`` or ``"best_fit"``."""
-    fit_window: int = 1024
-    """Best-fit look-ahead, in documents."""
-    long_docs: str = "split"
-    """``"split"`` or ``"window"``."""
-    window: int | None = None
-    """Window length for ``long_docs="window"``."""
-    overlap: int = 0
-    """Context tokens repeated at the start of each later window."""
-    cut_column: str | None = None
-    """Window boundaries column (``cut_points``) for ``long_docs="window"``."""
-    mixture: Any = None
-    """Token-quota pools ``{name: (sql_filter, share[, max_passes])}``."""
-    budget_tokens: int | None = None
-    """Positions of a mixture epoch."""
-
-    def dataset(self, table: Any, *, version: int | None = None) -> Any:
-        """A fresh :class:`~tokenloom.loader.PackedDataset` with these options (rank 0 of 1)."""
-        from tokenloom.loader import PackedDataset
-
-        return PackedDataset(
-            table,
-            self.column,
-            filter=self.filter,
-            seq_len=self.seq_len,
-            batch_size=self.batch_size,
-            seed=self.seed,
-            rank=0,
-            world_size=1,
-            version=version,
-            packing=self.packing,
-            fit_window=self.fit_window,
-            long_docs=self.long_docs,
-            window=self.window,
-            overlap=self.overlap,
-            cut_column=self.cut_column,
-            mixture=self.mixture,
-            budget_tokens=self.budget_tokens,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    return PackedDataset(spec, rank=0, world_size=1)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -132,7 +76,8 @@ class Sample:
 
     uri: str
     version: int
-    options: LoaderOptions
+    spec: LoaderSpec
+    """The loader under test, its table version pinned."""
     identity: dict
     """The token column's tokenizer identity (field metadata ``tokenloom.tokenizer``)."""
     tokenizer: Tokenizer
@@ -175,29 +120,6 @@ def fixed_rows(row_ids: np.ndarray, n_tokens: np.ndarray) -> list[int]:
     return [short] if short == long else [short, long]
 
 
-def steps_holding(plan: Any, rows: list[int], batch_size: int) -> list[int]:
-    """The global steps (world size 1) whose blocks hold any token or EOS of ``rows``.
-
-    Stream plans are searched through their offsets; other plans (best-fit) are scanned block by
-    block in chunks, O(stretches of the epoch).
-    """
-    want = np.asarray(rows, dtype=np.int64)
-    L = plan.seq_len
-    if isinstance(plan, EpochPlan) or hasattr(plan, "starts"):
-        ids = plan.row_ids if isinstance(plan, EpochPlan) else plan.docs.row_id
-        pieces = np.flatnonzero(np.isin(ids, want))
-        lo = plan.starts[pieces] // L
-        hi = (plan.starts[pieces + 1] - 1) // L
-        blocks = np.concatenate([np.arange(a, b + 1) for a, b in zip(lo, hi, strict=True)] or [[]])
-    else:
-        found = []
-        for lo in range(0, plan.num_blocks, _SCAN_BLOCKS):
-            spans = recipe_spans(plan, np.arange(lo, min(lo + _SCAN_BLOCKS, plan.num_blocks)))
-            found.append(spans.blocks[spans.block[np.isin(spans.row_id, want)]])
-        blocks = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-    return sorted({int(b) // batch_size for b in np.asarray(blocks, dtype=np.int64)})
-
-
 def _runs(steps: list[int]) -> list[list[int]]:
     """Consecutive runs of ascending steps."""
     groups = itertools.groupby(enumerate(steps), key=lambda p: p[1] - p[0])
@@ -212,7 +134,7 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
     """
     from tokenloom.loader import DataLoader
 
-    plan = ds.plan(0)
+    view = ds.view(0)
     out = []
     for run in _runs(steps):
         state = LoaderState.create(epoch=0, step=run[0], inputs=ds.plan_inputs())
@@ -222,22 +144,13 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
         counted = dl.stats.loss_positions
         for step in run:
             batch = next(it)
-            blocks = step_blocks(
-                step,
-                rank=0,
-                world_size=1,
-                batch_size=ds.batch_size,
-                num_blocks=plan.num_blocks,
-                drop_last=False,
-                order=ds.block_order,
-            )
             arrays = {k: v.numpy() for k, v in batch.items() if hasattr(v, "numpy")}
             out.append(
                 StepBatch(
                     step=step,
                     arrays=arrays,
                     max_seqlen=int(batch["max_seqlen"]),
-                    plan=recipe_spans(plan, blocks),
+                    plan=view.layout(step).spans,
                     loss_positions=dl.stats.loss_positions - counted,
                 )
             )
@@ -255,12 +168,12 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
         return {}
     pos = np.searchsorted(ds.inputs.row_ids, ids)
     rowids = ds.inputs.rowids[pos]
-    count = count_column_for(ds.token_column)
+    column, count = ds.spec.token_column, ds.spec.count_column
     table = Table.open(ds.uri, version=ds.version).dataset._take_rows(
-        rowids.tolist(), columns=["id", "text", ds.token_column, count]
+        rowids.tolist(), columns=["id", "text", column, count]
     )
     texts = table.column("text").to_pylist()
-    stored = table.column(ds.token_column).to_pylist()
+    stored = table.column(column).to_pylist()
     counts = table.column(count).to_pylist()
     fresh = tokenizer.encode_batch([t if t is not None else "" for t in texts]).to_pylist()
     return {
@@ -277,7 +190,7 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     }
 
 
-def read_sample(table: Any, options: LoaderOptions, *, steps: int) -> Sample:
+def read_sample(spec: LoaderSpec, *, steps: int) -> Sample:
     """Build the loader, draw the sample, read its batches and rows.
 
     Raises:
@@ -286,11 +199,11 @@ def read_sample(table: Any, options: LoaderOptions, *, steps: int) -> Sample:
     """
     from tokenloom.tokenize.registry import load_tokenizer
 
-    ds = options.dataset(table)
+    ds = dataset(spec)
     identity = dict(ds.inputs.tokenizer)
     if not identity.get("name"):
         raise VerifyError(
-            f"the column {options.column!r} records no tokenizer identity (field metadata "
+            f"the column {spec.token_column!r} records no tokenizer identity (field metadata "
             "'tokenloom.tokenizer'), so its ids cannot be checked against the text; tokenize "
             f"with `tokenloom tokenize --table {ds.uri} --tokenizer gpt2`"
         )
@@ -298,18 +211,18 @@ def read_sample(table: Any, options: LoaderOptions, *, steps: int) -> Sample:
     total = len(ds)
     if total == 0:
         raise VerifyError(
-            f"the filter {options.filter!r} selects no tokens in {ds.uri} (version "
+            f"the filter {spec.filter!r} selects no tokens in {ds.uri} (version "
             f"{ds.version}); nothing to verify"
         )
-    sampled = sample_steps(total, steps, options.seed)
+    sampled = sample_steps(total, steps, spec.seed)
     fixed = fixed_rows(ds.inputs.row_ids, ds.inputs.n_tokens)
-    wanted = sorted(set(sampled) | set(steps_holding(ds.plan(0), fixed, ds.batch_size)))
+    wanted = sorted(set(sampled) | set(ds.view(0).steps_holding(np.asarray(fixed))))
     batches = read_steps(ds, wanted)
     ids = np.concatenate([b.arrays["spans"][:, 2] for b in batches])
     return Sample(
         uri=ds.uri,
         version=ds.version,
-        options=options,
+        spec=ds.spec,
         identity=identity,
         tokenizer=tokenizer,
         eos_id=int(ds.eos_id),

@@ -42,6 +42,9 @@ class Stretch:
     ctx_end: int
     """Tokens ``[start, ctx_end)`` are context only (``ctx_end == start``: none)."""
     ids: np.ndarray
+    order: int = 0
+    """The block's index in the epoch's stream (from the plan): stream order, whatever the
+    block order puts it in which step."""
 
     def where(self) -> str:
         return f"step {self.step} block {self.block} position {self.pos}"
@@ -51,9 +54,11 @@ def stretches(batch: StepBatch) -> Iterator[Stretch]:
     """The batch's stretches, read from its provenance, context ranges and ``input_ids`` only."""
     inp = batch.arrays["input_ids"]
     ctx = batch.arrays.get("context")
+    planned = batch.plan.blocks
     for i, (blk, pos, rid, s, e) in enumerate(batch.arrays["spans"].tolist()):
         c = s if ctx is None else min(max(int(ctx[i, 1]), s), e)
-        yield Stretch(batch.step, blk, pos, rid, s, e, c, inp[blk, pos : pos + e - s])
+        ids = inp[blk, pos : pos + e - s]
+        yield Stretch(batch.step, blk, pos, rid, s, e, c, ids, int(planned[blk]))
 
 
 def _first_diff(a: np.ndarray | str, b: np.ndarray | str) -> int:
@@ -68,7 +73,7 @@ def _first_diff(a: np.ndarray | str, b: np.ndarray | str) -> int:
 def _visits(parts: list[Stretch]) -> list[list[Stretch]]:
     """Split a document's stretches into visits, in stream order: a mixture pool that repeats
     delivers the document once per pass, each visit starting again at token 0."""
-    ordered = sorted(parts, key=lambda p: (p.step, p.block, p.pos))
+    ordered = sorted(parts, key=lambda p: (p.order, p.pos))
     out: list[list[Stretch]] = []
     for p in ordered:
         if p.start == 0 or not out:

@@ -1,0 +1,250 @@
+"""``Planner``: a :class:`~tokenloom.loader.spec.LoaderSpec` resolved against its table.
+
+Opening a planner pins the table version and scans what the plan is computed from — ``(id,
+n_tokens)`` of the selected rows (per pool for a mixture), cut points of long rows, the token
+column's tokenizer identity — and nothing else: no token list is read. From there every epoch's
+plan, its :class:`~tokenloom.loader.view.EpochView`, its exact sizes and the plan's fingerprint
+inputs are pure computations. The dataset reads through a planner; the ledger, ``trace``,
+``verify`` and ``stats`` use one without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
+from tokenloom.loader.read import LoaderError, PlanInputs, read_cut_points, scan_plan_inputs
+from tokenloom.loader.recipe import plan_recipe_epoch
+from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
+from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.view import BlockPlan, EpochView
+
+__all__ = ["Planner"]
+
+_PLANS_KEPT = 2  # the current epoch and the next (a reader thread may look ahead)
+
+
+def union_inputs(parts: list[PlanInputs]) -> PlanInputs:
+    """One row-id -> stable-row-id map over every pool (a row may sit in several pools)."""
+    ids = np.concatenate([p.row_ids for p in parts])
+    rowids = np.concatenate([p.rowids for p in parts])
+    counts = np.concatenate([p.n_tokens for p in parts])
+    uniq, first = np.unique(ids, return_index=True)
+    return PlanInputs(
+        version=parts[0].version,
+        row_ids=uniq,
+        n_tokens=counts[first],
+        rowids=rowids[first],
+        null_rows=sum(p.null_rows for p in parts),
+        tokenizer=parts[0].tokenizer,
+    )
+
+
+class Planner:
+    """The loader's whole stream, planned from stored counts (see the module docstring).
+
+    Args:
+        spec: What to deliver. ``spec.version=None`` pins the latest version now.
+        storage_options: Object-store options for Lance (not part of the stream).
+        table: An already open :class:`tokenloom.table.Table` to use instead of opening
+            ``spec.table``.
+
+    Raises:
+        LoaderError: A column is missing, the filter does not work, or no EOS id is known.
+    """
+
+    def __init__(
+        self,
+        spec: LoaderSpec,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        table: Any = None,
+    ) -> None:
+        from tokenloom.table import Table
+
+        handle = table or Table.open(
+            spec.table, version=spec.version, storage_options=storage_options
+        )
+        if spec.version is not None and handle.version != spec.version:
+            handle = handle.checkout(spec.version)
+        self.uri: str = handle.uri
+        self.storage_options = dict(storage_options) if storage_options else None
+        ds = handle.dataset
+        count = spec.count_column
+        assert count is not None  # derived by LoaderSpec
+        if spec.mixture:
+            self.pool_inputs: list[PlanInputs] = [
+                scan_plan_inputs(
+                    ds,
+                    token_column=spec.token_column,
+                    count_column=count,
+                    filter=spec.pool_filter(pool),
+                )
+                for pool in spec.mixture
+            ]
+            self.inputs: PlanInputs = union_inputs(self.pool_inputs)
+        else:
+            self.pool_inputs = []
+            self.inputs = scan_plan_inputs(
+                ds, token_column=spec.token_column, count_column=count, filter=spec.filter
+            )
+        recipe = spec.recipe
+        self.cuts = read_cut_points(
+            ds, self.inputs, recipe.cut_column, recipe.window or spec.seq_len, bool(spec.mixture)
+        )
+        tok = self.inputs.tokenizer
+        eos = spec.eos_id if spec.eos_id is not None else tok.get("eos_id")
+        if eos is None:
+            raise LoaderError(
+                f"no EOS id: the column {spec.token_column!r} records no tokenizer; set eos_id "
+                f"in the loader spec (--eos-id)"
+            )
+        pad = spec.pad_id if spec.pad_id is not None else tok.get("pad_id")
+        self.eos_id: int = int(eos)
+        self.pad_id: int = int(pad) if pad is not None else self.eos_id
+        self.spec: LoaderSpec = spec.replace(version=handle.version)
+        """The spec with the version pinned (what checkpoints record)."""
+        self._plans: OrderedDict[int, BlockPlan] = OrderedDict()
+
+    @property
+    def version(self) -> int:
+        """The pinned table version."""
+        return int(self.spec.version)  # type: ignore[arg-type]
+
+    # -- plans --------------------------------------------------------------------------------
+
+    def plan(self, epoch: int) -> BlockPlan:
+        """Epoch ``epoch``'s plan (the last few are cached)."""
+        epoch = int(epoch)
+        cached = self._plans.get(epoch)
+        if cached is not None:
+            return cached
+        spec = self.spec
+        if spec.mixture:
+            pools = [
+                Pool(
+                    name=p.name,
+                    row_ids=inp.row_ids,
+                    n_tokens=inp.n_tokens,
+                    share=p.share,
+                    max_passes=p.max_passes,
+                )
+                for p, inp in zip(spec.mixture, self.pool_inputs, strict=True)
+            ]
+            plan: BlockPlan = plan_mixture(
+                pools,
+                seed=spec.seed,
+                epoch=epoch,
+                seq_len=spec.seq_len,
+                recipe=spec.recipe,
+                budget_tokens=spec.budget_tokens,
+            )
+        else:
+            plan = plan_recipe_epoch(
+                self.inputs.row_ids,
+                self.inputs.n_tokens,
+                seed=spec.seed,
+                epoch=epoch,
+                seq_len=spec.seq_len,
+                recipe=spec.recipe,
+                cut_points=self.cuts,
+            )
+        self._plans[epoch] = plan
+        while len(self._plans) > _PLANS_KEPT:
+            self._plans.popitem(last=False)
+        return plan
+
+    def view(self, epoch: int) -> EpochView:
+        """Epoch ``epoch`` cut into global steps."""
+        s = self.spec
+        return EpochView(
+            self.plan(epoch),
+            global_batch=s.global_batch,
+            drop_last=s.drop_last,
+            block_order=s.block_order,
+            lookahead=s.lookahead,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+        )
+
+    def universes(self) -> list[Any]:
+        """Per pool, the ascending table ids of its rows (the selection without a mixture)."""
+        return [inp.row_ids for inp in self.pool_inputs] or [self.inputs.row_ids]
+
+    def steps(self, epoch: int) -> int:
+        """Global steps of epoch ``epoch``."""
+        return self.view(epoch).steps
+
+    def locate(self, global_step: int) -> tuple[int, int]:
+        """A step counted from the start of epoch 0 → ``(epoch, step within it)``.
+
+        Raises:
+            LoaderError: The selection yields no step at all (an endless search otherwise).
+        """
+        g, epoch = int(global_step), 0
+        while True:
+            n = self.steps(epoch)
+            if n == 0:
+                raise LoaderError(f"epoch {epoch} of this loader has no step")
+            if g < n:
+                return epoch, g
+            g, epoch = g - n, epoch + 1
+
+    def epoch_info(self, epoch: int) -> dict[str, Any]:
+        """Exact sizes of an epoch from stored counts: steps, blocks, tokens, padding, dropped."""
+        view = self.view(epoch)
+        plan, sizes = view.plan, view.sizes
+        info: dict[str, Any] = {
+            "epoch": plan.epoch,
+            "rows": len(self.inputs.row_ids),
+            "empty_rows": int((self.inputs.n_tokens == 0).sum()),
+            "null_rows": self.inputs.null_rows,
+            "tokens": plan.num_tokens,
+            "blocks": plan.num_blocks,
+            "steps": sizes.steps,
+            "padding_positions": sizes.padding_positions,
+            "padding_blocks": sizes.padding_blocks,
+            "dropped_tokens": sizes.dropped_tokens,
+        }
+        if self.spec.mixture:
+            info["limited_by"] = plan.limited_by  # type: ignore[attr-defined]
+            info["pools"] = [dataclasses.asdict(r) for r in plan.reports]  # type: ignore[attr-defined]
+        return info
+
+    # -- fingerprint --------------------------------------------------------------------------
+
+    def plan_inputs(self) -> dict[str, Any]:
+        """The named inputs the stream depends on (world size and workers are not among them)."""
+        out = {
+            "table_version": self.version,
+            **self.spec.fingerprint_inputs(),
+            "tokenizer": self.inputs.tokenizer,
+            "eos_id": self.eos_id,
+            "pad_id": self.pad_id,
+            "permutation": PERMUTATION_ALGORITHM,
+        }
+        if self.spec.mixture:
+            pools = []
+            for p, inp in zip(self.spec.mixture, self.pool_inputs, strict=True):
+                digest = hashlib.sha256(inp.row_ids.tobytes() + inp.n_tokens.tobytes())
+                pools.append(
+                    {
+                        "name": p.name,
+                        "filter": p.filter,
+                        "share": p.share,
+                        "max_passes": p.max_passes,
+                        "rows": digest.hexdigest()[:16],
+                    }
+                )
+            out["mixture"] = {
+                "pools": pools,
+                "budget_tokens": self.spec.budget_tokens,
+                "algorithm": MIXTURE_ALGORITHM,
+            }
+        return out

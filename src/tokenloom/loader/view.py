@@ -1,0 +1,241 @@
+"""One epoch seen step by step: which blocks, stretches and token ranges each step holds.
+
+:class:`EpochView` is the one place a global step is laid out. The dataset reads and packs its
+layouts; the ledger, ``trace`` and ``verify`` pack the same layouts with placeholder tokens
+(:meth:`EpochView.skeleton`): labels, positions, padding and provenance depend on the layout
+only, never on the ids, so what they count is what the loader delivers. Pure numpy: no Lance, no
+torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from tokenloom.loader.pack import PackedArrays, pack_blocks, token_ranges
+from tokenloom.loader.plan import BlockCounts, EpochSteps, PlanError, epoch_steps, step_blocks
+from tokenloom.loader.spans import Spans
+
+__all__ = ["BlockPlan", "StepLayout", "StepCounts", "EpochView", "block_steps", "COUNT_FIELDS"]
+
+COUNT_FIELDS = (
+    "blocks",
+    "body_tokens",
+    "separator_tokens",
+    "padding_positions",
+    "loss_positions",
+    "overlap_tokens",
+)
+"""Per-pool counters of :class:`StepCounts`, in this order."""
+
+_SCAN_BLOCKS = 1 << 16  # blocks per chunk when searching an epoch for rows
+
+
+@runtime_checkable
+class BlockPlan(Protocol):
+    """What every epoch planner returns (concat, windows, best-fit, mixture)."""
+
+    seed: int
+    epoch: int
+    seq_len: int
+    num_blocks: int
+    num_tokens: int
+    padding_positions: int
+
+    def spans(self, blocks: np.ndarray) -> Spans:
+        """The stretches held by ``blocks`` (``-1``: a padding block), by block then position."""
+        ...
+
+    def counts(self, lo: int, hi: int) -> BlockCounts:
+        """Tokens, EOS and filled positions of blocks ``[lo, hi)`` (clipped to the epoch)."""
+        ...
+
+    def block_pools(self, blocks: np.ndarray) -> np.ndarray:
+        """``(m,)`` mixture pool of each block (0 without a mixture; -1 for a padding block)."""
+        ...
+
+
+def block_steps(
+    blocks: np.ndarray, *, global_batch: int, steps: int, order: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of :func:`~tokenloom.loader.plan.step_blocks` over the global batch.
+
+    Args:
+        blocks: ``(m,)`` block indices ``>= 0``.
+        global_batch: ``G``.
+        steps: Global steps in the epoch ``S``.
+        order: ``"sequential"`` or ``"interleave"``.
+
+    Returns:
+        ``(step, slot)``: the global step holding each block and its slot in the global batch.
+    """
+    b = np.asarray(blocks, dtype=np.int64)
+    if order == "interleave":
+        return b % max(steps, 1), b // max(steps, 1)
+    return b // global_batch, b % global_batch
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class StepLayout:
+    """One rank's share of one global step, before any token is read."""
+
+    step: int
+    """Global step within the epoch."""
+    blocks: np.ndarray
+    """``(B,)`` plan block of each batch row (``-1``: a whole padding block)."""
+    spans: Spans
+    """The stretches of those blocks."""
+    starts: np.ndarray
+    """``(S,)`` first token of each stretch to read (context and lookahead included)."""
+    stops: np.ndarray
+    """``(S,)`` one past the last token to read."""
+    pools: np.ndarray
+    """``(B,)`` mixture pool of each block (0 without a mixture; -1 for a padding block)."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class StepCounts:
+    """What one packed step (or one rank's share) holds, per mixture pool."""
+
+    counts: np.ndarray
+    """``(P, len(COUNT_FIELDS))`` int64: blocks, body tokens (context excluded), EOS, padding,
+    loss positions and context-only tokens of each pool. A whole padding block completing the
+    last step counts as padding of pool 0."""
+    starts: tuple[np.ndarray, ...]
+    """Per pool, table ids of the documents whose first token is in the step (a document seen
+    twice, as in a repeated mixture pass, appears twice over the run)."""
+
+
+class EpochView:
+    """An epoch plan cut into global steps of ``global_batch`` blocks (see the module docstring).
+
+    Args:
+        plan: Any :class:`BlockPlan`.
+        global_batch: Blocks per global step ``G``.
+        drop_last: Whether an incomplete last step is dropped.
+        block_order: ``"sequential"`` or ``"interleave"``.
+        lookahead: Read one token past a block ending mid-document.
+        eos_id: Separator id (placed by :meth:`skeleton` too).
+        pad_id: Padding id.
+    """
+
+    def __init__(
+        self,
+        plan: BlockPlan,
+        *,
+        global_batch: int,
+        drop_last: bool,
+        block_order: str,
+        lookahead: bool,
+        eos_id: int,
+        pad_id: int,
+    ) -> None:
+        self.plan = plan
+        self.global_batch = int(global_batch)
+        self.drop_last = bool(drop_last)
+        self.block_order = block_order
+        self.lookahead = bool(lookahead)
+        self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+        self.sizes: EpochSteps = epoch_steps(plan, global_batch=global_batch, drop_last=drop_last)
+
+    @property
+    def steps(self) -> int:
+        """Global steps in the epoch."""
+        return self.sizes.steps
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.plan.seq_len)
+
+    def blocks(self, step: int, *, rank: int = 0, world_size: int = 1) -> np.ndarray:
+        """``(G / W,)`` plan blocks rank ``rank`` packs at ``step`` (``-1``: padding block)."""
+        if self.global_batch % world_size:
+            raise PlanError(
+                f"global batch {self.global_batch} does not split over {world_size} ranks"
+            )
+        return step_blocks(
+            step,
+            rank=rank,
+            world_size=world_size,
+            batch_size=self.global_batch // world_size,
+            num_blocks=self.plan.num_blocks,
+            drop_last=self.drop_last,
+            order=self.block_order,
+        )
+
+    def layout(self, step: int, *, rank: int = 0, world_size: int = 1) -> StepLayout:
+        """Rank ``rank``'s blocks of ``step`` with their stretches and token ranges (no I/O)."""
+        blocks = self.blocks(step, rank=rank, world_size=world_size)
+        spans = self.plan.spans(blocks)
+        starts, stops = token_ranges(spans, lookahead=self.lookahead)
+        return StepLayout(
+            step=step,
+            blocks=blocks,
+            spans=spans,
+            starts=starts,
+            stops=stops,
+            pools=self.plan.block_pools(blocks),
+        )
+
+    def pack(self, layout: StepLayout, tokens: np.ndarray, offsets: np.ndarray) -> PackedArrays:
+        """Pack a layout's tokens (``offsets``: CSR over its stretches) into its batch."""
+        return pack_blocks(
+            layout.spans,
+            tokens,
+            offsets,
+            num_blocks_in_batch=len(layout.blocks),
+            seq_len=self.seq_len,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+            lookahead=self.lookahead,
+        )
+
+    def count(self, layout: StepLayout, packed: PackedArrays, num_pools: int) -> StepCounts:
+        """Per-pool counts of a packed layout (:class:`StepCounts`); the ledger and the loader
+        both count with this, so their numbers agree by construction of one function."""
+        spans, pools = layout.spans, layout.pools
+        B, L = packed.labels.shape
+        owner = np.where(pools >= 0, pools, 0)  # a whole padding block counts on pool 0
+        out = np.zeros((num_pools, len(COUNT_FIELDS)), dtype=np.int64)
+        np.add.at(out[:, 0], owner[pools >= 0], 1)
+        np.add.at(out[:, 3], owner, (packed.doc_ids == -1).sum(axis=1))
+        np.add.at(out[:, 4], owner, (packed.labels != -100).sum(axis=1))
+        starts: list[np.ndarray] = []
+        if len(spans):
+            stretch_pool = owner[spans.block]
+            ctx = packed.context  # (S, 2) context-only token range of each stretch, or None
+            ctx_len = ctx[:, 1] - ctx[:, 0] if ctx is not None else np.zeros(len(spans), np.int64)
+            np.add.at(out[:, 1], stretch_pool, spans.tok_end - spans.tok_start - ctx_len)
+            np.add.at(out[:, 2], stretch_pool, spans.has_eos.astype(np.int64))
+            np.add.at(out[:, 5], stretch_pool, ctx_len)
+            first = spans.tok_start == 0
+            for p in range(num_pools):
+                starts.append(spans.row_id[first & (stretch_pool == p)])
+        else:
+            starts = [np.zeros(0, dtype=np.int64) for _ in range(num_pools)]
+        return StepCounts(counts=out, starts=tuple(starts))
+
+    def skeleton(self, layout: StepLayout) -> PackedArrays:
+        """:meth:`pack` with placeholder token ids: every field but the ids, without reading."""
+        lengths = layout.stops - layout.starts
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return self.pack(layout, np.zeros(int(offsets[-1]), dtype=np.int64), offsets)
+
+    def steps_holding(self, row_ids: np.ndarray) -> list[int]:
+        """Ascending global steps whose blocks hold any token or EOS of ``row_ids``."""
+        want = np.asarray(row_ids, dtype=np.int64)
+        n = self.plan.num_blocks
+        if self.drop_last:
+            n = self.steps * self.global_batch
+        found = []
+        for lo in range(0, n, _SCAN_BLOCKS):
+            spans = self.plan.spans(np.arange(lo, min(lo + _SCAN_BLOCKS, n), dtype=np.int64))
+            found.append(spans.blocks[spans.block[np.isin(spans.row_id, want)]])
+        blocks = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        step, _ = block_steps(
+            blocks, global_batch=self.global_batch, steps=self.steps, order=self.block_order
+        )
+        return sorted(set(step.tolist()))

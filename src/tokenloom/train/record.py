@@ -1,0 +1,141 @@
+"""``RunRecord``: the small, readable part of a training checkpoint (``OUT/last.json``).
+
+It is what ``trace``, ``sample``, the demo and ``train --resume`` read first: the loader spec the
+run trained on (table version pinned, table stored as an absolute URI so any directory works), the
+loader's cursor, the run's options, the tokenizer, the topology of every invocation, per-pool
+counts of what the run was fed, and the run it started from (``--init-from``). One function reads
+it (:func:`read_record`); the large state (weights, optimizer) stays in ``last.pt``. Pure: no
+torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenloom.errors import TokenloomError
+from tokenloom.loader.spec import LoaderSpec, absolute_uri
+
+__all__ = ["RECORD_FORMAT", "RecordError", "RunRecord", "read_record", "write_record"]
+
+RECORD_FORMAT = 2
+"""Layout version of ``last.json`` (1: the unversioned layout before the loader spec)."""
+
+
+class RecordError(TokenloomError):
+    """A run directory has no readable record (missing, older layout, malformed)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """What a run did up to its last checkpoint (see the module docstring)."""
+
+    out: str
+    """The run directory (absolute)."""
+    step: int
+    """Optimizer steps done."""
+    loader: LoaderSpec
+    """The loader spec trained on, table version pinned."""
+    loader_state: dict[str, Any]
+    """The loader's cursor and plan inputs (:meth:`PackedDataset.state_dict`)."""
+    config: dict[str, Any]
+    """The run's other options (:meth:`TrainConfig.options`)."""
+    tokenizer: dict[str, Any]
+    """The token column's tokenizer identity."""
+    topology: list[dict[str, Any]]
+    """Per invocation: ``from_step``, ``world_size``, ``blocks_per_rank``."""
+    world_size: int = 1
+    train_loss: float | None = None
+    val_loss: float | None = None
+    pools: list[dict[str, Any]] = field(default_factory=list)
+    """Per pool, what the run was fed so far (the ledger's fields: blocks, body tokens, EOS,
+    padding, loss positions, overlap, unique documents, repeats)."""
+    parent: dict[str, Any] | None = None
+    """``--init-from``: the run this one started from (``out``, ``step``, ``loader``)."""
+    format: int = RECORD_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "out": self.out,
+            "step": self.step,
+            "world_size": self.world_size,
+            "train_loss": self.train_loss,
+            "val_loss": self.val_loss,
+            "loader": self.loader.to_dict(),
+            "loader_state": self.loader_state,
+            "config": self.config,
+            "tokenizer": self.tokenizer,
+            "topology": self.topology,
+            "pools": self.pools,
+            "parent": self.parent,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "the record") -> RunRecord:
+        fmt = data.get("format")
+        if fmt != RECORD_FORMAT:
+            raise RecordError(
+                f"{where} has layout {fmt or 1}, this tokenloom reads layout {RECORD_FORMAT}; "
+                "it was written by an older tokenloom (retrain, or trace it with that release)"
+            )
+        try:
+            return cls(
+                out=str(data["out"]),
+                step=int(data["step"]),
+                world_size=int(data.get("world_size", 1)),
+                train_loss=data.get("train_loss"),
+                val_loss=data.get("val_loss"),
+                loader=LoaderSpec.from_dict(data["loader"]),
+                loader_state=dict(data["loader_state"]),
+                config=dict(data["config"]),
+                tokenizer=dict(data["tokenizer"]),
+                topology=list(data["topology"]),
+                pools=list(data.get("pools") or []),
+                parent=data.get("parent"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def record_path(run: str | os.PathLike[str]) -> str:
+    """``run`` itself when it names a ``.json`` file, else ``run/last.json``."""
+    text = os.fspath(run)
+    return text if text.endswith(".json") else os.path.join(text, "last.json")
+
+
+def read_record(run: str | os.PathLike[str]) -> RunRecord:
+    """The record of the run directory ``run`` (or of the ``last.json`` it names).
+
+    Raises:
+        RecordError: No record there, or one that cannot be read.
+    """
+    path = record_path(run)
+    if not os.path.exists(path):
+        raise RecordError(
+            f"{path} not found: pass the --out directory of a `tokenloom train` run that has "
+            "written a checkpoint"
+        )
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path} cannot be read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise RecordError(f"{path} is not a run record (a JSON object)")
+    return RunRecord.from_dict(data, where=path)
+
+
+def write_record(record: RunRecord) -> str:
+    """Write ``record`` to ``record.out/last.json`` atomically; returns the path."""
+    path = os.path.join(absolute_uri(record.out), "last.json")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record.to_dict(), fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
