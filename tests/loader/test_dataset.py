@@ -19,7 +19,6 @@ from tokenloom.loader import (  # noqa: E402
     naive_pack,
     step_blocks,
 )
-
 from tokenloom.loader.plan import PlanError  # noqa: E402
 from tokenloom.table import Table  # noqa: E402
 

@@ -5,7 +5,6 @@ data stream and losses."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal

@@ -169,6 +169,7 @@ def _train_search_trace(
     """Stages 8-11: a BPE column, the tiny model trained on it, a search, a trace."""
     from tokenloom.cli.trace import describe
     from tokenloom.curate import heldout_filter
+    from tokenloom.loader import LoaderSpec
     from tokenloom.search import build_indexes, search
     from tokenloom.search.trace import open_run
     from tokenloom.stats.entropy import unigram_entropy
@@ -176,7 +177,6 @@ def _train_search_trace(
     from tokenloom.tokenize import load_tokenizer
     from tokenloom.tokenize.column import tokenize_table
     from tokenloom.tokenize.train import train_bpe
-    from tokenloom.loader import LoaderSpec
     from tokenloom.train.checkpoint import load_run_model
     from tokenloom.train.loop import TrainConfig, train
     from tokenloom.train.model import generate
