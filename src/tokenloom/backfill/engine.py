@@ -27,6 +27,7 @@ from tokenloom.backfill.udf import UDF
 from tokenloom.backfill.worker import UnitResult, UnitTask
 from tokenloom.errors import TokenloomError
 from tokenloom.table import Table
+from tokenloom.table.filters import validate_filter
 
 __all__ = ["BackfillError", "BackfillResult", "add_column", "UDF_META_KEY"]
 
@@ -104,6 +105,7 @@ def add_column(
     """
     started = time.perf_counter()
     handle = table if isinstance(table, Table) else Table.open(table)
+    where = validate_filter(handle.dataset, where)  # before any work: a bad filter is one line
     udf = _renamed(udf, name)
     workers = _default_workers() if workers is None else workers
     root = checkpoint_dir or default_checkpoint_root(handle.uri)

@@ -32,6 +32,7 @@ def command(
     from tokenloom.loader.read import count_column_for
     from tokenloom.stats import length_stats
     from tokenloom.table import Table
+    from tokenloom.table.filters import validate_filter
 
     count = count_column_for(column)
     ds = Table.open(table).dataset
@@ -40,6 +41,7 @@ def command(
             f"no {count!r} column: tokenize first "
             f"(`tokenloom tokenize --table {table} --tokenizer gpt2`)"
         )
+    filter = validate_filter(ds, filter)
     data = ds.to_table(columns=[count, "source"], filter=filter)
     n_tokens = pc.fill_null(data.column(count), 0).to_numpy()
     sources = data.column("source").to_numpy(zero_copy_only=False)

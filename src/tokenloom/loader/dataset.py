@@ -38,6 +38,7 @@ from tokenloom.loader.recipe import Recipe, plan_recipe_epoch, recipe_epoch_step
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
+from tokenloom.table.filters import and_filters
 
 __all__ = ["PackedDataset", "as_tensors"]
 
@@ -167,7 +168,7 @@ class PackedDataset(IterableDataset):
                     handle.dataset,
                     token_column=token_column,
                     count_column=self.count_column,
-                    filter=f"({pf}) AND ({filter})" if filter else pf,
+                    filter=and_filters(handle.dataset, pf, filter),
                 )
                 for _name, pf, _share, _cap in self.mixture
             ]
