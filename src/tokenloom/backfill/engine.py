@@ -28,6 +28,7 @@ from tokenloom.backfill.worker import UnitResult, UnitTask
 from tokenloom.errors import TokenloomError
 from tokenloom.table import Table
 from tokenloom.table.filters import validate_filter
+from tokenloom.table.names import validate_column_name
 
 __all__ = ["BackfillError", "BackfillResult", "add_column", "UDF_META_KEY"]
 
@@ -104,9 +105,13 @@ def add_column(
         BackfillError: on a bad request (unknown input column, column made by another UDF).
     """
     started = time.perf_counter()
+    if name is not None:
+        validate_column_name(name)
     handle = table if isinstance(table, Table) else Table.open(table)
     where = validate_filter(handle.dataset, where)  # before any work: a bad filter is one line
     udf = _renamed(udf, name)
+    for column in udf.columns:  # they name files too: <root>/<columns>-<fingerprint>/
+        validate_column_name(column, what=f"output column of UDF {udf.name}")
     workers = _default_workers() if workers is None else workers
     root = checkpoint_dir or default_checkpoint_root(handle.uri)
     store = JobStore(root, "+".join(udf.columns), udf.fingerprint())

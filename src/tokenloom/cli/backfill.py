@@ -88,7 +88,10 @@ def run(
 ) -> None:
     """Compute a UDF for every row lacking it and commit the column as one new version."""
     from tokenloom.backfill import add_column, load_udf
+    from tokenloom.table.names import validate_column_name
 
+    if name is not None:
+        validate_column_name(name, what="--column")  # before the UDF is even imported
     kwargs = {}
     for item in args:
         key, sep, value = item.partition("=")
