@@ -73,6 +73,7 @@ def _register() -> None:
         corpus,
         curate,
         demo,
+        gc,
         info,
         ingest,
         ledger,
@@ -83,7 +84,7 @@ def _register() -> None:
         verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo):
+    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo, gc):
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 
