@@ -43,9 +43,7 @@ def default_checkpoint_root(table_uri: str) -> str:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", table_uri.rstrip("/")).strip("_")[-80:]
         digest = hashlib.sha256(table_uri.rstrip("/").encode()).hexdigest()[:12]
-        return os.path.join(
-            os.path.expanduser(cache), "tokenloom", "backfill", f"{slug}-{digest}"
-        )
+        return os.path.join(os.path.expanduser(cache), "tokenloom", "backfill", f"{slug}-{digest}")
     return os.path.abspath(os.path.expanduser(table_uri.rstrip("/"))) + ".backfill"
 
 
