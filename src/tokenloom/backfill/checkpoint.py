@@ -29,10 +29,22 @@ __all__ = ["JobStore", "JobStatus", "default_checkpoint_root", "list_jobs"]
 
 
 def default_checkpoint_root(table_uri: str) -> str:
-    """``<table>.backfill`` beside a local table; ``./tokenloom-backfill`` for object stores."""
+    """Where a table's backfill checkpoints live: derived from the table's URI, never the
+    current directory.
+
+    ``<table>.backfill`` beside a local table. Checkpoints need a local file system (atomic
+    renames, memory maps), so for an object-store table they go to the user's cache,
+    ``$XDG_CACHE_HOME/tokenloom/backfill/<scheme>_<bucket>_<path>-<hash of the URI>``.
+    """
     if "://" in table_uri:
-        return os.path.abspath("tokenloom-backfill")
-    return table_uri.rstrip("/") + ".backfill"
+        import hashlib
+        import re
+
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", table_uri.rstrip("/")).strip("_")[-80:]
+        digest = hashlib.sha256(table_uri.rstrip("/").encode()).hexdigest()[:12]
+        return os.path.join(os.path.expanduser(cache), "tokenloom", "backfill", f"{slug}-{digest}")
+    return os.path.abspath(os.path.expanduser(table_uri.rstrip("/"))) + ".backfill"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,17 +22,22 @@ import pyarrow.compute as pc
 
 from tokenloom.backfill.checkpoint import JobStore, default_checkpoint_root
 from tokenloom.backfill.executors import make_executor
+from tokenloom.backfill.hygiene import clean_stale, job_lock
 from tokenloom.backfill.plan import Unit, fragments_missing, plan_units
 from tokenloom.backfill.udf import UDF
 from tokenloom.backfill.worker import UnitResult, UnitTask
 from tokenloom.errors import TokenloomError
 from tokenloom.table import Table
+from tokenloom.table.filters import validate_filter
+from tokenloom.table.names import validate_column_name
 
-__all__ = ["BackfillError", "BackfillResult", "add_column", "UDF_META_KEY"]
+__all__ = ["BackfillError", "BackfillResult", "DEFAULT_LOCK_TIMEOUT", "add_column", "UDF_META_KEY"]
 
 #: Field metadata key holding the identity of the UDF that computed a column.
 UDF_META_KEY = "tokenloom.udf"
 _TMP_PREFIX = "__tokenloom_tmp_"
+#: Seconds a backfill waits for another run of the same job before giving up.
+DEFAULT_LOCK_TIMEOUT = 600.0
 
 
 class BackfillError(TokenloomError):
@@ -78,6 +83,7 @@ def add_column(
     ray_address: str | None = None,
     progress: bool | None = None,
     max_attempts: int = 8,
+    lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
 ) -> BackfillResult:
     """Compute ``udf`` for every row lacking it and commit the column(s) as one new version.
 
@@ -94,6 +100,8 @@ def add_column(
         ray_address: An existing Ray cluster (default: start a local one).
         progress: Progress bar on stderr (default: when stderr is a terminal).
         max_attempts: Plans/commits tried when concurrent writers conflict.
+        lock_timeout: Seconds to wait while another process runs the same job (same column(s),
+            same UDF), telling who holds it; ``None`` waits as long as it takes.
 
     Returns:
         The committed version and what it took.
@@ -101,12 +109,47 @@ def add_column(
     Raises:
         UDFError: when the UDF fails (naming the row id); nothing is committed.
         BackfillError: on a bad request (unknown input column, column made by another UDF).
+        LockTimeoutError: when the job stayed locked by another process past ``lock_timeout``.
     """
     started = time.perf_counter()
+    if name is not None:
+        validate_column_name(name)
     handle = table if isinstance(table, Table) else Table.open(table)
+    where = validate_filter(handle.dataset, where)  # before any work: a bad filter is one line
     udf = _renamed(udf, name)
+    for column in udf.columns:  # they name files too: <root>/<columns>-<fingerprint>/
+        validate_column_name(column, what=f"output column of UDF {udf.name}")
     workers = _default_workers() if workers is None else workers
     root = checkpoint_dir or default_checkpoint_root(handle.uri)
+    job_dir = os.path.join(root, f"{'+'.join(udf.columns)}-{udf.fingerprint()}")
+    lock = job_lock(
+        job_dir,
+        f"the backfill of {'+'.join(udf.columns)} ({udf.name} v{udf.version}) on {handle.uri}",
+    )
+    lock.acquire(lock_timeout)  # before the job directory is written: one driver per job
+    try:
+        clean_stale(root, handle.schema(), own_dir=job_dir)  # what killed runs left behind
+        return _run_job(
+            handle, udf, root, where, workers, executor, ray_address, unit_rows, progress,
+            max_attempts, started,
+        )  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _run_job(  # noqa: PLR0913 - add_column's arguments, checked
+    handle: Table,
+    udf: UDF,
+    root: str,
+    where: str | None,
+    workers: int,
+    executor: str,
+    ray_address: str | None,
+    unit_rows: int,
+    progress: bool | None,
+    max_attempts: int,
+    started: float,
+) -> BackfillResult:
     store = JobStore(root, "+".join(udf.columns), udf.fingerprint())
     store.save_job(column="+".join(udf.columns), udf=udf.describe())
     runner = make_executor(executor, workers, ray_address=ray_address)

@@ -3,6 +3,9 @@
 Lance is not fork-safe, so the local pool always uses ``spawn``. A worker killed mid-unit breaks
 the pool; the executor starts a new one and resubmits what is not done (finished units are
 checkpointed, so nothing is computed twice).
+
+A worker never outlives its driver, whenever the driver dies (``kill -9`` included, during the
+workers' start-up included): see :func:`die_with_parent`.
 """
 
 from __future__ import annotations
@@ -17,22 +20,63 @@ from concurrent.futures.process import BrokenProcessPool
 from tokenloom.backfill.worker import UnitResult, UnitTask, run_unit
 from tokenloom.errors import TokenloomError, require
 
-__all__ = ["Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "make_executor"]
+__all__ = [
+    "Executor",
+    "InlineExecutor",
+    "LocalExecutor",
+    "RayExecutor",
+    "die_with_parent",
+    "make_executor",
+]
 
 OnResult = Callable[[UnitResult], None]
 
+_PR_SET_PDEATHSIG = 1
 
-def _die_with_parent() -> None:
-    """Pool initializer: a worker is killed when its driver dies (Linux), even by kill -9,
-    instead of computing on as an orphan."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
 
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:  # pragma: no cover - no glibc: orphans finish their unit and exit
-            pass
+def _set_parent_death_signal() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies; ``False`` where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+        return False
+
+
+def _watch_parent(parent: int, interval: float = 0.5) -> None:  # pragma: no cover - non-Linux
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="tokenloom-parent-watch", daemon=True).start()
+
+
+def die_with_parent(parent: int) -> None:
+    """Pool initializer: end this worker when the driver ``parent`` dies, even by ``kill -9``.
+
+    Runs in each worker before it takes any unit. On Linux the kernel sends SIGKILL when the
+    parent dies (``PR_SET_PDEATHSIG``); elsewhere a daemon thread polls the parent id. Either
+    way, a driver that died *before* this ran (while the worker was still starting: the spawn
+    start-up imports modules for a second or more) is seen here at once, as a changed parent
+    id, and the worker exits instead of waiting forever on a queue nobody will write to.
+
+    Args:
+        parent: The driver's pid, taken in the driver.
+    """
+    if not _set_parent_death_signal():
+        _watch_parent(parent)
+    if os.getppid() != parent:  # checked after arming: no window where a death goes unseen
+        os._exit(1)
 
 
 class Executor:
@@ -70,7 +114,10 @@ class LocalExecutor(Executor):
         while pending:
             done: set[str] = set()
             pool = ProcessPoolExecutor(
-                max_workers=self.workers, mp_context=ctx, initializer=_die_with_parent
+                max_workers=self.workers,
+                mp_context=ctx,
+                initializer=die_with_parent,
+                initargs=(os.getpid(),),
             )
             try:
                 futures = {pool.submit(run_unit, t): t for t in pending}

@@ -73,6 +73,14 @@ computes the column for the new rows only.""",
     show_default=True,
     help="Rows per checkpointed work unit.",
 )
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0),
+    default=600,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait this long while another process runs the same backfill (who holds it is shown).",
+)
 @json_option
 def run(
     table: str,
@@ -84,11 +92,15 @@ def run(
     ray_address: str | None,
     where: str | None,
     unit_rows: int,
+    lock_timeout: float,
     as_json: bool,
 ) -> None:
     """Compute a UDF for every row lacking it and commit the column as one new version."""
     from tokenloom.backfill import add_column, load_udf
+    from tokenloom.table.names import validate_column_name
 
+    if name is not None:
+        validate_column_name(name, what="--column")  # before the UDF is even imported
     kwargs = {}
     for item in args:
         key, sep, value = item.partition("=")
@@ -108,6 +120,7 @@ def run(
         where=where,
         unit_rows=unit_rows,
         ray_address=ray_address,
+        lock_timeout=lock_timeout,
     )
     if as_json:
         emit_json(result.to_json())

@@ -1,7 +1,17 @@
 """Entry point of the ``tokenloom`` command: the group, its commands and the one error boundary.
 
-Library errors (:class:`tokenloom.errors.TokenloomError`) become a one-line message on stderr and
-exit status 1. ``TOKENLOOM_DEBUG=1`` shows the full traceback instead.
+The exit status is the truth, whatever was printed:
+
+====  ======================================================================================
+0     the command did what was asked
+1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), or a
+      command that reports a failure (``verify`` with a failed check)
+2     a usage error: an unknown option, a bad option value, a missing argument
+70    an unexpected error, i.e. a bug (``EX_SOFTWARE``); please report it
+130   interrupted (Ctrl-C) or aborted
+====  ======================================================================================
+
+``TOKENLOOM_DEBUG=1`` shows the full traceback instead of the one-line message.
 """
 
 from __future__ import annotations
@@ -14,10 +24,33 @@ import click
 from tokenloom import __version__
 from tokenloom.errors import TokenloomError
 
-__all__ = ["cli", "main"]
+__all__ = ["EXIT_BUG", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "cli", "main"]
+
+EXIT_ERROR = 1
+"""A library error, or a command that reports a failure."""
+EXIT_USAGE = 2
+"""A usage error (click's own code for them)."""
+EXIT_BUG = 70
+"""An unexpected exception: a bug (``EX_SOFTWARE`` of sysexits.h)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C or an aborted prompt (128 + SIGINT)."""
+
+
+class _Group(click.Group):
+    """A group whose commands' return values never become exit statuses.
+
+    ``standalone_mode=False`` makes :meth:`click.Command.main` *return* the code of a
+    ``click.exceptions.Exit`` raised by a command (``verify`` on a failed check) instead of exiting
+    with it; :func:`main` exits with that code. Returning ``None`` here keeps a command's
+    accidental return value (say a result object) from being mistaken for such a code.
+    """
+
+    def invoke(self, ctx: click.Context) -> None:
+        super().invoke(ctx)
 
 
 @click.group(
+    cls=_Group,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="""\b
 Examples:
@@ -40,6 +73,7 @@ def _register() -> None:
         corpus,
         curate,
         demo,
+        gc,
         info,
         ingest,
         ledger,
@@ -50,7 +84,7 @@ def _register() -> None:
         verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo):
+    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo, gc):
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 
@@ -62,26 +96,29 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI with tokenloom's error boundary."""
+    """Run the CLI with tokenloom's error boundary; always ends the process with its status."""
     debug = os.environ.get("TOKENLOOM_DEBUG", "") not in ("", "0")
     try:
-        cli.main(args=argv, prog_name="tokenloom", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
+        # Not standalone: click would turn our exceptions into its own messages. The price is
+        # that an ``Exit`` raised by a command comes back as a return value: keep it.
+        status = cli.main(args=argv, prog_name="tokenloom", standalone_mode=False)
+    except click.exceptions.Abort as exc:  # click turns Ctrl-C into Abort
+        ctrl_c = isinstance(exc.__context__, KeyboardInterrupt)
+        click.echo("interrupted" if ctrl_c else "aborted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:  # UsageError and its kin: 2; other click errors: 1
         exc.show()
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except click.exceptions.Exit as exc:  # pragma: no cover - click returns it (see above)
         sys.exit(exc.exit_code)
     except TokenloomError as exc:
         if debug:
             raise
         click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:  # the boundary: a bug should still end in one readable line
         if debug:
             raise
@@ -90,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
             "rerun with TOKENLOOM_DEBUG=1 for the traceback, and please report it",
             err=True,
         )
-        sys.exit(2)
+        sys.exit(EXIT_BUG)
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -35,6 +35,7 @@ def command(table: str, plot: str | None, as_json: bool, **loader) -> None:  # n
     from tokenloom.loader.planner import Planner
     from tokenloom.stats import length_stats
     from tokenloom.table import Table
+    from tokenloom.table.filters import validate_filter
 
     spec = loader_spec(table, loader)
     filter, seq_len, count = spec.filter, spec.seq_len, spec.count_column
@@ -44,6 +45,7 @@ def command(table: str, plot: str | None, as_json: bool, **loader) -> None:  # n
             f"no {count!r} column: tokenize first "
             f"(`tokenloom tokenize --table {table} --tokenizer gpt2`)"
         )
+    filter = validate_filter(ds, filter)
     data = ds.to_table(columns=[count, "source"], filter=filter)
     n_tokens = pc.fill_null(data.column(count), 0).to_numpy()
     sources = data.column("source").to_numpy(zero_copy_only=False)

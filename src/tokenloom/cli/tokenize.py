@@ -129,9 +129,11 @@ def train(
 ) -> None:
     """Train a byte-level BPE on the table's text (streamed, in id order)."""
     from tokenloom.table import Table
+    from tokenloom.table.filters import validate_filter
     from tokenloom.tokenize import train_bpe
 
     ds = Table.open(table).dataset
+    filter = validate_filter(ds, filter)
 
     def texts():
         for batch in ds.to_batches(columns=["text"], filter=filter, batch_size=1024):

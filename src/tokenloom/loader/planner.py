@@ -24,6 +24,7 @@ from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
+from tokenloom.table.filters import and_filters
 
 __all__ = ["Planner"]
 
@@ -84,7 +85,7 @@ class Planner:
                     ds,
                     token_column=spec.token_column,
                     count_column=count,
-                    filter=spec.pool_filter(pool),
+                    filter=and_filters(ds, pool.filter, spec.filter),
                 )
                 for pool in spec.mixture
             ]

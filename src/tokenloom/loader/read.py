@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.spans import Spans
 from tokenloom.loader.spec import count_column_for
+from tokenloom.table.filters import validate_filter
 
 __all__ = [
     "PlanInputs",
@@ -65,6 +66,7 @@ def scan_plan_inputs(
     ds: lance.LanceDataset, *, token_column: str, count_column: str, filter: str | None
 ) -> PlanInputs:
     """Scan ``(id, count)`` of the rows under ``filter``; never reads token lists."""
+    filter = validate_filter(ds, filter)
     for col in (token_column, count_column):
         if col not in ds.schema.names:
             raise LoaderError(

@@ -216,10 +216,6 @@ class LoaderSpec:
         """The pools' names (``("all",)`` without a mixture)."""
         return tuple(p.name for p in self.mixture) or ("all",)
 
-    def pool_filter(self, pool: PoolSpec) -> str:
-        """The rows of ``pool``: its filter AND the spec's filter."""
-        return f"({pool.filter}) AND ({self.filter})" if self.filter else pool.filter
-
     def replace(self, **changes: Any) -> LoaderSpec:
         """A copy with ``changes`` (validated again); recipe fields may be given flat."""
         recipe_keys = {f.name for f in dataclasses.fields(Recipe)}

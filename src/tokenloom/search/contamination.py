@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from tokenloom.search.index import SearchError
 from tokenloom.table import Table
+from tokenloom.table.filters import validate_filter
 
 __all__ = [
     "DEFAULT_N",
@@ -221,6 +222,7 @@ def find_contamination(
     table = Table.open(uri, version=version)
     if column not in table.schema().names:
         raise SearchError(f"no column {column!r} in {uri}; have {table.schema().names}")
+    filter = validate_filter(table.dataset, filter)
     hasher = _WordHasher()
     ev = _EvalIndex(eval_texts, n, hasher)
     res = ContaminationResult(n=n, version=table.version, filter=filter, column=column)

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from tokenloom.backfill import UDF, add_column
 from tokenloom.search.minilm import DIM, MAX_TOKENS, MODEL_NAME, MiniLM, model_dir
+from tokenloom.table.names import validate_column_name
 
 __all__ = [
     "EMBEDDING_COLUMN",
@@ -153,6 +154,7 @@ def embed_table(
             search skips).
         progress: Progress bar on stderr (default: when stderr is a terminal).
     """
+    validate_column_name(output)
     model_dir()  # fail early, naming the install line, before any worker starts
     started = time.perf_counter()
     cpus = os.cpu_count() or 1

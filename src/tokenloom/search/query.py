@@ -29,6 +29,7 @@ import numpy as np
 
 from tokenloom.search.index import SearchError, index_info
 from tokenloom.table import Table
+from tokenloom.table.filters import validate_filter
 
 __all__ = ["MODES", "RRF_K", "Hit", "SearchResult", "search", "snippet", "rrf_fuse"]
 
@@ -245,6 +246,7 @@ def search(
         raise SearchError("the query is empty")
     started = time.perf_counter()
     table = Table.open(uri, version=version)
+    where = validate_filter(table.dataset, where)
     res = SearchResult(query=query, mode=mode, version=table.version, where=where, limit=limit)
     fts_rows: list[dict] = []
     vec_rows: list[dict] = []

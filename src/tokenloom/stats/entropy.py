@@ -28,9 +28,11 @@ def unigram_entropy(
         vocab_size: Size of the id space (default: the largest id + 1).
     """
     from tokenloom.table import Table
+    from tokenloom.table.filters import validate_filter
 
     tbl = table if isinstance(table, Table) else Table.open(str(table))
     counts = np.zeros(vocab_size or 0, dtype=np.int64)
+    filter = validate_filter(tbl.dataset, filter)
     scanner = tbl.dataset.scanner(columns=[token_column], filter=filter, batch_size=8192)
     for batch in scanner.to_batches():
         ids = pc.list_flatten(batch.column(0)).to_numpy(zero_copy_only=False)

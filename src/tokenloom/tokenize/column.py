@@ -123,7 +123,9 @@ def tokenize_table(
         roundtrip_sample: Rows whose stored ids are decoded and compared with their text.
     """
     from tokenloom.table import Table
+    from tokenloom.table.names import validate_column_name
 
+    validate_column_name(column)  # before the tokenizer is loaded
     started = time.perf_counter()
     enc, tok = encode_udf(spec, column, threads=threads)
     result = add_column(uri, None, enc, workers=workers, progress=progress)

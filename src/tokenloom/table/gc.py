@@ -1,0 +1,241 @@
+"""``tokenloom gc``: find, and on request delete, what killed or failed runs left behind.
+
+* **orphan** — a file under the table's ``data/`` or ``_deletions/`` that no version of the
+  table references (a writer killed between writing its files and committing them). Every
+  version in ``_versions/`` is kept, so a file any of them reads is never touched; removing old
+  versions is Lance's ``cleanup_old_versions``, not this;
+* **backfill** leftovers — stale job directories, unit results, temporary and lock files
+  (:mod:`tokenloom.backfill.hygiene`);
+* **checkpoint** temporaries — ``*.tmp-<pid>`` files of interrupted checkpoint writes in a runs
+  directory (``--runs``), whose process is gone.
+
+Safety against writers running at the same time: gc holds the table's ingest lock and every
+backfill job's lock while it lists and deletes orphans (waiting at most ``lock_timeout`` seconds,
+naming the holder), and a file modified after gc started is never an orphan (a writer that
+started since has not committed yet).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenloom.errors import TableError
+from tokenloom.table.core import Table, normalize_uri
+from tokenloom.table.locks import FileLock
+
+__all__ = ["GcItem", "GcReport", "collect_garbage", "orphan_files", "referenced_files"]
+
+_CHECKPOINT_TMP = re.compile(r"\.tmp-(\d+)$")
+_SCANNED = ("data", "_deletions")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GcItem:
+    """One thing left behind that gc can remove."""
+
+    kind: str
+    """``orphan``, ``checkpoint``, or a backfill kind (``job``, ``results``, ``temporary``,
+    ``lock``, ``lookup``)."""
+    path: str
+    bytes: int
+    reason: str
+    lock: str | None = None
+    """A lock to hold while removing it (``None``: nothing guards it)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "bytes": self.bytes, "reason": self.reason}
+
+
+@dataclass(kw_only=True)
+class GcReport:
+    """What gc found and, unless it was a dry run, removed."""
+
+    table: str
+    dry_run: bool
+    items: list[GcItem] = field(default_factory=list)
+    versions_kept: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(i.bytes for i in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "dry_run": self.dry_run,
+            "versions_kept": self.versions_kept,
+            "bytes": self.bytes,
+            "items": [i.to_json() for i in self.items],
+        }
+
+
+def referenced_files(dataset: Any) -> tuple[set[str], int]:
+    """Paths (relative to the table) of every data and deletion file any version references.
+
+    Returns:
+        The paths, and the number of versions read.
+    """
+    out: set[str] = set()
+    versions = [int(v["version"]) for v in dataset.versions()]
+    for number in versions:
+        ds = dataset.checkout_version(number)
+        for frag in ds.get_fragments():
+            meta = frag.metadata
+            for df in meta.files:
+                out.add(os.path.normpath(os.path.join("data", df.path)))
+            if meta.deletion_file is not None:
+                out.add(os.path.normpath(meta.deletion_file.path(frag.fragment_id)))
+    return out, len(versions)
+
+
+def orphan_files(uri: str, dataset: Any, *, before: float) -> tuple[list[GcItem], int]:
+    """Files under ``data/`` and ``_deletions/`` that no version references, older than
+    ``before`` (a Unix time); and the number of versions kept."""
+    referenced, versions = referenced_files(dataset)
+    out = []
+    for sub in _SCANNED:
+        top = os.path.join(uri, sub)
+        for dirpath, _dirs, files in os.walk(top):
+            for name in sorted(files):
+                path = os.path.join(dirpath, name)
+                rel = os.path.normpath(os.path.relpath(path, uri))
+                if rel in referenced:
+                    continue
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if st.st_mtime >= before:
+                    continue  # a writer that started after gc may commit it yet
+                why = f"referenced by none of the {versions} versions"
+                out.append(GcItem(kind="orphan", path=path, bytes=st.st_size, reason=why))
+    return out, versions
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def stale_checkpoint_files(runs: str, *, before: float) -> list[GcItem]:
+    """``*.tmp-<pid>`` files under ``runs`` whose writing process is gone."""
+    if not os.path.isdir(runs):
+        raise TableError(f"--runs {runs!r} is not a directory")
+    out = []
+    for dirpath, _dirs, files in os.walk(runs):
+        for name in sorted(files):
+            found = _CHECKPOINT_TMP.search(name)
+            if not found or not _pid_gone(int(found.group(1))):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if st.st_mtime < before:
+                why = f"an interrupted write of process {found.group(1)}"
+                out.append(GcItem(kind="checkpoint", path=path, bytes=st.st_size, reason=why))
+    return out
+
+
+def ingest_lock_path(uri: str) -> str:
+    """The lock file ``tokenloom ingest`` holds while it writes (see ``tokenloom.ingest.run``)."""
+    parent, name = os.path.split(uri.rstrip("/"))
+    return os.path.join(parent, f".{name}.ingest-lock")
+
+
+@contextmanager
+def _writers_locked(uri: str, root: str, timeout: float | None) -> Iterator[None]:
+    """Hold the ingest lock and every backfill job lock of the table."""
+    from tokenloom.backfill.hygiene import LOCK_NAME
+
+    with ExitStack() as stack:
+        ingest = FileLock(ingest_lock_path(uri), what=f"ingest into {uri}", keep_file=True)
+        if os.path.exists(ingest.path):
+            stack.callback(ingest.acquire(timeout).release)
+        if os.path.isdir(root):
+            for name in sorted(os.listdir(root)):
+                job = os.path.join(root, name)
+                if os.path.isdir(job) and name != "_results":
+                    path = os.path.join(job, LOCK_NAME)  # a dead run's lock file is reported,
+                    lock = FileLock(
+                        path, what=f"backfill job {name}", keep_file=os.path.exists(path)
+                    )
+                    stack.callback(lock.acquire(timeout).release)  # not removed, on a dry run
+        yield
+
+
+def _remove(items: Iterable[GcItem]) -> None:
+    for item in items:
+        try:
+            if os.path.isdir(item.path) and not os.path.islink(item.path):
+                shutil.rmtree(item.path)
+            else:
+                os.unlink(item.path)
+        except FileNotFoundError:
+            pass
+
+
+def collect_garbage(
+    table: str | os.PathLike[str],
+    *,
+    runs: str | None = None,
+    delete: bool = False,
+    lock_timeout: float | None = 0,
+    min_age: float = 0.0,
+    checkpoint_dir: str | None = None,
+) -> GcReport:
+    """Find (and with ``delete=True`` remove) what runs on ``table`` left behind.
+
+    Args:
+        table: A local table.
+        runs: A training runs directory to clear of stale ``*.tmp-<pid>`` checkpoint files.
+        delete: Remove what was found; otherwise only report it (a dry run).
+        lock_timeout: Seconds to wait for a running ingest or backfill of this table
+            (``None``: as long as it takes); the error names the holder.
+        min_age: Only files at least this many seconds old (for writers tokenloom does not
+            know about, which take no lock).
+        checkpoint_dir: The backfill checkpoint root (default: the table's).
+
+    Raises:
+        TableError: for an object-store table (gc lists local files).
+        LockTimeoutError: when a writer kept its lock past ``lock_timeout``.
+    """
+    from tokenloom.backfill.checkpoint import default_checkpoint_root
+    from tokenloom.backfill.hygiene import remove_items, stale_backfill_items
+
+    started = time.time()
+    uri = normalize_uri(table)
+    if "://" in uri:
+        raise TableError(f"gc works on local tables only, not {uri}")
+    handle = Table.open(uri)
+    root = checkpoint_dir or default_checkpoint_root(uri)
+    before = started - max(0.0, min_age)
+    report = GcReport(table=uri, dry_run=not delete)
+    with _writers_locked(uri, root, lock_timeout):
+        orphans, report.versions_kept = orphan_files(uri, handle.checkout().dataset, before=before)
+        if delete:
+            _remove(orphans)
+    report.items += orphans
+    backfill = stale_backfill_items(root, handle.checkout().schema())
+    if delete:
+        backfill = remove_items(backfill)
+    report.items += backfill
+    if runs is not None:
+        stale = stale_checkpoint_files(runs, before=before)
+        if delete:
+            _remove(stale)
+        report.items += stale
+    return report
