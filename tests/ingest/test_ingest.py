@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +31,7 @@ def test_appends_make_one_version_each_and_ids_continue(tmp_path, paragraphs):
     assert (r2.version, r2.first_id, r2.last_id) == (3, 30, 49)
     assert _texts(uri) == paragraphs[:50]
     fps = ingested_fingerprints(Table.open(uri))
-    assert sorted(fps.values()) == [2, 3]
+    assert sorted(fps.values()) == [20, 30]  # fingerprint -> records of that file
 
 
 def test_reingest_is_skipped_unless_forced(tmp_path, paragraphs):
@@ -80,34 +79,43 @@ def test_source_meta_and_formats(tmp_path, paragraphs):
     assert [r["text"] for r in rows] == paragraphs[:6] + [paragraphs[5]]
 
 
-_SLOW_INGEST = """
-import sys
+_STUCK_INGEST = """
+import sys, time
+from tokenloom.table import append
 from tokenloom.ingest import ingest
+
+def stuck(self, **kwargs):  # everything is written; the commit never comes
+    print("staged", flush=True)
+    time.sleep(3600)
+
+append.StagedRows.commit = stuck
 ingest(sys.argv[1:-1], sys.argv[-1], progress=False)
 """
 
 
-def test_killed_ingest_leaves_table_readable_and_rerun_completes(tmp_path, paragraphs):
+def _files_under(path) -> set[str]:
+    return {
+        os.path.relpath(os.path.join(d, f), path) for d, _, names in os.walk(path) for f in names
+    }
+
+
+def test_killed_ingest_leaves_table_readable_and_rerun_cleans_its_files(tmp_path, paragraphs):
     uri = tmp_path / "t.lance"
     write_jsonl(tmp_path / "first.jsonl", [{"text": p} for p in paragraphs[:10]])
     ingest([tmp_path / "first.jsonl"], uri, progress=False)
-    # A big file that produces data files, then a FIFO that blocks the run until it is killed.
-    n_big = 300_000
+    before = _files_under(uri)
+    n_big = 3000
     write_jsonl(
         tmp_path / "big.jsonl", [{"text": f"{paragraphs[i % 200]} #{i}"} for i in range(n_big)]
     )
-    fifo = tmp_path / "stuck.jsonl"
-    os.mkfifo(fifo)
-    data_dir = uri / "data"
-    before = set(os.listdir(data_dir))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_INGEST, str(tmp_path / "big.jsonl"), str(fifo), str(uri)]
+        [sys.executable, "-c", _STUCK_INGEST, str(tmp_path / "big.jsonl"), str(uri)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        deadline = time.time() + 120
-        while len(set(os.listdir(data_dir)) - before) < 2 and time.time() < deadline:
-            time.sleep(0.05)
-        assert len(set(os.listdir(data_dir)) - before) >= 2, "the run wrote no data file"
+        assert proc.stdout.readline().strip() == "staged"
+        assert len(_files_under(uri) - before) >= 3, "the run wrote no file"  # journal, data, list
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -115,10 +123,24 @@ def test_killed_ingest_leaves_table_readable_and_rerun_completes(tmp_path, parag
             proc.kill()
     table = Table.open(uri)
     assert table.latest_version == 2 and table.count_rows() == 10  # the old state, readable
-    os.unlink(fifo)
     result = ingest([tmp_path / "big.jsonl"], uri, progress=False)
     assert result.rows_written == n_big and result.version == 3
     assert (result.first_id, result.last_id) == (10, 10 + n_big - 1)
+    assert result.orphans_removed >= 2  # its data file and its list of files read
+    # Every data file left is one a version references: nothing of the killed run remains.
+    ds = Table.open(uri).dataset
+    referenced = {
+        f.path
+        for v in (2, 3)
+        for fr in ds.checkout_version(v).get_fragments()
+        for f in fr.metadata.files
+    }
+    assert _files_under(uri / "data") == referenced
+    assert os.listdir(uri / "_tokenloom" / "runs") == []
+    listed = json.loads(Table.open(uri).metadata()["tokenloom.ingest_files"])
+    assert sorted(os.listdir(uri / "_tokenloom" / "ingests")) == sorted(
+        os.path.basename(p) for p in listed
+    )
 
 
 _CONCURRENT = """

@@ -20,9 +20,11 @@ Examples:
 
 \b
 Bad records (broken JSON, missing/null/non-string text, invalid UTF-8, empty
-documents, binary or unreadable files, oversized records) are skipped, counted
-by reason and listed in a rejects file; valid records are never lost with them.
-Files ingested before (same content fingerprint) are skipped unless --force.""",
+documents, binary, unreadable or special files, oversized records) are skipped,
+counted by reason and listed in a rejects file; valid records are never lost
+with them. Files ingested before (same content fingerprint) are skipped unless
+--force. Exit status: 0 when the run completed (even with rejections), 1 when
+nothing could be ingested, 2 on a usage error.""",
 )
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @table_option
@@ -63,6 +65,11 @@ Files ingested before (same content fingerprint) are skipped unless --force.""",
     help="Reject records larger than this many MiB.",
 )
 @click.option(
+    "--follow-symlinks",
+    is_flag=True,
+    help="Inside directories, also follow symlinks that point outside them.",
+)
+@click.option(
     "--rejects",
     "rejects_path",
     default=None,
@@ -79,11 +86,19 @@ def command(
     errors: str,
     force: bool,
     max_doc_mb: float,
+    follow_symlinks: bool,
     rejects_path: str | None,
     as_json: bool,
 ) -> None:
     """Ingest JSONL (.gz/.zst), Parquet and text directories into a table."""
     from tokenloom.ingest import ingest
+    from tokenloom.ingest.rejects import printable
+
+    if source is not None and printable(source) != source:
+        raise click.BadParameter(
+            f"{printable(source)!r} is not valid UTF-8; pass a UTF-8 source name",
+            param_hint="--source",
+        )
 
     result = ingest(
         paths,
@@ -95,14 +110,21 @@ def command(
         force=force,
         max_doc_bytes=int(max_doc_mb * (1 << 20)),
         rejects_path=rejects_path,
+        follow_symlinks=follow_symlinks,
     )
     if as_json:
         emit_json(result.to_json())
         return
     for path in result.skipped_files:
-        click.echo(f"skipped {path}: already ingested (same content); --force to ingest again")
+        click.echo(
+            f"skipped {printable(path)}: already ingested (same content); --force to ingest again"
+        )
+    seen = (
+        f"seen {result.records_seen:,} records = {result.rows_written:,} written + "
+        f"{sum(result.rejected.values()):,} rejected + {result.skipped:,} skipped"
+    )
     if result.version is None:
-        click.echo(f"nothing new for {result.table}")
+        click.echo(f"nothing new for {result.table} ({seen})")
         return
     mb = result.bytes_read / 1e6
     click.echo(
@@ -115,6 +137,12 @@ def command(
         click.echo(f"rejected {total:,} records:")
         for reason, count in result.rejected.items():
             click.echo(f"  {reason:<20} {count:>10,}")
-        click.echo(f"every rejection is listed in {result.rejects_path}")
     else:
         click.echo("rejected 0 records")
+    if result.notes:
+        click.echo("kept, with a note:")
+        for reason, count in result.notes.items():
+            click.echo(f"  {reason:<20} {count:>10,}")
+    if result.rejects_path:
+        click.echo(f"every rejection and note is listed in {result.rejects_path}")
+    click.echo(seen)

@@ -1,25 +1,33 @@
 """Turn the paths given to ``tokenloom ingest`` into a list of input files, each of one kind.
 
-A directory is expanded with a glob into text files (one document per file); other paths are
-classified by extension. Paths that do not exist or have an unknown extension become rejections,
-not exceptions, so one bad path never aborts the run.
+A directory is walked (without following symlinks that leave it, unless asked; counting symlink
+loops) and its files matching a glob become text inputs (one document per file); other paths
+are classified by extension. Paths that do not exist, cannot be listed, are not regular files
+(devices, named pipes, sockets: never opened) or have an unknown extension become rejections,
+not exceptions, so one bad path never aborts the run. The same file reached twice (a path given
+twice, a symlink to a file inside the directory) is read once.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
 
-from tokenloom.ingest.rejects import Reason, Reject
+from tokenloom.ingest.rejects import Reason, Reject, printable
 
 __all__ = [
     "InputFile",
+    "NotRegularFile",
     "discover",
     "fingerprint_bytes",
     "fingerprint_file",
+    "open_regular",
     "JSONL_SUFFIXES",
     "PARQUET_SUFFIXES",
 ]
@@ -35,19 +43,60 @@ class InputFile:
     """One file to read."""
 
     path: str
-    """Path as found (absolute)."""
+    """Path as found (absolute; may hold surrogate escapes of a non-UTF-8 name)."""
     kind: str
     """``jsonl``, ``parquet`` or ``text`` (one document per file)."""
     compression: str = ""
     """``""``, ``".gz"`` or ``".zst"`` (JSONL only)."""
     default_source: str = ""
-    """Source name used when neither ``--source`` nor the record names one."""
+    """Source name used when neither ``--source`` nor the record names one (valid UTF-8)."""
     relpath: str = ""
-    """For text files found in a directory: the path relative to that directory."""
+    """For text files found in a directory: the path relative to that directory; else the file
+    name (valid UTF-8: undecodable bytes of a name are written ``\\\\xNN``)."""
+    escaped_name: bool = False
+    """True when the name is not UTF-8 and ``relpath``/``default_source`` carry escapes."""
 
 
-def _classify(path: Path) -> tuple[str, str] | None:
-    name = path.name.lower()
+class NotRegularFile(OSError):
+    """The path is a device, named pipe, socket or directory, not a regular file."""
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open a regular file for binary reading; anything else is refused after ``fstat``.
+
+    Opening is non-blocking, so a named pipe swapped in after discovery cannot hang the run.
+
+    Raises:
+        NotRegularFile: for devices, pipes, sockets, directories.
+        OSError: when the file cannot be opened.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(f"{_file_kind(mode)}, not a regular file; not read")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _classify(name: str) -> tuple[str, str] | None:
+    name = name.lower()
     for comp in COMPRESSIONS:
         for suffix in JSONL_SUFFIXES:
             if name.endswith(suffix + comp):
@@ -59,21 +108,57 @@ def _classify(path: Path) -> tuple[str, str] | None:
     return None
 
 
-def _stem(path: Path) -> str:
-    name = path.name
+def _stem(name: str) -> str:
     for suffix in (".gz", ".zst"):
         name = name.removesuffix(suffix)
     return name.split(".", 1)[0] or name
 
 
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A regex matching relative paths (``/``-separated) like ``pathlib`` globs: ``**`` spans
+    directories, ``*``/``?``/``[...]`` stay within one name."""
+    parts = [p for p in pattern.split("/") if p]
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        out.append(_translate(part) + ("" if last else "/"))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _translate(part: str) -> str:
+    out, i = [], 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and (end := part.find("]", i + 2)) > 0:
+            body = part[i + 1 : end].replace("\\", "\\\\")
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
 def discover(
-    paths: Iterable[str | os.PathLike[str]], *, glob: str = "**/*.txt"
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    glob: str = "**/*.txt",
+    follow_symlinks: bool = False,
 ) -> tuple[list[InputFile], list[Reject]]:
     """Expand and classify input paths.
 
     Args:
-        paths: Files (JSONL, optionally .gz/.zst; Parquet; .txt) and directories.
+        paths: Files (JSONL, optionally .gz/.zst; Parquet; .txt) and directories. A symlink named
+            here is followed.
         glob: Pattern of the text files taken from each directory (one document per file).
+        follow_symlinks: Inside directories, follow symlinks that point outside the directory.
 
     Returns:
         The input files in a deterministic order (arguments in order, directory entries sorted),
@@ -81,54 +166,159 @@ def discover(
     """
     files: list[InputFile] = []
     rejects: list[Reject] = []
+    seen: set[tuple[int, int]] = set()
+    pattern = glob_regex(glob)
     for raw in paths:
-        path = Path(os.path.abspath(os.path.expanduser(os.fspath(raw))))
-        if path.is_dir():
-            found = sorted(p for p in path.glob(glob) if p.is_file() or p.is_symlink())
-            if not found:
+        path = os.path.abspath(os.path.expanduser(os.fspath(raw)))
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            rejects.append(_stat_reject(path, exc))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            found = _walk(path, st, pattern, follow_symlinks, seen, rejects)
+            if found is None:
                 rejects.append(
                     Reject(
-                        file=str(path),
+                        file=path,
                         reason=Reason.UNREADABLE_FILE,
                         detail=f"directory has no file matching {glob!r}; pass --glob",
                     )
                 )
-            for p in found:
-                files.append(
-                    InputFile(
-                        path=str(p),
-                        kind="text",
-                        default_source=path.name,
-                        relpath=str(p.relative_to(path)),
-                    )
-                )
+            files.extend(found or [])
             continue
-        if not path.exists():
-            rejects.append(
-                Reject(file=str(path), reason=Reason.UNREADABLE_FILE, detail="no such file")
-            )
+        name = os.path.basename(path)
+        kind = _classify(name)
+        if not stat.S_ISREG(st.st_mode):
+            detail = f"{_file_kind(st.st_mode)}, not a regular file; not opened"
+            rejects.append(Reject(file=path, reason=Reason.UNSUPPORTED_FORMAT, detail=detail))
             continue
-        kind = _classify(path)
         if kind is None:
             rejects.append(
                 Reject(
-                    file=str(path),
+                    file=path,
                     reason=Reason.UNSUPPORTED_FORMAT,
                     detail="expected .jsonl/.ndjson/.json (optionally .gz/.zst), .parquet, "
                     ".txt or a directory of text files",
                 )
             )
             continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue  # the same file named twice is read once
+        seen.add((st.st_dev, st.st_ino))
+        shown = printable(name)
         files.append(
             InputFile(
-                path=str(path),
+                path=path,
                 kind=kind[0],
                 compression=kind[1],
-                default_source=_stem(path),
-                relpath=path.name,
+                default_source=_stem(shown),
+                relpath=shown,
+                escaped_name=shown != name,
             )
         )
     return files, rejects
+
+
+def _stat_reject(path: str, exc: OSError) -> Reject:
+    if exc.errno == errno.ELOOP:
+        return Reject(file=path, reason=Reason.SYMLINK_LOOP, detail=str(exc.strerror))
+    if exc.errno == errno.ENOENT:
+        detail = "dangling symlink" if os.path.islink(path) else "no such file"
+        return Reject(file=path, reason=Reason.UNREADABLE_FILE, detail=detail)
+    return Reject(file=path, reason=Reason.UNREADABLE_FILE, detail=f"{exc.strerror or exc}")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _walk(
+    root: str,
+    root_stat: os.stat_result,
+    pattern: re.Pattern[str],
+    follow_symlinks: bool,
+    seen: set[tuple[int, int]],
+    rejects: list[Reject],
+) -> list[InputFile] | None:
+    """Matching regular files under ``root`` (sorted by path); ``None`` when nothing matched."""
+    real_root = os.path.realpath(root)
+    visited = {(root_stat.st_dev, root_stat.st_ino)}
+    stack = [(root, "")]
+    found: list[tuple[str, str]] = []
+    matched = False
+    while stack:
+        directory, rel = stack.pop()
+        try:
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            matched = True
+            detail = f"directory cannot be listed: {exc.strerror or exc}"
+            rejects.append(Reject(file=directory, reason=Reason.UNREADABLE_FILE, detail=detail))
+            continue
+        for entry in entries:
+            relpath = rel + entry.name
+            wanted = pattern.fullmatch(relpath) is not None
+            try:
+                link = entry.is_symlink()
+                st = os.stat(entry.path) if link else entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                if link and (wanted or exc.errno == errno.ELOOP):
+                    matched = True
+                    rejects.append(_stat_reject(entry.path, exc))
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not (is_dir or wanted):
+                continue
+            if link and not follow_symlinks:
+                target = os.path.realpath(entry.path)
+                if not _inside(target, real_root):
+                    matched = True
+                    detail = f"points to {target}, outside {root}; --follow-symlinks to read it"
+                    rejects.append(
+                        Reject(file=entry.path, reason=Reason.SYMLINK_OUTSIDE_ROOT, detail=detail)
+                    )
+                    continue
+            key = (st.st_dev, st.st_ino)
+            if is_dir:
+                if key in visited:
+                    matched = True
+                    detail = "directory reached a second time through a symlink; not walked again"
+                    rejects.append(
+                        Reject(file=entry.path, reason=Reason.SYMLINK_LOOP, detail=detail)
+                    )
+                    continue
+                visited.add(key)
+                stack.append((entry.path, relpath + "/"))
+                continue
+            matched = True
+            if not stat.S_ISREG(st.st_mode):
+                detail = f"{_file_kind(st.st_mode)}, not a regular file; not opened"
+                rejects.append(
+                    Reject(file=entry.path, reason=Reason.UNSUPPORTED_FORMAT, detail=detail)
+                )
+                continue
+            if key in seen:
+                continue  # the same file reached twice (a symlink to it) is read once
+            seen.add(key)
+            found.append((entry.path, relpath))
+    if not matched:
+        return None
+    name = os.path.basename(root.rstrip(os.sep)) or root
+    out = []
+    for path, relpath in sorted(found):
+        shown = printable(relpath)
+        out.append(
+            InputFile(
+                path=path,
+                kind="text",
+                default_source=printable(name),
+                relpath=shown,
+                escaped_name=shown != relpath or printable(name) != name,
+            )
+        )
+    return out
 
 
 def fingerprint_bytes(data: bytes) -> str:
@@ -137,13 +327,13 @@ def fingerprint_bytes(data: bytes) -> str:
 
 
 def fingerprint_file(path: str, chunk: int = 1 << 22) -> str:
-    """The content fingerprint of a file (BLAKE2b-160 of its raw bytes), read in chunks.
+    """The content fingerprint of a regular file (BLAKE2b-160 of its raw bytes), read in chunks.
 
     Raises:
-        OSError: when the file cannot be read.
+        OSError: when the file cannot be read (:class:`NotRegularFile` when it is not a file).
     """
     h = hashlib.blake2b(digest_size=20)
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()

@@ -1,30 +1,33 @@
-"""Readers: one input file in, a stream of documents and rejections out.
+"""Readers: one input file in, a stream of documents, rejections and notes out.
 
-Each reader yields either a ``(text, source, meta_json)`` tuple or a :class:`Reject`. They stream
-(a JSONL file is read line by line, Parquet by row batch), so memory stays bounded by the largest
-single record, and a broken record never stops the records after it.
+Each reader yields either a ``(text, source, meta_json)`` tuple or a :class:`Reject` (a note on
+the document that follows when ``kept``). They stream — a JSONL file line by line with a bounded
+``readline``, Parquet one row group at a time — so memory stays bounded by ``max_doc_bytes``, and
+a broken record, page or row group never stops the records after it. Each reader also counts the
+records it saw in a :class:`Tally`, independently of what became of them, so a run can check
+``rows + rejected + skipped == records seen``.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
-from tokenloom.ingest.inputs import InputFile
-from tokenloom.ingest.rejects import Reason, Reject, excerpt_of
+from tokenloom.ingest.inputs import InputFile, open_regular
+from tokenloom.ingest.rejects import Note, Reason, Reject, excerpt_of
+from tokenloom.ingest.streams import StreamError, open_lines
+from tokenloom.ingest.values import BadValue, BigInt, clean_string, load_json, meta_json
 
-__all__ = ["ReadOptions", "Doc", "read_input", "check_text"]
+__all__ = ["ReadOptions", "Doc", "Tally", "read_input", "check_text"]
 
 Doc = tuple[str, str, str]
 """A document: (text, source, meta as JSON text)."""
 
 Progress = Callable[[int], None]
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
 _NUL_PROBE = 1 << 16
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,11 +40,11 @@ class ReadOptions:
     """Source name forced on every row; default: the record's ``source`` field, else the file
     stem (or the directory name for text directories)."""
     errors: str = "strict"
-    """``"strict"`` rejects invalid UTF-8 / lone surrogates; ``"replace"`` keeps the document with
-    U+FFFD in place of the bad bytes."""
+    """``"strict"`` rejects invalid UTF-8 / lone surrogates in any field; ``"replace"`` keeps
+    the record with U+FFFD in place of the bad bytes (noted)."""
     max_doc_bytes: int = 512 << 20
     """Records larger than this are rejected as ``too_large`` (a record is a JSONL line, a Parquet
-    cell or a text file)."""
+    cell or a text file); they are skipped while reading, never held in memory."""
 
     def __post_init__(self) -> None:
         if self.errors not in ("strict", "replace"):
@@ -50,15 +53,23 @@ class ReadOptions:
             raise ValueError(f"max_doc_bytes must be positive, not {self.max_doc_bytes}")
 
 
+@dataclass
+class Tally:
+    """Records a reader saw in one file (a file-level rejection counts its ``count``)."""
+
+    records: int = 0
+
+
 def check_text(value: Any, opts: ReadOptions) -> tuple[str | None, str, str]:
-    """Validate a text value.
+    """Validate a text value's type and content (not its encoding).
 
     Returns:
-        ``(text, "", "")`` when valid (with surrogates replaced under ``errors="replace"``), else
-        ``(None, reason, detail)``.
+        ``(text, "", "")`` when valid, else ``(None, reason, detail)``.
     """
     if value is None:
         return None, Reason.NULL_TEXT, ""
+    if isinstance(value, BigInt):
+        return None, Reason.NON_STRING_TEXT, f"text is an int of {len(value)} digits"
     if not isinstance(value, str):
         return None, Reason.NON_STRING_TEXT, f"text is {type(value).__name__}"
     if not value or value.isspace():
@@ -66,123 +77,56 @@ def check_text(value: Any, opts: ReadOptions) -> tuple[str | None, str, str]:
     return value, "", ""
 
 
-def _fix_surrogates(text: str, opts: ReadOptions) -> tuple[str | None, str]:
-    """Return the text encodable as UTF-8, or (None, detail) under strict errors."""
-    match = _SURROGATES.search(text)
-    if match is None:
-        return text, ""
-    if opts.errors == "replace":
-        return _SURROGATES.sub("\ufffd", text), ""
-    return None, f"lone surrogate U+{ord(match.group()):04X} at character {match.start()}"
+def _notes(inp: InputFile, notes: set[str], **where: Any) -> Iterator[Reject]:
+    for note in sorted(notes):
+        yield Reject(file=inp.path, reason=note, **where)
 
 
-def _meta_json(meta: dict[str, Any], *, check: bool = True) -> str:
-    text = json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str)
-    if check and _SURROGATES.search(text):
-        text = json.dumps(meta, ensure_ascii=True, sort_keys=True, default=str)
-    return text
-
-
-class TruncatedInput(Exception):
-    """A compressed stream ended before its end marker (the file is cut or corrupt)."""
-
-
-def _decompressed_chunks(raw: BinaryIO, compression: str, chunk: int = 1 << 20) -> Iterator[bytes]:
-    """Decompress a gzip (multi-member) or zstd (multi-frame) file chunk by chunk.
-
-    Unlike ``gzip.GzipFile``, every byte that can be decoded is yielded before a truncation is
-    reported, so the records before a break are never lost.
-
-    Raises:
-        TruncatedInput: after the last decodable chunk, when the stream is cut short.
-        zlib.error / zstandard.ZstdError: on corrupt data.
-    """
-    if compression == ".gz":
-        import zlib
-
-        def new() -> Any:
-            return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    else:
-        import zstandard
-
-        def new() -> Any:
-            return zstandard.ZstdDecompressor().decompressobj()
-
-    dec = new()
-    pending = b""
-    while True:
-        data = pending or raw.read(chunk)
-        pending = b""
-        if not data:
-            break
-        out = dec.decompress(data)
-        if out:
-            yield out
-        if dec.eof:
-            pending = dec.unused_data
-            dec = new()
-            if not pending:
-                # Possibly the end: a new member/frame starts only if more bytes follow.
-                pending = raw.read(chunk)
-                if not pending:
-                    return
-    if not dec.eof:
-        raise TruncatedInput("compressed stream ended before its end marker (truncated file)")
-
-
-def _lines(raw: BinaryIO, compression: str) -> Iterator[bytes]:
-    """Lines (with their newline) of a plain or compressed file, streaming."""
-    if not compression:
-        yield from raw
-        return
-    parts: list[bytes] = []
-    for chunk in _decompressed_chunks(raw, compression):
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            if end < 0:
-                if start < len(chunk):
-                    parts.append(chunk[start:])
-                break
-            parts.append(chunk[start : end + 1])
-            yield b"".join(parts)
-            parts = []
-            start = end + 1
-    if parts:
-        yield b"".join(parts)
-
-
-def read_jsonl(inp: InputFile, opts: ReadOptions, progress: Progress) -> Iterator[Doc | Reject]:
+def read_jsonl(
+    inp: InputFile, opts: ReadOptions, progress: Progress, tally: Tally
+) -> Iterator[Doc | Reject]:
     """Read a JSONL file (optionally .gz/.zst), one JSON object per line."""
     try:
-        raw = open(inp.path, "rb")  # noqa: SIM115 - closed below
+        raw = open_regular(inp.path)
     except OSError as exc:
+        tally.records += 1
         yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc))
         return
-    field = opts.text_field
     line_no = 0
     offset = 0
     last_pos = 0
-    lines = _lines(raw, inp.compression)
+    lines = open_lines(raw, inp.compression, opts.max_doc_bytes)
+    it = iter(lines)
     try:
         while True:
             try:
-                line = next(lines, None)
-            except Exception as exc:  # truncated/corrupt stream: zlib.error, ZstdError, OSError
+                nxt = next(it, None)
+            except (StreamError, OSError, EOFError) as exc:  # the stream broke (truncated/corrupt)
+                tally.records += 1
                 yield _read_error(inp, exc, line_no + 1, offset)
-                return
-            if line is None:
                 break
+            if nxt is None:
+                break
+            line, nbytes = nxt
             line_no += 1
             start = offset
-            offset += len(line)
+            offset += nbytes
             if line_no % 1024 == 0:
                 pos = raw.tell()
                 progress(pos - last_pos)
                 last_pos = pos
-            item = _parse_line(line, inp, opts, field, line_no, start)
-            if item is not None:
-                yield item
+            if line_no == 1 and line is not None and line.startswith(_BOM):
+                line, start = line[len(_BOM) :], start + len(_BOM)  # a BOM is not content
+            if line is not None and not line.strip():
+                continue  # a blank line is not a record
+            tally.records += 1
+            notes: set[str] = set()
+            item = _parse_line(line, nbytes, inp, opts, line_no, start, notes)
+            if notes and not isinstance(item, Reject):
+                yield from _notes(inp, notes, line=line_no, offset=start)
+            yield item
+        for problem in lines.problems:
+            yield Reject(file=inp.path, reason=Note.CHECKSUM_MISMATCH, detail=problem)
         progress(raw.tell() - last_pos)
     finally:
         raw.close()
@@ -199,8 +143,14 @@ def _read_error(inp: InputFile, exc: BaseException, line: int, offset: int) -> R
 
 
 def _parse_line(
-    line: bytes, inp: InputFile, opts: ReadOptions, field: str, line_no: int, start: int
-) -> Doc | Reject | None:
+    line: bytes | None,
+    nbytes: int,
+    inp: InputFile,
+    opts: ReadOptions,
+    line_no: int,
+    start: int,
+    notes: set[str],
+) -> Doc | Reject:
     def reject(reason: str, detail: str, at: int = 0) -> Reject:
         return Reject(
             file=inp.path,
@@ -208,13 +158,13 @@ def _parse_line(
             line=line_no,
             offset=start + at,
             detail=detail,
-            excerpt=excerpt_of(line),
+            excerpt=excerpt_of(line or b""),
         )
 
-    if len(line) > opts.max_doc_bytes:
-        return reject(Reason.TOO_LARGE, f"{len(line)} bytes > max_doc_bytes {opts.max_doc_bytes}")
-    if not line.strip():
-        return None  # a blank line is not a record
+    if line is None:
+        return reject(
+            Reason.TOO_LARGE, f"{nbytes} bytes > max_doc_bytes {opts.max_doc_bytes}; not read"
+        )
     try:
         decoded = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -225,95 +175,170 @@ def _parse_line(
                 exc.start,
             )
         decoded = line.decode("utf-8", errors="replace")
+        notes.add(Note.REPLACED_INVALID_UTF8)
+    field = opts.text_field
     try:
-        obj = json.loads(decoded)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return reject(Reason.INVALID_JSON, str(exc)[:200])
-    if not isinstance(obj, dict):
-        return reject(Reason.NOT_AN_OBJECT, f"line is a JSON {type(obj).__name__}")
-    if field not in obj:
-        keys = ", ".join(sorted(obj)[:8])
-        return reject(Reason.MISSING_TEXT, f"no {field!r} key (keys: {keys}); pass --text-field")
-    text, reason, detail = check_text(obj.pop(field), opts)
-    # Valid UTF-8 decodes to a str without surrogates; only a \\uD8xx-\\uDFxx escape makes one.
-    escaped = b"\\ud" in line or b"\\uD" in line
-    if text is not None and escaped:
-        text, detail = _fix_surrogates(text, opts)
-        reason = Reason.INVALID_UNICODE
-    if text is None:
-        return reject(reason, detail)
-    source = opts.source
-    if source is None:
-        rec_source = obj.pop("source", None)
-        source = rec_source if isinstance(rec_source, str) and rec_source else inp.default_source
-        if rec_source is not None and source is not rec_source:
-            obj["source"] = rec_source  # keep an unusable source value in meta, not lost
-    obj["_file"] = inp.relpath
-    obj["_line"] = line_no
-    return text, source, _meta_json(obj, check=escaped)
+        obj = load_json(decoded, notes)
+        if not isinstance(obj, dict):
+            return reject(Reason.NOT_AN_OBJECT, f"line is a JSON {type(obj).__name__}")
+        if field not in obj:
+            keys = ", ".join(sorted(obj)[:8])
+            return reject(
+                Reason.MISSING_TEXT, f"no {field!r} key (keys: {keys}); pass --text-field"
+            )
+        text, reason, detail = check_text(obj.pop(field), opts)
+        if text is None:
+            return reject(reason, detail)
+        text = clean_string(text, opts.errors, f"the {field!r} field", notes)
+        source = opts.source
+        if source is None:
+            rec_source = obj.pop("source", None)
+            if isinstance(rec_source, str) and rec_source and not isinstance(rec_source, BigInt):
+                source = clean_string(rec_source, opts.errors, "the 'source' field", notes)
+            else:
+                source = inp.default_source
+                if rec_source is not None:
+                    obj["source"] = rec_source  # keep an unusable source value in meta, not lost
+        obj["_file"] = inp.relpath
+        obj["_line"] = line_no
+        return text, source, meta_json(obj, opts.errors, notes)
+    except BadValue as bad:
+        return reject(bad.reason, bad.detail)
 
 
-def read_parquet(inp: InputFile, opts: ReadOptions, progress: Progress) -> Iterator[Doc | Reject]:
-    """Read a Parquet file by row batches; the text column may be string or binary."""
+def read_parquet(
+    inp: InputFile, opts: ReadOptions, progress: Progress, tally: Tally
+) -> Iterator[Doc | Reject]:
+    """Read a Parquet file one row group at a time; the text column may be string or binary.
+
+    A row group that cannot be read (a corrupt page, a bad encoding) is rejected as
+    ``read_error`` with its row count; every other row group is kept.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(inp.path)
-    except (OSError, pa.ArrowException) as exc:
-        yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc)[:300])
+        fh = open_regular(inp.path)
+    except OSError as exc:
+        tally.records += 1
+        yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc))
         return
-    n_rows = pf.metadata.num_rows
-    field = opts.text_field
-    if field not in pf.schema_arrow.names:
-        yield Reject(
-            file=inp.path,
-            reason=Reason.MISSING_TEXT,
-            count=max(n_rows, 1),
-            detail=f"no {field!r} column (columns: {', '.join(pf.schema_arrow.names[:8])}); "
-            "pass --text-field",
-        )
-        return
-    size = _file_size(inp.path)
-    row = 0
-    try:
-        for batch in pf.iter_batches(batch_size=2048):
-            columns = batch.schema.names
-            texts = batch.column(field)
-            is_binary = pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type)
-            values = texts.to_pylist() if is_binary else _strings_or_bytes(texts)
-            others = {name: batch.column(name).to_pylist() for name in columns if name != field}
-            for i, value in enumerate(values):
-                item = _parquet_row(value, inp, opts, row + i, others, i)
-                if item is not None:
-                    yield item
-            row += batch.num_rows
-            progress(int(size * batch.num_rows / max(n_rows, 1)))
-    except (OSError, pa.ArrowException) as exc:
-        yield Reject(
-            file=inp.path,
-            reason=Reason.READ_ERROR,
-            row=row,
-            detail=f"{type(exc).__name__}: {str(exc)[:200]}; rows before this point were kept",
-        )
+    with fh:
+        try:
+            pf = pq.ParquetFile(fh)
+            n_rows = pf.metadata.num_rows
+            names = pf.schema_arrow.names
+        except Exception as exc:  # noqa: BLE001 - any footer/schema failure: the file is unreadable
+            tally.records += 1
+            detail = f"{type(exc).__name__}: {str(exc)[:300]}"
+            yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=detail)
+            return
+        field = opts.text_field
+        where = [i for i, name in enumerate(names) if name == field]
+        if len(where) != 1:
+            tally.records += max(n_rows, 1)
+            if where:
+                reason = Reason.DUPLICATE_TEXT_FIELD
+                detail = f"{len(where)} columns are named {field!r}; rename all but one"
+            else:
+                reason = Reason.MISSING_TEXT
+                detail = f"no {field!r} column (columns: {', '.join(names[:8])}); pass --text-field"
+            yield Reject(file=inp.path, reason=reason, count=max(n_rows, 1), detail=detail)
+            return
+        tally.records += n_rows
+        size = _file_size(fh)
+        row = 0
+        for group in range(pf.num_row_groups):
+            group_rows = pf.metadata.row_group(group).num_rows
+            done = 0
+            batches = pf.iter_batches(batch_size=2048, row_groups=[group], use_threads=False)
+            while True:
+                try:
+                    batch = next(batches, None)
+                except (OSError, pa.ArrowException, ValueError, TypeError, MemoryError) as exc:
+                    yield Reject(
+                        file=inp.path,
+                        reason=Reason.READ_ERROR,
+                        row=row + done,
+                        count=max(group_rows - done, 1),
+                        detail=f"row group {group}: {type(exc).__name__}: {str(exc)[:200]}; "
+                        "the other row groups were kept",
+                    )
+                    break
+                if batch is None:
+                    break
+                yield from _parquet_batch(batch, where[0], inp, opts, row + done)
+                done += batch.num_rows
+            row += group_rows
+            progress(int(size * group_rows / max(n_rows, 1)))
 
 
-def _strings_or_bytes(arr: Any) -> list[Any]:
-    """Python values of a string column; invalid UTF-8 cells come back as bytes."""
+class _BadCell(bytes):
+    """A cell of a string column that is not valid UTF-8 (its raw bytes, maybe empty)."""
+
+
+def _py_values(arr: Any) -> list[Any]:
+    """Python values of an Arrow column; cells that are not valid UTF-8 become :class:`_BadCell`."""
     import pyarrow as pa
 
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        return arr.to_pylist()
     try:
-        arr.validate(full=True)
+        if pa.types.is_dictionary(arr.type):
+            arr = arr.dictionary_decode()
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            try:
+                arr.validate(full=True)
+            except pa.ArrowInvalid:
+                binary = pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary()
+                raw = arr.cast(binary).to_pylist()
+                return [_cell(v) for v in raw]
         return arr.to_pylist()
-    except pa.ArrowInvalid:
-        binary = arr.cast(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
-        return binary.to_pylist()
+    except Exception:  # noqa: BLE001 - an odd type or a nested invalid string: cell by cell
+        out: list[Any] = []
+        for i in range(len(arr)):
+            try:
+                out.append(arr[i].as_py())
+            except Exception:  # noqa: BLE001
+                out.append(_BadCell(b""))
+        return out
+
+
+def _cell(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return _BadCell(value)
+
+
+def _parquet_batch(
+    batch: Any, text_index: int, inp: InputFile, opts: ReadOptions, first_row: int
+) -> Iterator[Doc | Reject]:
+    values = _py_values(batch.column(text_index))
+    others: list[tuple[str, list[Any]]] = []
+    seen: dict[str, int] = {}
+    for i, name in enumerate(batch.schema.names):
+        if i == text_index:
+            continue
+        seen[name] = seen.get(name, 0) + 1
+        key = name if seen[name] == 1 else f"{name}#{seen[name]}"  # duplicate column names
+        others.append((key, _py_values(batch.column(i))))
+    for i, value in enumerate(values):
+        notes: set[str] = set()
+        item = _parquet_row(value, inp, opts, first_row + i, others, i, notes)
+        if notes and not isinstance(item, Reject):
+            yield from _notes(inp, notes, row=first_row + i)
+        yield item
 
 
 def _parquet_row(
-    value: Any, inp: InputFile, opts: ReadOptions, row: int, others: dict[str, list[Any]], i: int
+    value: Any,
+    inp: InputFile,
+    opts: ReadOptions,
+    row: int,
+    others: list[tuple[str, list[Any]]],
+    i: int,
+    notes: set[str],
 ) -> Doc | Reject:
     if isinstance(value, bytes):
         if len(value) > opts.max_doc_bytes:
@@ -324,24 +349,46 @@ def _parquet_row(
             if opts.errors == "strict":
                 return _row_reject(inp, row, Reason.INVALID_UTF8, exc.reason, value)
             value = value.decode("utf-8", errors="replace")
+            notes.add(Note.REPLACED_INVALID_UTF8)
     elif isinstance(value, str) and len(value) > opts.max_doc_bytes // 4:
         nbytes = len(value.encode("utf-8", errors="surrogatepass"))
         if nbytes > opts.max_doc_bytes:
             return _row_reject(inp, row, Reason.TOO_LARGE, f"{nbytes} bytes", value)
     text, reason, detail = check_text(value, opts)
-    if text is not None:
-        text, detail = _fix_surrogates(text, opts)
-        reason = Reason.INVALID_UNICODE
     if text is None:
         return _row_reject(inp, row, reason, detail, value)
-    meta = {name: col[i] for name, col in others.items() if name != "source"}
-    source = opts.source
-    if source is None:
-        rec_source = others["source"][i] if "source" in others else None
-        source = rec_source if isinstance(rec_source, str) and rec_source else inp.default_source
-    meta["_file"] = inp.relpath
-    meta["_row"] = row
-    return text, source, _meta_json(meta)
+    try:
+        text = clean_string(text, opts.errors, f"column {opts.text_field!r}", notes)
+        meta: dict[str, Any] = {}
+        rec_source = None
+        for name, column in others:
+            cell = _meta_cell(column[i], name, opts, notes)
+            if name == "source":
+                rec_source = cell
+            else:
+                meta[name] = cell
+        source = opts.source
+        if source is None:
+            if isinstance(rec_source, str) and rec_source:
+                source = clean_string(rec_source, opts.errors, "column 'source'", notes)
+            else:
+                source = inp.default_source
+        meta["_file"] = inp.relpath
+        meta["_row"] = row
+        return text, source, meta_json(meta, opts.errors, notes)
+    except BadValue as bad:
+        return _row_reject(inp, row, bad.reason, bad.detail, value)
+
+
+def _meta_cell(cell: Any, name: str, opts: ReadOptions, notes: set[str]) -> Any:
+    if not isinstance(cell, _BadCell):
+        return cell
+    if opts.errors == "strict":
+        raise BadValue(
+            Reason.INVALID_UTF8, f"column {name!r} is not valid UTF-8; --errors replace keeps it"
+        )
+    notes.add(Note.REPLACED_INVALID_UTF8)
+    return bytes(cell).decode("utf-8", errors="replace") if cell else None
 
 
 def _row_reject(inp: InputFile, row: int, reason: str, detail: str, value: Any) -> Reject:
@@ -350,10 +397,11 @@ def _row_reject(inp: InputFile, row: int, reason: str, detail: str, value: Any) 
 
 
 def read_text_file(
-    inp: InputFile, opts: ReadOptions, data: bytes, progress: Progress
+    inp: InputFile, opts: ReadOptions, data: bytes, progress: Progress, tally: Tally
 ) -> Iterator[Doc | Reject]:
     """One document from the bytes of one text file (already read, to fingerprint them)."""
     progress(len(data))
+    tally.records += 1
     if b"\x00" in data[:_NUL_PROBE] or (len(data) > _NUL_PROBE and b"\x00" in data):
         yield Reject(
             file=inp.path,
@@ -363,6 +411,7 @@ def read_text_file(
             excerpt=excerpt_of(data),
         )
         return
+    notes: set[str] = set()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -376,32 +425,43 @@ def read_text_file(
             )
             return
         text = data.decode("utf-8-sig", errors="replace")
+        notes.add(Note.REPLACED_INVALID_UTF8)
     checked, reason, detail = check_text(text, opts)
     if checked is None:
         yield Reject(file=inp.path, reason=reason, offset=0, detail=detail)
         return
     source = opts.source or inp.default_source
-    yield checked, source, _meta_json({"_file": inp.relpath})
+    try:
+        meta = meta_json({"_file": inp.relpath}, opts.errors, notes)
+    except BadValue as bad:  # pragma: no cover - relpath is made printable at discovery
+        yield Reject(file=inp.path, reason=bad.reason, detail=bad.detail)
+        return
+    yield from _notes(inp, notes)
+    yield checked, source, meta
 
 
-def _file_size(path: str) -> int:
+def _file_size(fh: Any) -> int:
     import os
 
     try:
-        return os.path.getsize(path)
-    except OSError:
+        return os.fstat(fh.fileno()).st_size
+    except (OSError, AttributeError, ValueError):
         return 0
 
 
 def read_input(
-    inp: InputFile, opts: ReadOptions, progress: Progress, data: bytes | None = None
+    inp: InputFile,
+    opts: ReadOptions,
+    progress: Progress,
+    tally: Tally,
+    data: bytes | None = None,
 ) -> Iterator[Doc | Reject]:
     """Dispatch to the reader of ``inp.kind``. ``data`` holds a text file's bytes."""
     if inp.kind == "jsonl":
-        return read_jsonl(inp, opts, progress)
+        return read_jsonl(inp, opts, progress, tally)
     if inp.kind == "parquet":
-        return read_parquet(inp, opts, progress)
+        return read_parquet(inp, opts, progress, tally)
     if inp.kind == "text":
         assert data is not None, "text files are read (and fingerprinted) by the caller"
-        return read_text_file(inp, opts, data, progress)
+        return read_text_file(inp, opts, data, progress, tally)
     raise ValueError(f"unknown input kind {inp.kind!r}")

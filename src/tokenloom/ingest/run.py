@@ -1,9 +1,14 @@
 """The ingest job: input files in, one new table version out.
 
-Rows are streamed into uncommitted Lance fragments in bounded batches and committed at the end as
-**one** Append, together with the content fingerprint of every file read. A killed run therefore
-leaves the table as it was (plus unreferenced files), and a rerun of an already-ingested file is
-skipped because its fingerprint is in the table's history.
+Rows are streamed into uncommitted Lance data files in bounded batches and committed at the end
+as **one** version, ids assigned at commit time from the table's own high-water mark (see
+:mod:`tokenloom.table.append`), so concurrent ingests under any name for the table never share
+an id and one that loses a commit race retries on the new version. The content fingerprint of
+every file read is kept in a side file the committed version lists, so a rerun skips it even
+after ``cleanup_old_versions``. A killed run leaves the table as it was; its files are deleted by
+the next run (see :mod:`tokenloom.table.journal`).
+
+Every record seen ends up in exactly one of: a row, a counted rejection, a skipped file.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -20,19 +26,47 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.errors import IngestError
-from tokenloom.ingest.inputs import InputFile, discover, fingerprint_bytes, fingerprint_file
-from tokenloom.ingest.readers import ReadOptions, read_input
-from tokenloom.ingest.rejects import Reason, Reject, RejectLog
-from tokenloom.table import BASE_SCHEMA, NEXT_ID_KEY, Table, normalize_uri
+from tokenloom.ingest.inputs import (
+    InputFile,
+    NotRegularFile,
+    discover,
+    fingerprint_bytes,
+    fingerprint_file,
+    open_regular,
+)
+from tokenloom.ingest.readers import ReadOptions, Tally, read_input
+from tokenloom.ingest.rejects import Note, Reason, Reject, RejectLog, printable
+from tokenloom.table import Table, normalize_uri
+from tokenloom.table.append import CONTENT_SCHEMA, StagedRows
+from tokenloom.table.core import is_local
+from tokenloom.table.journal import RunJournal, clean_orphans
+from tokenloom.table.sidefiles import read_side_table, write_side_table
 
-__all__ = ["IngestResult", "FileReport", "ingest", "ingested_fingerprints", "FILES_KEY"]
+__all__ = [
+    "IngestResult",
+    "FileReport",
+    "ingest",
+    "ingested_fingerprints",
+    "FILES_KEY",
+    "INGEST_FILES_KEY",
+]
 
-#: Transaction property: JSON list of ``[fingerprint, path, rows]`` of the files an ingest read.
+#: Transaction property of older versions: JSON list of ``[fingerprint, path, rows]``.
 FILES_KEY = "tokenloom.files"
+#: Schema metadata: JSON list of the side files (one per ingest) listing the files read.
+INGEST_FILES_KEY = "tokenloom.ingest_files"
 
 _BATCH_ROWS = 8192
 _BATCH_BYTES = 64 << 20
 _ROWS_PER_FRAGMENT = 131072  # modest fragments: the unit of parallel backfill work
+_LOG_SCHEMA = pa.schema(
+    [
+        pa.field("fingerprint", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("rows", pa.int64()),
+        pa.field("records", pa.int64()),
+    ]
+)
 
 
 @dataclass(kw_only=True)
@@ -41,6 +75,8 @@ class FileReport:
 
     path: str
     fingerprint: str = ""
+    records: int = 0
+    """Records seen in the file (for a skipped file: as counted when it was ingested)."""
     rows: int = 0
     rejected: int = 0
     skipped: bool = False
@@ -49,7 +85,7 @@ class FileReport:
 
 @dataclass(kw_only=True)
 class IngestResult:
-    """The outcome of one ingest run."""
+    """The outcome of one ingest run: ``rows_written + Σ rejected + skipped == records_seen``."""
 
     table: str
     rows_written: int
@@ -57,10 +93,19 @@ class IngestResult:
     version: int | None
     """The new table version, or ``None`` when nothing was committed."""
     rejects_path: str | None
+    records_seen: int = 0
+    """Records met: JSONL lines (not blank), Parquet rows, text files, unreadable inputs, and the
+    records of skipped files."""
+    skipped: int = 0
+    """Records of files skipped because they were ingested before."""
+    notes: dict[str, int] = field(default_factory=dict)
+    """Kept records (or files) something was done to, by :class:`Note` reason."""
     first_id: int | None = None
     last_id: int | None = None
     bytes_read: int = 0
     seconds: float = 0.0
+    orphans_removed: int = 0
+    """Files of killed earlier runs deleted by this one."""
     files: list[FileReport] = field(default_factory=list)
 
     @property
@@ -68,46 +113,68 @@ class IngestResult:
         """Files skipped because they were ingested before."""
         return [f.path for f in self.files if f.skipped]
 
+    @property
+    def balanced(self) -> bool:
+        """Whether every record seen is accounted for (always true unless tokenloom has a bug)."""
+        return self.rows_written + sum(self.rejected.values()) + self.skipped == self.records_seen
+
     def to_json(self) -> dict:
         """The ``--json`` document."""
         out = {
             "rows_written": self.rows_written,
             "rejected": dict(self.rejected),
+            "skipped": self.skipped,
+            "records_seen": self.records_seen,
+            "notes": dict(self.notes),
             "version": self.version,
             "rejects_path": self.rejects_path,
         }
         extra = asdict(self)
-        for key in ("table", "first_id", "last_id", "bytes_read", "seconds", "files"):
+        for key in ("table", "first_id", "last_id", "bytes_read", "seconds", "orphans_removed"):
             out[key] = extra[key]
-        out["skipped_files"] = self.skipped_files
+        out["files"] = [{**f, "path": printable(f["path"])} for f in extra["files"]]
+        out["skipped_files"] = [printable(p) for p in self.skipped_files]
         return out
 
 
 def ingested_fingerprints(table: Table) -> dict[str, int]:
-    """Fingerprint -> version of every file an earlier ingest committed to ``table``."""
+    """Fingerprint -> records of every file an earlier ingest committed to ``table``.
+
+    Read from the side files the latest version lists (they survive ``cleanup_old_versions``)
+    and from the transaction properties of versions written before those existed.
+    """
     seen: dict[str, int] = {}
     for info in table.versions():
         if info.operation != "ingest" or FILES_KEY not in info.properties:
             continue
-        for fp, _path, _rows in json.loads(info.properties[FILES_KEY]):
-            seen.setdefault(fp, info.version)
+        for fp, _path, rows in json.loads(info.properties[FILES_KEY]):
+            seen.setdefault(fp, int(rows))
+    for rel in json.loads(table.metadata().get(INGEST_FILES_KEY, "[]")):
+        try:
+            log = read_side_table(table, rel)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise IngestError(
+                f"the list of files ingested into {table.uri} is unreadable ({rel}: {exc}); "
+                "pass --force to ingest without checking for files ingested before"
+            ) from exc
+        for fp, records in zip(
+            log["fingerprint"].to_pylist(), log["records"].to_pylist(), strict=True
+        ):
+            seen.setdefault(fp, int(records))
     return seen
 
 
 def default_rejects_path(table_uri: str) -> str:
-    """``<table>.rejects/ingest-<UTC time>.jsonl`` beside a local table, else under the cwd."""
+    """``<table>.rejects/ingest-<UTC time>-<pid>.jsonl``, beside the table (any store)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    name = f"ingest-{stamp}-{os.getpid()}.jsonl"
-    if "://" in table_uri:
-        return os.path.abspath(os.path.join("tokenloom-rejects", name))
-    return table_uri.rstrip("/") + ".rejects/" + name
+    return table_uri.rstrip("/") + f".rejects/ingest-{stamp}-{os.getpid()}.jsonl"
 
 
 class _Batcher:
-    """Collects documents and emits Arrow record batches with dense ids."""
+    """Collects documents and emits Arrow record batches of the content columns."""
 
-    def __init__(self, next_id: int) -> None:
-        self.next_id = next_id
+    def __init__(self) -> None:
+        self.rows = 0
         self.texts: list[str] = []
         self.sources: list[str] = []
         self.metas: list[str] = []
@@ -125,21 +192,13 @@ class _Batcher:
     def flush(self) -> pa.RecordBatch | None:
         if not self.texts:
             return None
-        n = len(self.texts)
-        ids = pa.array(range(self.next_id, self.next_id + n), type=pa.int64())
         texts = pa.array(self.texts, type=pa.large_string())
         n_chars = pc.utf8_length(texts).cast(pa.int64())
         batch = pa.record_batch(
-            [
-                ids,
-                texts,
-                pa.array(self.sources, type=pa.string()),
-                n_chars,
-                pa.array(self.metas, type=pa.string()),
-            ],
-            schema=BASE_SCHEMA,
+            [texts, pa.array(self.sources, type=pa.string()), n_chars, pa.array(self.metas)],
+            schema=CONTENT_SCHEMA,
         )
-        self.next_id += n
+        self.rows += len(self.texts)
         self.texts, self.sources, self.metas = [], [], []
         self.nbytes = 0
         return batch
@@ -157,6 +216,7 @@ def ingest(
     max_doc_bytes: int = 512 << 20,
     rejects_path: str | None = None,
     progress: bool | None = None,
+    follow_symlinks: bool = False,
 ) -> IngestResult:
     """Ingest files into a tokenloom table as one new version.
 
@@ -165,79 +225,64 @@ def ingest(
         table: Table URI; created (with stable row ids) when absent.
         source: Source name for every row (default: the record's ``source``, else the file stem).
         text_field: Key/column holding the text.
-        errors: ``"strict"`` rejects invalid UTF-8, ``"replace"`` keeps it with U+FFFD.
+        errors: ``"strict"`` rejects invalid UTF-8 / lone surrogates in any field, ``"replace"``
+            keeps the record with U+FFFD.
         glob: Pattern selecting text files inside directories.
         force: Ingest files even when their content fingerprint was ingested before.
-        max_doc_bytes: Records larger than this are rejected as ``too_large``.
+        max_doc_bytes: Records larger than this are rejected as ``too_large`` (never held).
         rejects_path: Where to write rejections (JSONL); default beside the table.
         progress: Show a progress bar on stderr (default: when stderr is a terminal).
+        follow_symlinks: Follow symlinks inside directories that point outside them.
 
     Returns:
-        What was written and rejected, and the new version.
+        What was written, rejected and skipped, and the new version.
 
     Raises:
-        IngestError: when no row could be read from any input (rejections are still written).
+        IngestError: when no row could be read from any input (rejections are still written),
+            or ``source`` is not valid UTF-8.
     """
     started = time.perf_counter()
     uri = normalize_uri(table)
+    if source is not None and printable(source) != source:
+        raise IngestError(
+            f"--source {printable(source)!r} is not valid UTF-8 text; pass a UTF-8 source name"
+        )
     opts = ReadOptions(
         text_field=text_field, source=source, errors=errors, max_doc_bytes=max_doc_bytes
     )
-    files, path_rejects = discover(paths, glob=glob)
-    with _ingest_lock(uri):
-        return _ingest_locked(
-            uri,
-            files,
-            path_rejects,
-            opts,
-            force=force,
-            rejects_path=rejects_path,
-            progress=progress,
-            started=started,
-            n_paths=len(paths),
-        )
+    files, path_rejects = discover(paths, glob=glob, follow_symlinks=follow_symlinks)
+    existing = Table.open(uri) if Table.exists(uri) else None
+    orphans = clean_orphans(uri) if existing is not None else []
+    seen = ingested_fingerprints(existing) if existing is not None and not force else {}
+    target = rejects_path or default_rejects_path(uri)
+    local_log = target if is_local(target) else _local_twin(target)
+    log = RejectLog(local_log)
+    try:
+        result = _run(uri, existing, files, path_rejects, opts, seen, log, progress, len(paths))
+    finally:
+        log.close()
+    result.orphans_removed = len(orphans)
+    result.rejects_path = _publish(log.path, target)
+    result.seconds = time.perf_counter() - started
+    if result.version is None and result.rows_written == 0:
+        if not (result.files and all(r.skipped for r in result.files)):
+            raise IngestError(_nothing_read_message(len(paths), result))
+    return result
 
 
-@contextlib.contextmanager
-def _ingest_lock(uri: str) -> Iterator[None]:
-    """Serialise ingests of one local table: ids are assigned from the version read.
-
-    Object-store tables have no lock here; run one ingest at a time against them.
-    """
-    # TODO(ingest-concurrency): a conditional-put lock for object stores.
-    if "://" in uri:
-        yield
-        return
-    import fcntl
-
-    parent, name = os.path.split(uri.rstrip("/"))
-    os.makedirs(parent or ".", exist_ok=True)
-    with open(os.path.join(parent, f".{name}.ingest-lock"), "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _ingest_locked(
+def _run(
     uri: str,
+    existing: Table | None,
     files: list[InputFile],
     path_rejects: list[Reject],
     opts: ReadOptions,
-    *,
-    force: bool,
-    rejects_path: str | None,
+    seen: dict[str, int],
+    log: RejectLog,
     progress: bool | None,
-    started: float,
     n_paths: int,
 ) -> IngestResult:
     from tqdm import tqdm
 
-    existing = Table.open(uri) if Table.exists(uri) else None
-    seen = ingested_fingerprints(existing) if existing is not None and not force else {}
-    start_id = existing.next_id() if existing is not None else 0
-    log = RejectLog(rejects_path or default_rejects_path(uri))
     reports: list[FileReport] = []
     total_bytes = sum(_size(f.path) for f in files)
     bar = tqdm(
@@ -249,64 +294,103 @@ def _ingest_locked(
         disable=None if progress is None else not progress,
         leave=False,
     )
-    batcher = _Batcher(start_id)
-
-    def batches() -> Iterator[pa.RecordBatch]:
+    batcher = _Batcher()
+    journal: RunJournal | None = None
+    writer: StagedRows | None = None
+    side_file = None
+    records = 0
+    try:
         for rej in path_rejects:
             log.add(rej)
+            records += rej.count
         for inp in files:
-            yield from _ingest_file(inp, opts, seen, force, log, reports, batcher, bar.update)
+            for batch in _ingest_file(inp, opts, seen, log, reports, batcher, bar.update):
+                if writer is None:
+                    journal, writer = _start_writing(uri, existing)
+                writer.write(batch)
         last = batcher.flush()
         if last is not None:
-            yield last
+            if writer is None:
+                journal, writer = _start_writing(uri, existing)
+            writer.write(last)
+        records += sum(r.records for r in reports)
+        result = IngestResult(
+            table=uri,
+            rows_written=batcher.rows,
+            rejected=dict(sorted(log.counts.items())),
+            notes=dict(sorted(log.notes.items())),
+            version=None,
+            rejects_path=None,
+            records_seen=records,
+            skipped=sum(r.records for r in reports if r.skipped),
+            bytes_read=total_bytes,
+            files=reports,
+        )
+        if writer is None:
+            return result
+        assert journal is not None
+        read = [r for r in reports if not r.skipped and r.fingerprint]
+        listing = pa.table(
+            [
+                [r.fingerprint for r in read],
+                [printable(r.path) for r in read],
+                [r.rows for r in read],
+                [r.records for r in read],
+            ],
+            schema=_LOG_SCHEMA,
+        )
+        side_file = write_side_table(
+            writer.table, "ingests", listing, on_new_file=journal.add, staging=journal.staging
+        )
 
-    try:
-        fragments = _write_fragments(uri, existing, batches())
+        def metadata(latest: dict[str, str]) -> dict[str, str]:
+            listed = json.loads(latest.get(INGEST_FILES_KEY, "[]"))
+            return {INGEST_FILES_KEY: json.dumps([*listed, side_file])}
+
+        committed, first_id = writer.commit(
+            op="ingest",
+            message=f"ingest {writer.rows} rows from {len(reports)} files",
+            properties={
+                "tokenloom.rejected": result.rejected,
+                "tokenloom.rows": str(writer.rows),
+                "tokenloom.records_seen": str(records),
+                "tokenloom.files_read": str(len(read)),
+            },
+            metadata=metadata,
+        )
+        result.version = committed.version
+        result.first_id, result.last_id = first_id, first_id + writer.rows - 1
+        return result
+    except BaseException:
+        if writer is not None:
+            writer.discard()
+        if side_file is not None and is_local(uri):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(uri, side_file))
+        raise
     finally:
         bar.close()
-        log.close()
-    rows = batcher.next_id - start_id
-    result = IngestResult(
-        table=uri,
-        rows_written=rows,
-        rejected=dict(sorted(log.counts.items())),
-        version=None,
-        rejects_path=log.path,
-        bytes_read=total_bytes,
-        files=reports,
-    )
-    if rows == 0:
-        result.seconds = time.perf_counter() - started
-        if reports and all(r.skipped for r in reports):
-            return result  # everything was ingested before: nothing to do, not an error
-        raise IngestError(_nothing_read_message(n_paths, result))
-    target = existing if existing is not None else Table.create(uri, exist_ok=True)
-    props = {
-        NEXT_ID_KEY: str(batcher.next_id),
-        FILES_KEY: [[r.fingerprint, r.path, r.rows] for r in reports if r.rows and not r.skipped],
-        "tokenloom.rejected": result.rejected,
-        "tokenloom.rows": str(rows),
-    }
-    import lance
+        if journal is not None:
+            journal.close()
 
-    committed = target.commit(
-        lance.LanceOperation.Append(fragments),
-        op="ingest",
-        message=f"ingest {rows} rows from {len(reports)} files",
-        properties=props,
-        read_version=target.version,
+
+def _start_writing(uri: str, existing: Table | None) -> tuple[RunJournal, StagedRows]:
+    """Create the table when needed (only once there is a row to write) and a staged writer."""
+    table = existing if existing is not None else Table.create(uri, exist_ok=True)
+    journal = RunJournal(uri)
+    writer = StagedRows(
+        table,
+        rows_per_fragment=_ROWS_PER_FRAGMENT,
+        on_new_file=lambda name: journal.add(f"data/{name}"),
+        staging=journal.staging,
     )
-    result.version = committed.version
-    result.first_id, result.last_id = start_id, batcher.next_id - 1
-    result.seconds = time.perf_counter() - started
-    return result
+    return journal, writer
 
 
 def _ingest_file(
     inp: InputFile,
     opts: ReadOptions,
     seen: dict[str, int],
-    force: bool,
     log: RejectLog,
     reports: list[FileReport],
     batcher: _Batcher,
@@ -317,40 +401,55 @@ def _ingest_file(
     data: bytes | None = None
     try:
         if inp.kind == "text":
-            size = os.path.getsize(inp.path)
-            if size > opts.max_doc_bytes:
+            with open_regular(inp.path) as fh:
+                data = fh.read(opts.max_doc_bytes + 1)  # bounded, whatever the size claims
+            if len(data) > opts.max_doc_bytes:
+                size = max(_size(inp.path), len(data))
+                report.records = 1
                 _reject(
                     log,
                     report,
                     Reject(
                         file=inp.path,
                         reason=Reason.TOO_LARGE,
-                        detail=f"{size} bytes > max_doc_bytes",
+                        detail=f"{size} bytes > max_doc_bytes {opts.max_doc_bytes}",
                     ),
                 )
                 advance(size)
                 return
-            with open(inp.path, "rb") as fh:
-                data = fh.read()
             report.fingerprint = fingerprint_bytes(data)
         else:
             report.fingerprint = fingerprint_file(inp.path)
     except OSError as exc:
-        _reject(log, report, Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc)))
+        report.records = 1
+        reason = Reason.UNSUPPORTED_FORMAT if isinstance(exc, NotRegularFile) else None
+        detail = str(exc) if isinstance(exc, NotRegularFile) else (exc.strerror or str(exc))
+        _reject(
+            log,
+            report,
+            Reject(file=inp.path, reason=reason or Reason.UNREADABLE_FILE, detail=detail),
+        )
         return
-    if not force and report.fingerprint in seen:
+    if report.fingerprint in seen:
         report.skipped = True
+        report.records = seen[report.fingerprint]
         advance(_size(inp.path))
         return
-    seen[report.fingerprint] = -1  # the same content twice in one run is read once
-    for item in read_input(inp, opts, advance, data):
+    if inp.escaped_name:
+        log.note(Reject(file=inp.path, reason=Note.ESCAPED_FILE_NAME, detail=inp.relpath))
+    tally = Tally()
+    for item in read_input(inp, opts, advance, tally, data):
         if isinstance(item, Reject):
-            _reject(log, report, item)
+            if item.kept:
+                log.note(item)
+            else:
+                _reject(log, report, item)
             continue
         report.rows += 1
         batch = batcher.add(*item)
         if batch is not None:
             yield batch
+    report.records = tally.records
 
 
 def _reject(log: RejectLog, report: FileReport, rej: Reject) -> None:
@@ -358,32 +457,34 @@ def _reject(log: RejectLog, report: FileReport, rej: Reject) -> None:
     report.rejected += rej.count
 
 
-def _write_fragments(uri: str, existing: Table | None, batches: Iterator[pa.RecordBatch]) -> list:
-    """Write batches as uncommitted fragments; nothing is visible until the commit."""
-    from lance.fragment import write_fragments
-
-    if existing is None:
-        # Fragments must be written under the table's URI; create it empty first only when
-        # there is something to write, so a run that reads nothing leaves no table behind.
-        first = next(batches, None)
-        if first is None:
-            return []
-        Table.create(uri, exist_ok=True)
-        batches = _chain(first, batches)
-    reader = pa.RecordBatchReader.from_batches(BASE_SCHEMA, batches)
-    return write_fragments(reader, uri, schema=BASE_SCHEMA, max_rows_per_file=_ROWS_PER_FRAGMENT)
-
-
-def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield first
-    yield from rest
-
-
 def _size(path: str) -> int:
     try:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _local_twin(remote: str) -> str:
+    """A local file that collects the rejects of a remote table until they are uploaded."""
+    folder = tempfile.mkdtemp(prefix="tokenloom-rejects-")
+    return os.path.join(folder, remote.rstrip("/").rsplit("/", 1)[-1])
+
+
+def _publish(written: str | None, target: str) -> str | None:
+    """Put the rejects file where it belongs (uploads it for an object-store table)."""
+    if written is None or written == target:
+        return written
+    try:
+        from pyarrow import fs as pafs
+
+        filesystem, path = pafs.FileSystem.from_uri(target)
+        with open(written, "rb") as src, filesystem.open_output_stream(path) as dst:
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+    except Exception:  # noqa: BLE001 - the rejects stay readable locally, and we say where
+        return written
+    os.unlink(written)
+    return target
 
 
 def _nothing_read_message(n_paths: int, result: IngestResult) -> str:

@@ -21,18 +21,29 @@ import pyarrow.compute as pc
 from tokenloom.errors import TableError, TableNotFoundError
 from tokenloom.table.schema import BASE_SCHEMA, OP_KEY, validate_base_schema
 
-__all__ = ["Table", "VersionInfo", "normalize_uri", "NEXT_ID_KEY"]
+__all__ = ["Table", "VersionInfo", "normalize_uri", "is_local", "NEXT_ID_KEY"]
 
-#: Transaction property: the smallest id no row has ever had (the id high-water mark).
+#: Schema metadata (and, on older tables, transaction property): the smallest id no row has ever
+#: had, the id high-water mark. Kept in the schema so every later version carries it, whatever
+#: operation made it, and ``cleanup_old_versions`` cannot forget it.
 NEXT_ID_KEY = "tokenloom.next_id"
 
 
 def normalize_uri(uri: str | os.PathLike[str]) -> str:
-    """Return an absolute local path, or an object-store URI unchanged."""
+    """Return an absolute local path (``file://`` URIs included), or an object-store URI."""
     text = os.fspath(uri)
+    if text.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        text = unquote(urlparse(text).path)
     if "://" in text:
         return text
     return os.path.abspath(os.path.expanduser(text))
+
+
+def is_local(uri: str) -> bool:
+    """Whether a normalised URI is a local path."""
+    return "://" not in uri
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,15 +108,21 @@ class Table:
             if exist_ok:
                 return cls.open(norm, storage_options=storage_options)
             raise TableError(f"a table already exists at {norm}; open it instead of creating it")
-        ds = lance.write_dataset(
-            BASE_SCHEMA.empty_table(),
-            norm,
-            mode="create",
-            enable_stable_row_ids=True,
-            storage_options=dict(storage_options or {}) or None,
-            commit_message="create tokenloom table",
-            transaction_properties={OP_KEY: "create", NEXT_ID_KEY: "0"},
-        )
+        try:
+            ds = lance.write_dataset(
+                BASE_SCHEMA.empty_table(),
+                norm,
+                mode="create",
+                enable_stable_row_ids=True,
+                storage_options=dict(storage_options or {}) or None,
+                commit_message="create tokenloom table",
+                transaction_properties={OP_KEY: "create", NEXT_ID_KEY: "0"},
+            )
+        except (OSError, ValueError, RuntimeError):
+            # Another writer created it first (a concurrent ingest): that table is ours too.
+            if exist_ok and cls.exists(norm, storage_options=storage_options):
+                return cls.open(norm, storage_options=storage_options)
+            raise
         return cls(norm, ds, storage_options=storage_options)
 
     @classmethod
@@ -226,24 +243,35 @@ class Table:
             return "unknown"
         return type(txn.operation).__name__.lower()
 
-    def next_id(self) -> int:
-        """The smallest id never used by any row of any version.
+    def metadata(self) -> dict[str, str]:
+        """The schema metadata of this version (``tokenloom.*`` keys among others)."""
+        return {
+            k.decode(errors="replace"): v.decode(errors="replace")
+            for k, v in (self._ds.schema.metadata or {}).items()
+        }
 
-        The high-water mark recorded by the latest id-assigning commit is authoritative (it
-        survives deletes of the newest rows); the stored ids are the fallback when old
-        transactions were cleaned up.
+    def next_id(self) -> int:
+        """The smallest id never used by any row of any version (as of this handle's version).
+
+        The high-water mark in the schema metadata is authoritative (it survives deletes of the
+        newest rows and the cleanup of old versions); tables written before it existed fall
+        back on the transaction properties; the stored ids are a floor in every case.
         """
-        recorded = 0
-        for v in reversed(self._ds.versions()):
-            props = self.transaction_properties(int(v["version"]))
-            if NEXT_ID_KEY in props:
-                recorded = int(props[NEXT_ID_KEY])
-                break
+        recorded = self.metadata().get(NEXT_ID_KEY)
+        if recorded is None:
+            recorded = "0"
+            for v in reversed(self._ds.versions()):
+                if int(v["version"]) > self.version:
+                    continue
+                props = self.transaction_properties(int(v["version"]))
+                if NEXT_ID_KEY in props:
+                    recorded = props[NEXT_ID_KEY]
+                    break
         stored = 0
         if self._ds.count_rows() > 0:
             max_id = pc.max(self._ds.to_table(columns=["id"]).column("id")).as_py()
             stored = int(max_id) + 1
-        return max(recorded, stored)
+        return max(int(recorded), stored)
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -1,0 +1,305 @@
+"""Append rows whose ids are assigned at commit time, safely under concurrent writers.
+
+Rows are staged as uncommitted data files holding every base column but ``id``. At commit the
+latest version is read, its id high-water mark (:data:`NEXT_ID_KEY`, in the schema metadata)
+gives the first id, and one small ``id`` file per staged fragment is written. The commit is a
+Lance ``Merge`` of that version's fragments plus the new ones, with the schema metadata's mark
+advanced: Lance refuses a ``Merge`` when anything else committed since the version it was planned
+on (another ingest, a backfill, a delete, a compaction), so two writers can never both claim one
+id range. The loser re-reads the new version, rewrites only its ``id`` files (8 bytes a row) when
+the base moved, and commits again. The identity of the table is thus its own metadata, whatever
+name (path, ``file://``, symlink, object-store URI) each writer used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+from tokenloom.errors import TableError
+from tokenloom.table.core import NEXT_ID_KEY, Table, is_local
+from tokenloom.table.schema import BASE_SCHEMA
+
+__all__ = ["StagedRows", "CONTENT_SCHEMA", "with_schema_metadata", "is_conflict"]
+
+#: The base columns written while rows stream in (``id`` comes at commit).
+CONTENT_SCHEMA = pa.schema([f for f in BASE_SCHEMA if f.name != "id"])
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether a Lance commit failed because another writer committed first (retryable)."""
+    if type(exc).__name__ == "CommitConflictError":
+        return True
+    text = str(exc).lower()
+    return "conflict" in text or "retryable" in text or "preempted" in text
+
+
+def with_schema_metadata(table: Table, updates: Mapping[str, str]) -> Any:
+    """The Lance schema of ``table`` (field ids unchanged) with its metadata updated.
+
+    Raises:
+        TableError: when this pylance cannot rebuild a schema (its pickle form changed).
+    """
+    schema = table.dataset.lance_schema
+    try:
+        rebuild, args = schema.__reduce__()  # (metadata JSON, field protos): its pickle form
+        meta = {k: list(v) for k, v in json.loads(args[0]).items()}
+        meta.update({k: list(v.encode()) for k, v in updates.items()})
+        return rebuild(json.dumps(meta), *args[1:])
+    except Exception as exc:  # noqa: BLE001 - name the cause, not a Lance internal
+        raise TableError(
+            f"cannot update the schema metadata of {table.uri} with this pylance ({exc}); "
+            "install the pylance version pinned in tokenloom's requirements"
+        ) from exc
+
+
+@dataclass
+class _Staged:
+    content: Any  # lance.fragment.DataFile
+    rows: int
+    id_file: Any = None
+
+
+class StagedRows:
+    """Rows staged as uncommitted data files of one table; ids are given at :meth:`commit`.
+
+    Args:
+        table: The table the rows go to (it must exist: its storage version and field ids are
+            read from it).
+        rows_per_fragment: Rows per staged fragment (the unit of later parallel backfills).
+        on_new_file: Called with each data file's name (relative to ``data/``) *before* it is
+            created, so a journal can clean up after a killed run.
+        staging: A local folder to write files in before moving each, complete, into ``data/``
+            (so a killed writer's temporary files stay out of the table); local tables only.
+    """
+
+    def __init__(
+        self,
+        table: Table,
+        *,
+        rows_per_fragment: int = 131072,
+        on_new_file: Callable[[str], None] | None = None,
+        staging: str | None = None,
+    ) -> None:
+        self.table = table
+        self._staging = staging if is_local(table.uri) else None
+        self.uri = table.uri
+        self._storage_options = table.storage_options or None
+        ds = table.dataset
+        self._version = ds.data_storage_version
+        major, minor = (int(x) for x in self._version.split(".")[:2])
+        self._file_version = (major, minor)
+        ids = {f.name(): f.id() for f in ds.lance_schema.fields()}
+        self._content_fields = [ids[f.name] for f in CONTENT_SCHEMA]
+        self._id_field = ids["id"]
+        self._rows_per_fragment = rows_per_fragment
+        self._on_new_file = on_new_file or (lambda name: None)
+        self._staged: list[_Staged] = []
+        self._writer: Any = None
+        self._writer_name = ""
+        self._writer_rows = 0
+        self._id_base: int | None = None
+        self._created: list[str] = []
+        self.rows = 0
+
+    # -- staging ------------------------------------------------------------------------------
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Stage a batch of :data:`CONTENT_SCHEMA` rows."""
+        start = 0
+        while start < batch.num_rows:
+            if self._writer is None:
+                self._open_writer()
+            take = min(batch.num_rows - start, self._rows_per_fragment - self._writer_rows)
+            self._writer.write_batch(batch.slice(start, take))
+            self._writer_rows += take
+            self.rows += take
+            start += take
+            if self._writer_rows >= self._rows_per_fragment:
+                self._close_writer()
+
+    def _new_name(self) -> str:
+        name = f"{uuid.uuid4().hex}.lance"
+        self._on_new_file(name)
+        self._created.append(name)
+        return name
+
+    def _path(self, name: str) -> str:
+        return f"{self.uri.rstrip('/')}/data/{name}"
+
+    def _write_path(self, name: str) -> str:
+        return os.path.join(self._staging, name) if self._staging else self._path(name)
+
+    def _place(self, name: str) -> None:
+        """Move a complete file from the staging folder into ``data/``."""
+        if self._staging:
+            os.makedirs(os.path.dirname(self._path(name)), exist_ok=True)  # a new table has none
+            os.rename(os.path.join(self._staging, name), self._path(name))
+
+    def _open_writer(self) -> None:
+        from lance.file import LanceFileWriter
+
+        self._writer_name = self._new_name()
+        self._writer = LanceFileWriter(
+            self._write_path(self._writer_name),
+            CONTENT_SCHEMA,
+            version=self._version,
+            storage_options=self._storage_options,
+        )
+        self._writer_rows = 0
+
+    def _close_writer(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._place(self._writer_name)
+        self._staged.append(
+            _Staged(
+                content=self._data_file(self._writer_name, self._content_fields),
+                rows=self._writer_rows,
+            )
+        )
+        self._writer = None
+
+    def _data_file(self, name: str, fields: list[int]) -> Any:
+        from lance.fragment import DataFile
+
+        size = os.path.getsize(self._path(name)) if is_local(self.uri) else None
+        return DataFile(
+            name,
+            fields=list(fields),
+            column_indices=list(range(len(fields))),
+            file_major_version=self._file_version[0],
+            file_minor_version=self._file_version[1],
+            file_size_bytes=size,
+        )
+
+    def files(self) -> list[str]:
+        """Names (under ``data/``) of every file this writer created."""
+        return list(self._created)
+
+    def discard(self) -> None:
+        """Delete every file this writer created (call only when nothing was committed)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:  # noqa: BLE001, S110 - it is deleted below anyway
+                pass
+            self._writer = None
+        if is_local(self.uri):
+            for name in self._created:
+                _unlink(self._path(name))
+                if self._staging:
+                    _unlink(os.path.join(self._staging, name))
+        self._staged, self._created = [], []
+
+    # -- committing ---------------------------------------------------------------------------
+
+    def _write_ids(self, base: int) -> None:
+        """(Re)write each staged fragment's ``id`` file for ids starting at ``base``."""
+        from lance.file import LanceFileWriter
+
+        schema = pa.schema([BASE_SCHEMA.field("id")])
+        start = base
+        for staged in self._staged:
+            old = staged.id_file
+            name = self._new_name()
+            writer = LanceFileWriter(
+                self._path(name),
+                schema,
+                version=self._version,
+                storage_options=self._storage_options,
+            )
+            ids = pa.array(range(start, start + staged.rows), type=pa.int64())
+            writer.write_batch(pa.record_batch([ids], schema=schema))
+            writer.close()
+            staged.id_file = self._data_file(name, [self._id_field])
+            start += staged.rows
+            if old is not None and is_local(self.uri):
+                _unlink(self._path(old.path))
+                self._created.remove(old.path)
+        self._id_base = base
+
+    def commit(
+        self,
+        *,
+        op: str,
+        message: str,
+        properties: Mapping[str, Any] | None = None,
+        metadata: Callable[[dict[str, str]], Mapping[str, str]] | None = None,
+        max_attempts: int = 30,
+    ) -> tuple[Table, int]:
+        """Commit every staged row as one new version, assigning ids ``first..first+rows-1``.
+
+        Args:
+            op, message, properties: As for :meth:`Table.commit`; ``tokenloom.first_id`` and
+                :data:`NEXT_ID_KEY` are added.
+            metadata: Given the latest schema metadata, returns more keys to set in it (read
+                again on every attempt, so it can extend lists other writers extended).
+            max_attempts: Commits tried, each on the then-latest version, before giving up.
+
+        Returns:
+            The committed table and the first id.
+
+        Raises:
+            TableError: when every attempt lost a race (the staged files stay for a rerun's
+                cleanup).
+        """
+        self._close_writer()
+        if not self._staged:
+            raise TableError("nothing was staged; there is nothing to commit")
+        delay = 0.05
+        for attempt in range(1, max_attempts + 1):
+            latest = Table.open(self.uri, storage_options=self._storage_options)
+            base = latest.next_id()
+            if base != self._id_base:
+                self._write_ids(base)
+            updates = {NEXT_ID_KEY: str(base + self.rows)}
+            if metadata is not None:
+                updates.update(metadata(latest.metadata()))
+            fragments = [f.metadata for f in latest.dataset.get_fragments()]
+            from lance.fragment import FragmentMetadata
+
+            fragments += [
+                FragmentMetadata(id=0, files=[s.id_file, s.content], physical_rows=s.rows)
+                for s in self._staged
+            ]
+            props = {**(properties or {}), NEXT_ID_KEY: str(base + self.rows)}
+            props["tokenloom.first_id"] = str(base)
+            try:
+                committed = latest.commit(
+                    lance.LanceOperation.Merge(fragments, with_schema_metadata(latest, updates)),
+                    op=op,
+                    message=message,
+                    properties=props,
+                    read_version=latest.version,
+                )
+            except Exception as exc:  # noqa: BLE001 - only commit races are retried
+                if not is_conflict(exc) or attempt == max_attempts:
+                    if is_conflict(exc):
+                        raise TableError(
+                            f"{self.uri} kept changing under this commit ({attempt} attempts, "
+                            f"last: {exc}); rerun: files already ingested are skipped"
+                        ) from exc
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 2.0)
+                continue
+            return committed, base
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
