@@ -11,10 +11,7 @@ torch = pytest.importorskip("torch")
 
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
-from tokenloom.loader import (
-    LoaderSpec,  # noqa: E402
-    ResumeMismatchError,  # noqa: E402
-)
+from tokenloom.loader import LoaderSpec, ResumeMismatchError  # noqa: E402
 from tokenloom.train.loop import TrainConfig, load_checkpoint, train  # noqa: E402
 from tokenloom.train.record import read_record  # noqa: E402
 
