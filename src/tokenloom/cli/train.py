@@ -101,6 +101,12 @@ Examples:
 @click.option("--resume", is_flag=True, help="Continue OUT's checkpoint exactly.")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
 @click.option(
+    "--allow-data-change",
+    is_flag=True,
+    help="On --resume: continue the cursor on other data (table version, filter, tokenizer, or "
+    "a table rebuilt at the same URI).",
+)
+@click.option(
     "--reschedule",
     is_flag=True,
     help="On --resume: allow a different --steps/--epochs/--lr/--warmup-steps schedule.",
@@ -111,6 +117,7 @@ def train(
     resume: bool,
     overwrite: bool,
     reschedule: bool,
+    allow_data_change: bool,
     plot: str | None,
     **options,  # noqa: ANN003
 ) -> None:
@@ -123,8 +130,17 @@ def train(
     from tokenloom.train.loop import train as run
 
     cfg = _config(ctx, options, resume)
-    result = run(cfg, resume=resume, overwrite=overwrite, reschedule=reschedule, log=click.echo)
+    result = run(
+        cfg,
+        resume=resume,
+        overwrite=overwrite,
+        reschedule=reschedule,
+        allow_data_change=allow_data_change,
+        log=click.echo,
+    )
     if int(os.environ.get("RANK") or 0) != 0:
+        if result.interrupted:
+            raise click.exceptions.Exit(128 + result.interrupted)
         return
     val = f", last val loss {result.val_losses[-1][1]:.4f}" if result.val_losses else ""
     last = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
@@ -144,6 +160,8 @@ def train(
             title=f"{cfg.model} on {os.path.basename(cfg.loader.table.rstrip('/'))}",
         )
         click.echo(f"loss curves: {plot}")
+    if result.interrupted:  # checkpointed, but the run is not done: say so in the status
+        raise click.exceptions.Exit(128 + result.interrupted)
 
 
 def _given(ctx: click.Context, name: str) -> bool:

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
-from tokenloom.loader.read import LoaderError, PlanInputs, read_cut_points, scan_plan_inputs
+from tokenloom.loader.read import (
+    LoaderError,
+    PlanInputs,
+    read_cut_points,
+    scan_plan_inputs,
+    table_identity,
+)
 from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
@@ -109,6 +115,8 @@ class Planner:
         pad = spec.pad_id if spec.pad_id is not None else tok.get("pad_id")
         self.eos_id: int = int(eos)
         self.pad_id: int = int(pad) if pad is not None else self.eos_id
+        self.identity: str = table_identity(ds)
+        """Which table this is (not only which version): see ``table_identity``."""
         self.spec: LoaderSpec = spec.replace(version=handle.version)
         """The spec with the version pinned (what checkpoints record)."""
         self._plans: OrderedDict[int, BlockPlan] = OrderedDict()
@@ -224,6 +232,7 @@ class Planner:
         """The named inputs the stream depends on (world size and workers are not among them)."""
         out = {
             "table_version": self.version,
+            "table_identity": self.identity,
             **self.spec.fingerprint_inputs(),
             "tokenizer": self.inputs.tokenizer,
             "eos_id": self.eos_id,

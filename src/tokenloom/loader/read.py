@@ -26,6 +26,7 @@ from tokenloom.table.filters import validate_filter
 
 __all__ = [
     "PlanInputs",
+    "table_identity",
     "TokenReader",
     "scan_plan_inputs",
     "count_column_for",
@@ -53,6 +54,16 @@ class PlanInputs:
     """Selected rows whose token list is null (planned as zero-length)."""
     tokenizer: dict
     """The token column's tokenizer identity (from its field metadata), or {}."""
+
+
+def table_identity(ds: lance.LanceDataset) -> str:
+    """A short digest of the pinned version's data files (their names are random per write): a
+    table deleted and built again at the same URI has other files under the same version
+    numbers, so a checkpoint can tell the two apart. Metadata only; no data is read."""
+    import hashlib
+
+    names = sorted(f.path for frag in ds.get_fragments() for f in frag.data_files())
+    return "files:" + hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
 
 def tokenizer_identity(ds: lance.LanceDataset, token_column: str) -> dict:

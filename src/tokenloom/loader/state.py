@@ -35,11 +35,13 @@ __all__ = [
 STATE_VERSION = 1
 """Version of :meth:`LoaderState.to_dict`'s layout; bumped on any incompatible change."""
 
-DATA_KEYS = frozenset({"table_version", "filter", "token_column", "tokenizer"})
+DATA_KEYS = frozenset({"table_version", "table_identity", "filter", "token_column", "tokenizer"})
 """Inputs that select *which data* is read; ``allow_data_change=True`` lets these differ."""
 
 _OVERRIDE = {"table_version": "version"}  # input name -> loader argument, where they differ
 _WHAT = {"table_version": "table version", "token_column": "token column"}
+_NEWER = frozenset({"table_identity"})
+"""Inputs later releases added: a state saved without them is not refused for that alone."""
 
 
 class LoaderStateError(TokenloomError):
@@ -86,6 +88,13 @@ def plan_fingerprint(**inputs: Any) -> str:
 def _describe(key: str, old: Any, new: Any) -> str:
     what = _WHAT.get(key, key)
     arg = _OVERRIDE.get(key, key)
+    if key == "table_identity":
+        return (
+            f"checkpoint was taken on table {old} but the table at this URI is now {new}: it was "
+            "deleted and built again (same path and version numbers, other data), so the cursor "
+            "would continue another stream; start a new run, or pass `allow_data_change=True` "
+            "(--allow-data-change) to continue knowingly"
+        )
     if key == "table_version":
         head = f"checkpoint was taken on table version {old} but the loader reads version {new}"
     else:
@@ -116,6 +125,8 @@ def check_fingerprint(
     lines: list[str] = []
     for key in sorted(set(saved) | set(current)):
         if allow_data_change and key in DATA_KEYS:
+            continue
+        if key in _NEWER and key not in saved:
             continue
         if key not in current:
             changes[key] = (saved[key], None)

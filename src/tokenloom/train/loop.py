@@ -185,8 +185,8 @@ class TrainResult:
     world_size: int = 1
     pools: list[dict] = field(default_factory=list)
     """Per pool, what the whole run was fed (the ledger's fields), at the last step."""
-    interrupted: bool = False
-    """A SIGINT/SIGTERM ended the invocation (after checkpointing)."""
+    interrupted: int = 0
+    """The signal (SIGINT/SIGTERM) that ended the invocation after checkpointing, else 0."""
 
 
 def _micro_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
@@ -268,10 +268,12 @@ class _Run:
         return loss
 
 
-def _dataset(spec: LoaderSpec, dist: Dist):  # noqa: ANN202
+def _dataset(spec: LoaderSpec, dist: Dist, allow_data_change: bool = False):  # noqa: ANN202
     from tokenloom.loader import PackedDataset
 
-    return PackedDataset(spec, rank=dist.rank, world_size=dist.world_size)
+    return PackedDataset(
+        spec, rank=dist.rank, world_size=dist.world_size, allow_data_change=allow_data_change
+    )
 
 
 @torch.no_grad()
@@ -339,6 +341,7 @@ class _Stop:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signal = 0
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _Stop:
@@ -352,7 +355,7 @@ class _Stop:
     def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
         if self.requested:  # a second signal: stop now
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.signal = True, signum
 
     def __exit__(self, *exc: object) -> None:
         for sig, old in self._old.items():
@@ -365,6 +368,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     reschedule: bool = False,
+    allow_data_change: bool = False,
     log=print,  # noqa: ANN001
 ) -> TrainResult:
     """Train (or continue from ``cfg.out`` when ``resume``) up to ``cfg.steps`` optimizer steps
@@ -375,13 +379,16 @@ def train(
         resume: Continue the checkpoint in ``cfg.out`` exactly (its loader cursor must match).
         overwrite: Replace a run already in ``cfg.out`` (otherwise refused).
         reschedule: Let a resume change the schedule (``steps``, ``lr``, ...).
+        allow_data_change: Let a resume continue its cursor on other data (another table
+            version, filter or tokenizer, or a table rebuilt at the same URI), knowingly.
         log: Where rank 0's log lines go.
     """
     dist = Dist.setup(cfg.device)
     try:
         _prepare_out(cfg, resume, overwrite, dist)
         with _Stop() as stop:
-            return _train(cfg, dist, resume, reschedule, stop, log if dist.is_main else _quiet)
+            quiet = log if dist.is_main else _quiet
+            return _train(cfg, dist, resume, reschedule, allow_data_change, stop, quiet)
     finally:
         dist.close()
 
@@ -457,7 +464,13 @@ def _pool_line(pools: list[dict]) -> str:
 
 
 def _train(
-    cfg: TrainConfig, dist: Dist, resume: bool, reschedule: bool, stop: _Stop, log
+    cfg: TrainConfig,
+    dist: Dist,
+    resume: bool,
+    reschedule: bool,
+    allow_data_change: bool,
+    stop: _Stop,
+    log,  # noqa: ANN001
 ) -> TrainResult:  # noqa: ANN001, C901, PLR0912, PLR0915
     from tokenloom.loader import DataLoader
 
@@ -471,7 +484,7 @@ def _train(
         parent = state.get("parent")
         if spec.version is None:  # the pinned version of the checkpoint, after later backfills
             spec = spec.replace(version=state["loader"]["inputs"]["table_version"])
-    ds = _dataset(spec, dist)
+    ds = _dataset(spec, dist, allow_data_change)
     spec = ds.spec  # version pinned
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
@@ -596,7 +609,7 @@ def _train(
             flag = torch.tensor([float(over or stop.requested)], device=dist.device)
             if float(dist.all_reduce_sum(flag)[0]):  # every rank stops together
                 end = step
-                result.interrupted = stop.requested
+                result.interrupted = stop.signal
         result.losses.append(value)
         history["train"].append((step, value))
         n_tokens = G * spec.seq_len

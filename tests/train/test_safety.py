@@ -1,0 +1,75 @@
+"""Safe to stop, safe to resume: a signal checkpoints at a step boundary; a table rebuilt at the
+same path is refused on resume, naming what changed (through the real CLI, exit codes included)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.conftest import real_paragraphs  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
+from tokenloom.train.record import read_record  # noqa: E402
+
+
+def _train(*args: str, **kw) -> subprocess.CompletedProcess | subprocess.Popen:
+    cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if kw.get("background"):
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+
+
+BASE = ("--seq-len", "64", "--global-batch-size", "4", "--log-every", "1")
+
+
+def test_sigterm_checkpoints_at_the_next_step_and_resume_continues(tmp_path):
+    uri = token_table(tmp_path, real_paragraphs(40))
+    out = tmp_path / "run"
+    proc = _train(
+        "--table", uri, "--out", str(out), *BASE, "--steps", "100000",
+        "--checkpoint-every", "100000", background=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    lines: list[bytes] = []
+    while time.time() < deadline:  # wait for a few logged steps
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith(b"step      3"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    text = b"".join(lines).decode() + stdout.decode()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr.decode() + text
+    assert "stopped by a signal" in text
+    record = read_record(out)
+    assert 3 <= record.step < 100000  # a checkpoint at a step boundary, not at the schedule end
+    assert not [f for f in os.listdir(out) if ".tmp-" in f]
+    more = _train("--out", str(out), "--resume", "--stop-at", str(record.step + 2))
+    assert more.returncode == 0, more.stderr
+    assert read_record(out).step == record.step + 2
+
+
+def test_a_table_rebuilt_at_the_same_path_is_refused_on_resume(tmp_path):
+    texts = real_paragraphs(40)
+    build = tmp_path / "b1"
+    build.mkdir()
+    uri = token_table(build, texts)
+    out = tmp_path / "run"
+    first = _train("--table", uri, "--out", str(out), *BASE, "--steps", "6", "--stop-at", "2")
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(uri)  # the same path, the same rows, the same version numbers: another table
+    assert token_table(build, texts) == uri
+    again = _train("--out", str(out), "--resume")
+    assert again.returncode == 1, again.stderr
+    assert "deleted and built again" in again.stderr and "--allow-data-change" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1  # one line, no traceback
+    knowingly = _train("--out", str(out), "--resume", "--allow-data-change")
+    assert knowingly.returncode == 0, knowingly.stderr
