@@ -129,7 +129,7 @@ def test_verify_on_a_corrupted_table_exits_one(tmp_path):
 
     texts = real_paragraphs(24)
     bad = corrupt_table(tmp_path, texts, row=3)
-    args = ("verify", "--table", bad, "--seq-len", "64", "--batch-size", "2", "--steps", "1")
+    args = ("verify", "--table", bad, "--seq-len", "64", "--global-batch-size", "2", "--steps", "1")
     proc = _run(*args)
     assert "FAIL  token_ids" in proc.stdout
     assert "verify failed:" in proc.stderr

@@ -89,11 +89,18 @@ def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
     deadline = time.time() + 120
     while _step_on_disk(out) < 6 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    for pid in [proc.pid, *_descendants(proc.pid)]:  # kill the whole run: launcher and ranks
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    ranks = _descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)  # only the launcher: its ranks must not outlive it
     output = proc.communicate()[0].decode(errors="replace")
     assert proc.returncode == -signal.SIGKILL, output
+    deadline = time.time() + 20
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in ranks):
+        time.sleep(0.05)
+    survivors = [p for p in ranks if os.path.exists(f"/proc/{p}")]
+    for pid in survivors:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert ranks and not survivors, "ranks outlived their torchrun launcher"
     state = load_checkpoint(os.path.join(out, "last.pt"))
     k = state["step"]
     assert 6 <= k < STEPS and state["world_size"] == 2

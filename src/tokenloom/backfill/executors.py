@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from tokenloom.backfill.worker import UnitResult, UnitTask, run_unit
 from tokenloom.errors import TokenloomError, require
+from tokenloom.process import die_with_parent
 
 __all__ = [
     "Executor",
@@ -30,54 +31,6 @@ __all__ = [
 ]
 
 OnResult = Callable[[UnitResult], None]
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _set_parent_death_signal() -> bool:
-    """Ask Linux to SIGKILL this process when its parent dies; ``False`` where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-    import signal
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # pragma: no cover - no libc prctl
-        return False
-
-
-def _watch_parent(parent: int, interval: float = 0.5) -> None:  # pragma: no cover - non-Linux
-    import threading
-    import time
-
-    def watch() -> None:
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="tokenloom-parent-watch", daemon=True).start()
-
-
-def die_with_parent(parent: int) -> None:
-    """Pool initializer: end this worker when the driver ``parent`` dies, even by ``kill -9``.
-
-    Runs in each worker before it takes any unit. On Linux the kernel sends SIGKILL when the
-    parent dies (``PR_SET_PDEATHSIG``); elsewhere a daemon thread polls the parent id. Either
-    way, a driver that died *before* this ran (while the worker was still starting: the spawn
-    start-up imports modules for a second or more) is seen here at once, as a changed parent
-    id, and the worker exits instead of waiting forever on a queue nobody will write to.
-
-    Args:
-        parent: The driver's pid, taken in the driver.
-    """
-    if not _set_parent_death_signal():
-        _watch_parent(parent)
-    if os.getppid() != parent:  # checked after arming: no window where a death goes unseen
-        os._exit(1)
-
 
 class Executor:
     """Runs unit tasks and reports each finished one."""

@@ -45,6 +45,10 @@ class Dist:
         dev = resolve_device(device, local)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
+        if os.environ.get("TORCHELASTIC_RUN_ID"):  # a torchrun rank: end with its launcher
+            from tokenloom.process import die_with_parent
+
+            die_with_parent(os.getppid())
         owned = False
         if world > 1 and not torch_dist.is_initialized():
             torch_dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
