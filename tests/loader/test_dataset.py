@@ -20,6 +20,7 @@ from tokenloom.loader import (  # noqa: E402
     step_blocks,
 )
 from tokenloom.loader.plan import PlanError  # noqa: E402
+from tokenloom.loader.read import LoaderError  # noqa: E402
 from tokenloom.table import Table  # noqa: E402
 
 L = 32
@@ -269,7 +270,7 @@ def test_rank_and_world_from_torchrun_environment(table, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "3")
     ds = PackedDataset(table, seq_len=L, global_batch=12, block_order="sequential")
-    assert (ds.rank, ds.world_size, ds.global_batch, ds.batch_size) == (1, 3, 12, 4)
+    assert (ds.rank, ds.world_size, ds.global_batch, ds.blocks_per_rank) == (1, 3, 12, 4)
     with pytest.raises(PlanError, match="does not split evenly over 3 ranks"):
         PackedDataset(table, seq_len=L, global_batch=4)
 
@@ -293,3 +294,17 @@ def test_persistent_workers_are_refused_with_the_reason(table):
     ds = PackedDataset(table, seq_len=L, global_batch=4, block_order="sequential")
     with pytest.raises(LoaderError, match="persistent_workers=True would replay"):
         DataLoader(ds, num_workers=2, persistent_workers=True)
+
+
+def test_options_a_packed_dataset_would_silently_ignore_are_refused(table):
+    ds = PackedDataset(table, seq_len=L, global_batch=4)
+    with pytest.raises(LoaderError, match="would be ignored"):
+        DataLoader(ds, batch_size=8)
+    with pytest.raises(LoaderError, match="shuffles the whole selection"):
+        DataLoader(ds, shuffle=True)
+    with pytest.raises(LoaderError, match="global_batch="):
+        PackedDataset(table, seq_len=L, batch_size=4)
+    with pytest.raises(PlanError, match="spelled 'best_fit'"):
+        PackedDataset(table, seq_len=L, packing="bestfit")
+    with pytest.raises(PlanError, match="unknown loader option"):
+        PackedDataset(table, seq_len=L, fit_windw=8)

@@ -32,6 +32,7 @@ __all__ = [
 
 OnResult = Callable[[UnitResult], None]
 
+
 class Executor:
     """Runs unit tasks and reports each finished one."""
 

@@ -98,7 +98,7 @@ class PackedDataset(IterableDataset):
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
         if not 0 <= self.rank < self.world_size:
             raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
-        self.batch_size = spec.per_rank(self.world_size)
+        self.blocks_per_rank = spec.per_rank(self.world_size)
         """Blocks this rank packs per step (``global_batch / world_size``)."""
         self.planner = Planner(spec, storage_options=storage_options, table=handle)
         self.spec = self.planner.spec
@@ -139,7 +139,7 @@ class PackedDataset(IterableDataset):
 
     @property
     def global_batch(self) -> int:
-        """Blocks per global step (``batch_size * world_size``)."""
+        """Blocks per global step (``blocks_per_rank * world_size``)."""
         return self.spec.global_batch
 
     @property

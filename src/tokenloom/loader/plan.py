@@ -10,9 +10,9 @@ The plan is computed from the stored ``n_tokens`` column alone, never from the t
   ``[starts[k], starts[k + 1])``: its ``lengths[k]`` tokens, then one EOS at ``starts[k + 1] - 1``.
 * **Blocks.** Block ``b`` is stream positions ``[b * seq_len, (b + 1) * seq_len)``; the last block
   is padded up to ``seq_len`` (``padding_positions``).
-* **Global steps.** Step ``s`` holds blocks ``[s * G, (s + 1) * G)`` with ``G = batch_size *
-  world_size``; rank ``r`` takes the ``r``-th slice of ``batch_size`` blocks, so the global batch is
-  the same whatever the world size. The last step is completed with whole padding blocks (index
+* **Global steps.** Step ``s`` holds ``G`` blocks (``[s * G, (s + 1) * G)`` in sequential
+  order; see :func:`step_blocks`); rank ``r`` of ``W`` takes the ``r``-th slice of ``G / W``, so
+  the global batch is the same whatever the world size. The last step is completed with whole padding blocks (index
   ``-1``) or dropped with ``drop_last=True`` (its real tokens reported in :class:`EpochSteps`).
 """
 

@@ -551,7 +551,11 @@ def _train(
         log(f"resuming at step {step} of {total} on {dist.world_size} process(es)")
     # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
     history.setdefault("topology", []).append(
-        {"from_step": step + 1, "world_size": dist.world_size, "blocks_per_rank": ds.batch_size}
+        {
+            "from_step": step + 1,
+            "world_size": dist.world_size,
+            "blocks_per_rank": ds.blocks_per_rank,
+        }
     )
     result = TrainResult(step=step, world_size=dist.world_size, history=history)
     if cfg.val_filter and step == 0:
