@@ -12,8 +12,9 @@ The plan is computed from the stored ``n_tokens`` column alone, never from the t
   is padded up to ``seq_len`` (``padding_positions``).
 * **Global steps.** Step ``s`` holds ``G`` blocks (``[s * G, (s + 1) * G)`` in sequential
   order; see :func:`step_blocks`); rank ``r`` of ``W`` takes the ``r``-th slice of ``G / W``, so
-  the global batch is the same whatever the world size. The last step is completed with whole padding blocks (index
-  ``-1``) or dropped with ``drop_last=True`` (its real tokens reported in :class:`EpochSteps`).
+  the global batch is the same whatever the world size. The last step is completed with whole
+  padding blocks (index ``-1``) or dropped with ``drop_last=True`` (its real tokens reported in
+  :class:`EpochSteps`).
 """
 
 from __future__ import annotations
