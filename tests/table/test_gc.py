@@ -19,6 +19,7 @@ from tokenloom.backfill import add_column, default_checkpoint_root, list_jobs, u
 from tokenloom.ingest import ingest
 from tokenloom.table import Table
 from tokenloom.table.gc import collect_garbage, referenced_files
+from tokenloom.table.journal import RunJournal
 from tokenloom.table.locks import FileLock, LockTimeoutError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,8 +126,9 @@ def test_gc_removes_orphans_and_stale_jobs_and_keeps_every_version(table):
     with open(os.path.join(job_v2, "units", "u.arrow.0123.tmp"), "w") as fh:
         fh.write("half a write")
     rows_before = _read_every_version(table)
-    referenced, n_versions = referenced_files(Table.open(table).dataset)
-    assert n_versions == len(rows_before) >= 6
+    referenced = referenced_files(Table.open(table))
+    assert len(Table.open(table).dataset.versions()) == len(rows_before) >= 6
+    assert referenced and all(os.path.exists(os.path.join(table, r)) for r in referenced)
     time.sleep(0.05)
 
     dry = _cli("gc", "--table", table)
@@ -244,3 +246,20 @@ def test_checkpoints_of_object_store_tables_never_go_to_the_current_directory():
     assert a == default_checkpoint_root("s3://bucket/corpus.lance/")
     assert a != default_checkpoint_root("s3://other/corpus.lance")
     assert default_checkpoint_root("rel.lance") == os.path.abspath("rel.lance") + ".backfill"
+
+
+def test_gc_never_deletes_a_file_a_running_ingest_may_still_commit(table):
+    """A live writer's journal protects its files, however old; once it is gone they are
+    orphans like any other."""
+    journal = RunJournal(table)  # a writer that is alive (this process holds the lock)
+    pending = os.path.join(table, "data", "pending-commit.lance")
+    journal.add("data/pending-commit.lance")
+    with open(pending, "wb") as fh:
+        fh.write(b"\0" * 99)
+    os.utime(pending, (time.time() - 3600, time.time() - 3600))
+    report = collect_garbage(table, delete=True)
+    assert os.path.exists(pending)
+    assert all(i.path != pending for i in report.items)
+    journal.close()  # the writer finished without committing it
+    report = collect_garbage(table, delete=True)
+    assert not os.path.exists(pending) and any(i.path == pending for i in report.items)

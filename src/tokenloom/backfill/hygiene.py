@@ -183,6 +183,17 @@ def stale_backfill_items(root: str, schema: Any, *, skip: Iterable[str] = ()) ->
     return out
 
 
+def remove_path(path: str) -> None:
+    """Delete a file or a directory tree (a link is unlinked, never followed); gone is fine."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def remove_items(items: Iterable[GcItem]) -> list[GcItem]:
     """Remove ``items``, each under its job's lock; returns those removed (held ones are not)."""
     removed = []
@@ -200,13 +211,7 @@ def remove_items(items: Iterable[GcItem]) -> list[GcItem]:
             if item.kind == "lock":
                 removed.append(item)  # released (and so removed) below
                 continue
-            try:
-                if os.path.isdir(item.path) and not os.path.islink(item.path):
-                    shutil.rmtree(item.path)
-                else:
-                    os.unlink(item.path)
-            except FileNotFoundError:
-                pass
+            remove_path(item.path)
             removed.append(item)
     finally:
         for lock in held.values():

@@ -50,15 +50,7 @@ class Ledger:
 
     @property
     def total(self) -> dict[str, int]:
-        keys = (
-            "blocks",
-            "body_tokens",
-            "separator_tokens",
-            "padding_positions",
-            "loss_positions",
-            "overlap_tokens",
-        )
-        return {k: sum(getattr(p, k) for p in self.pools) for k in keys}
+        return {k: sum(getattr(p, k) for p in self.pools) for k in COUNT_FIELDS}
 
     def to_json(self) -> dict[str, Any]:
         pools = []

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -28,6 +27,7 @@ from typing import Any
 
 from tokenloom.errors import TableError
 from tokenloom.table.core import Table, normalize_uri
+from tokenloom.table.journal import live_files, referenced_files
 from tokenloom.table.locks import FileLock
 
 __all__ = ["GcItem", "GcReport", "collect_garbage", "orphan_files", "referenced_files"]
@@ -76,29 +76,12 @@ class GcReport:
         }
 
 
-def referenced_files(dataset: Any) -> tuple[set[str], int]:
-    """Paths (relative to the table) of every data and deletion file any version references.
-
-    Returns:
-        The paths, and the number of versions read.
-    """
-    out: set[str] = set()
-    versions = [int(v["version"]) for v in dataset.versions()]
-    for number in versions:
-        ds = dataset.checkout_version(number)
-        for frag in ds.get_fragments():
-            meta = frag.metadata
-            for df in meta.files:
-                out.add(os.path.normpath(os.path.join("data", df.path)))
-            if meta.deletion_file is not None:
-                out.add(os.path.normpath(meta.deletion_file.path(frag.fragment_id)))
-    return out, len(versions)
-
-
-def orphan_files(uri: str, dataset: Any, *, before: float) -> tuple[list[GcItem], int]:
-    """Files under ``data/`` and ``_deletions/`` that no version references, older than
-    ``before`` (a Unix time); and the number of versions kept."""
-    referenced, versions = referenced_files(dataset)
+def orphan_files(uri: str, table: Table, *, before: float) -> tuple[list[GcItem], int]:
+    """Files under ``data/`` and ``_deletions/`` that no version references and no running
+    writer has listed in its journal, older than ``before`` (a Unix time); and the number of
+    versions kept."""
+    referenced = referenced_files(table) | live_files(uri)
+    versions = len(table.dataset.versions())
     out = []
     for sub in _SCANNED:
         top = os.path.join(uri, sub)
@@ -150,21 +133,13 @@ def stale_checkpoint_files(runs: str, *, before: float) -> list[GcItem]:
     return out
 
 
-def ingest_lock_path(uri: str) -> str:
-    """The lock file ``tokenloom ingest`` holds while it writes (see ``tokenloom.ingest.run``)."""
-    parent, name = os.path.split(uri.rstrip("/"))
-    return os.path.join(parent, f".{name}.ingest-lock")
-
-
 @contextmanager
 def _writers_locked(uri: str, root: str, timeout: float | None) -> Iterator[None]:
-    """Hold the ingest lock and every backfill job lock of the table."""
+    """Hold every backfill job lock of the table (running ingests are protected by their
+    journals instead: see :func:`~tokenloom.table.journal.live_files`)."""
     from tokenloom.backfill.hygiene import LOCK_NAME
 
     with ExitStack() as stack:
-        ingest = FileLock(ingest_lock_path(uri), what=f"ingest into {uri}", keep_file=True)
-        if os.path.exists(ingest.path):
-            stack.callback(ingest.acquire(timeout).release)
         if os.path.isdir(root):
             for name in sorted(os.listdir(root)):
                 job = os.path.join(root, name)
@@ -178,14 +153,10 @@ def _writers_locked(uri: str, root: str, timeout: float | None) -> Iterator[None
 
 
 def _remove(items: Iterable[GcItem]) -> None:
+    from tokenloom.backfill.hygiene import remove_path
+
     for item in items:
-        try:
-            if os.path.isdir(item.path) and not os.path.islink(item.path):
-                shutil.rmtree(item.path)
-            else:
-                os.unlink(item.path)
-        except FileNotFoundError:
-            pass
+        remove_path(item.path)
 
 
 def collect_garbage(
@@ -225,7 +196,7 @@ def collect_garbage(
     before = started - max(0.0, min_age)
     report = GcReport(table=uri, dry_run=not delete)
     with _writers_locked(uri, root, lock_timeout):
-        orphans, report.versions_kept = orphan_files(uri, handle.checkout().dataset, before=before)
+        orphans, report.versions_kept = orphan_files(uri, handle.checkout(), before=before)
         if delete:
             _remove(orphans)
     report.items += orphans

@@ -22,7 +22,14 @@ from typing import IO
 
 from tokenloom.table.core import Table, is_local
 
-__all__ = ["RunJournal", "clean_orphans", "referenced_files", "RUNS_DIR", "SIDE_DIR"]
+__all__ = [
+    "RunJournal",
+    "clean_orphans",
+    "live_files",
+    "referenced_files",
+    "RUNS_DIR",
+    "SIDE_DIR",
+]
 
 SIDE_DIR = "_tokenloom"
 """tokenloom's own files inside a table directory (Lance leaves them alone)."""
@@ -75,21 +82,56 @@ class RunJournal:
 
 
 def referenced_files(table: Table) -> set[str]:
-    """Paths (relative to the table) of every data file any version references, and of every
-    side file any version's schema metadata lists (under ``tokenloom.*_files`` keys)."""
+    """Paths (relative to the table, normalised) of every data and deletion file any version
+    references, and of every side file any version's schema metadata lists (under
+    ``tokenloom.*_files`` keys). The one answer to "may this file go?" (cleaners and ``gc``)."""
     refs: set[str] = set()
     ds = table.dataset
     for info in ds.versions():
         version = ds.checkout_version(int(info["version"]))
         for frag in version.get_fragments():
             meta = frag.metadata
-            refs.update(f"data/{f.path}" for f in meta.files)
+            refs.update(os.path.normpath(f"data/{f.path}") for f in meta.files)
+            if meta.deletion_file is not None:
+                refs.add(os.path.normpath(meta.deletion_file.path(frag.fragment_id)))
         schema_meta = version.schema.metadata or {}
         for key, value in schema_meta.items():
             if key.startswith(b"tokenloom.") and key.endswith(b"_files"):
                 with contextlib.suppress(ValueError):
                     refs.update(json.loads(value))
     return refs
+
+
+def live_files(uri: str) -> set[str]:
+    """Paths (relative, normalised) that running writers have listed in their journals: files
+    they may still commit, which no cleaner may delete however old they are."""
+    if not is_local(uri):
+        return set()
+    import fcntl
+
+    runs = os.path.join(uri, RUNS_DIR)
+    try:
+        names = sorted(n for n in os.listdir(runs) if n.endswith(".journal"))
+    except FileNotFoundError:
+        return set()
+    out: set[str] = set()
+    for name in names:
+        try:
+            fh = open(os.path.join(runs, name), encoding="utf-8")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            continue
+        with fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                continue  # nobody holds it: a dead writer's journal (clean_orphans' business)
+            except OSError:
+                pass  # a live writer
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    rel = json.loads(line)
+                    if isinstance(rel, str):
+                        out.add(os.path.normpath(rel))
+    return out
 
 
 def clean_orphans(uri: str) -> list[str]:
