@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TableError, TableNotFoundError
 from tokenloom.table.schema import BASE_SCHEMA, OP_KEY, validate_base_schema
+from tokenloom.table.storage import resolve_storage_options
 
 __all__ = ["Table", "VersionInfo", "normalize_uri", "is_local", "NEXT_ID_KEY"]
 
@@ -81,7 +82,7 @@ class Table:
     ) -> None:
         self.uri = uri
         self._ds = dataset
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = resolve_storage_options(uri, storage_options)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -114,7 +115,7 @@ class Table:
                 norm,
                 mode="create",
                 enable_stable_row_ids=True,
-                storage_options=dict(storage_options or {}) or None,
+                storage_options=resolve_storage_options(norm, storage_options) or None,
                 commit_message="create tokenloom table",
                 transaction_properties={OP_KEY: "create", NEXT_ID_KEY: "0"},
             )
@@ -147,7 +148,9 @@ class Table:
             )
         try:
             ds = lance.dataset(
-                norm, version=version, storage_options=dict(storage_options or {}) or None
+                norm,
+                version=version,
+                storage_options=resolve_storage_options(norm, storage_options) or None,
             )
         except (ValueError, OSError, RuntimeError) as exc:
             raise TableError(f"cannot open {norm} at version {version}: {exc}") from exc
@@ -160,7 +163,9 @@ class Table:
         if "://" not in uri:
             return os.path.isdir(os.path.join(uri, "_versions"))
         try:
-            lance.dataset(uri, storage_options=dict(storage_options or {}) or None)
+            lance.dataset(
+                uri, storage_options=resolve_storage_options(uri, storage_options) or None
+            )
         except (ValueError, OSError, RuntimeError):
             return False
         return True
