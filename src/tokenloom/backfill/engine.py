@@ -30,6 +30,7 @@ from tokenloom.errors import TokenloomError
 from tokenloom.table import Table
 from tokenloom.table.filters import validate_filter
 from tokenloom.table.names import validate_column_name
+from tokenloom.table.storage import is_remote, join
 
 __all__ = ["BackfillError", "BackfillResult", "DEFAULT_LOCK_TIMEOUT", "add_column", "UDF_META_KEY"]
 
@@ -121,14 +122,15 @@ def add_column(
         validate_column_name(column, what=f"output column of UDF {udf.name}")
     workers = _default_workers() if workers is None else workers
     root = checkpoint_dir or default_checkpoint_root(handle.uri)
-    job_dir = os.path.join(root, f"{'+'.join(udf.columns)}-{udf.fingerprint()}")
+    job_dir = join(root, f"{'+'.join(udf.columns)}-{udf.fingerprint()}")
     lock = job_lock(
-        job_dir,
+        job_dir if not is_remote(job_dir) else _local_lock_dir(job_dir),
         f"the backfill of {'+'.join(udf.columns)} ({udf.name} v{udf.version}) on {handle.uri}",
     )
     lock.acquire(lock_timeout)  # before the job directory is written: one driver per job
     try:
-        clean_stale(root, handle.schema(), own_dir=job_dir)  # what killed runs left behind
+        if not is_remote(root):  # TODO(s3-hygiene): stale job prefixes on object stores
+            clean_stale(root, handle.schema(), own_dir=job_dir)  # what killed runs left behind
         return _run_job(
             handle, udf, root, where, workers, executor, ray_address, unit_rows, progress,
             max_attempts, started,
@@ -150,7 +152,9 @@ def _run_job(  # noqa: PLR0913 - add_column's arguments, checked
     max_attempts: int,
     started: float,
 ) -> BackfillResult:
-    store = JobStore(root, "+".join(udf.columns), udf.fingerprint())
+    store = JobStore(
+        root, "+".join(udf.columns), udf.fingerprint(), storage_options=handle.storage_options
+    )
     store.save_job(column="+".join(udf.columns), udf=udf.describe())
     runner = make_executor(executor, workers, ray_address=ray_address)
     result = BackfillResult(columns=udf.columns, version=None)
@@ -210,6 +214,17 @@ def _run_job(  # noqa: PLR0913 - add_column's arguments, checked
         raise
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _local_lock_dir(job_uri: str) -> str:
+    """Where the lock of an object-store job lives: this machine's cache (an object store has
+    no file locks; two drivers of one job on *different* machines are not excluded, but their
+    unit results and commits stay idempotent)."""
+    import hashlib
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    digest = hashlib.sha256(job_uri.encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser(cache), "tokenloom", "locks", digest)
 
 
 def _renamed(udf: UDF, name: str | None) -> UDF:

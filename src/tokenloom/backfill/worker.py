@@ -126,7 +126,9 @@ def run_unit(task: UnitTask) -> UnitResult:
     """Compute one unit and checkpoint its result; returns quickly if it is already done."""
     started = time.perf_counter()
     udf = _udf(task.udf)
-    store = JobStore(task.store_root, task.column, udf.fingerprint())
+    store = JobStore(
+        task.store_root, task.column, udf.fingerprint(), storage_options=task.storage_options
+    )
     if store.has(task.unit):
         return UnitResult(unit=task.unit.name, rows=0, seconds=0.0)
     ds = _dataset(task)

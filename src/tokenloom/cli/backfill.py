@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["command"]
 
@@ -31,6 +31,7 @@ column is committed once. After new rows are ingested, the same command
 computes the column for the new rows only.""",
 )
 @table_option
+@storage_options_option
 @click.option(
     "--udf",
     "udf_ref",
@@ -84,6 +85,7 @@ computes the column for the new rows only.""",
 @json_option
 def run(
     table: str,
+    storage_options: dict,
     udf_ref: str,
     name: str | None,
     args: tuple[str, ...],
@@ -97,6 +99,7 @@ def run(
 ) -> None:
     """Compute a UDF for every row lacking it and commit the column as one new version."""
     from tokenloom.backfill import add_column, load_udf
+    from tokenloom.table import Table
     from tokenloom.table.names import validate_column_name
 
     if name is not None:
@@ -112,7 +115,7 @@ def run(
             kwargs[key] = value
     udf = load_udf(udf_ref, **kwargs)
     result = add_column(
-        table,
+        Table.open(table, storage_options=storage_options),
         name,
         udf,
         workers=workers,
@@ -142,13 +145,17 @@ Examples:
   tokenloom backfill status --table corpus.lance --json""",
 )
 @table_option
+@storage_options_option
 @json_option
-def status(table: str, as_json: bool) -> None:
+def status(table: str, storage_options: dict, as_json: bool) -> None:
     """Show each backfill job of a table: state and done/remaining work units."""
     from tokenloom.backfill import default_checkpoint_root, list_jobs
     from tokenloom.table import normalize_uri
+    from tokenloom.table.storage import resolve_storage_options
 
-    jobs = list_jobs(default_checkpoint_root(normalize_uri(table)))
+    uri = normalize_uri(table)
+    so = resolve_storage_options(uri, storage_options)
+    jobs = list_jobs(default_checkpoint_root(uri), storage_options=so)
     if as_json:
         emit_json([j.to_json() for j in jobs])
         return

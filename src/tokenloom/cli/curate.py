@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["commands"]
 
@@ -44,6 +44,7 @@ is kept. Near: MinHash (3-word shingles of spelling-folded text, 128 permutation
   --filter "NOT is_dup AND NOT is_near_dup" """,
 )
 @table_option
+@storage_options_option
 @click.option("--near", is_flag=True, help="Near-duplicates (MinHash + LSH) instead of exact.")
 @click.option(
     "--threshold",
@@ -56,15 +57,27 @@ is kept. Near: MinHash (3-word shingles of spelling-folded text, 128 permutation
 @workers_option
 @json_option
 def dedup(
-    table: str, near: bool, threshold: float, recompute: bool, workers: int | None, as_json: bool
+    table: str,
+    storage_options: dict,
+    near: bool,
+    threshold: float,
+    recompute: bool,
+    workers: int | None,
+    as_json: bool,
 ) -> None:
     """Flag exact or near-duplicate documents as added columns."""
     from tokenloom.curate.jobs import dedup_exact, dedup_near
 
     if near:
-        result = dedup_near(table, threshold=threshold, workers=workers, recompute=recompute)
+        result = dedup_near(
+            table,
+            threshold=threshold,
+            workers=workers,
+            recompute=recompute,
+            storage_options=storage_options,
+        )
     else:
-        result = dedup_exact(table, workers=workers)
+        result = dedup_exact(table, workers=workers, storage_options=storage_options)
     if as_json:
         emit_json(result.to_json())
     else:
@@ -83,13 +96,14 @@ quality = fraction of the applicable Gopher/C4 rules a document passes (1.0 = al
 quality_reasons lists the failed rules. Code documents (detected) get code rules.""",
 )
 @table_option
+@storage_options_option
 @workers_option
 @json_option
-def score(table: str, workers: int | None, as_json: bool) -> None:
+def score(table: str, storage_options: dict, workers: int | None, as_json: bool) -> None:
     """Add heuristic quality scores and the reasons behind them."""
     from tokenloom.curate.jobs import score_quality
 
-    result = score_quality(table, workers=workers)
+    result = score_quality(table, workers=workers, storage_options=storage_options)
     if as_json:
         emit_json(result.to_json())
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["command", "format_info", "format_versions"]
 
@@ -58,6 +58,7 @@ Examples:
   tokenloom info --table corpus.lance --version 2 --json""",
 )
 @table_option
+@storage_options_option
 @click.option(
     "--version",
     "version",
@@ -66,11 +67,11 @@ Examples:
     help="Describe this version instead of the latest.",
 )
 @json_option
-def command(table: str, version: int | None, as_json: bool) -> None:
+def command(table: str, storage_options: dict, version: int | None, as_json: bool) -> None:
     """Summarise a table: rows, versions and what made them, column sizes, sources."""
     from tokenloom.table import Table, table_info
 
-    info = table_info(Table.open(table, version=version))
+    info = table_info(Table.open(table, version=version, storage_options=storage_options))
     if as_json:
         emit_json(info.to_json())
     else:

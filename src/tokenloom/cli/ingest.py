@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["command"]
 
@@ -17,6 +17,8 @@ Examples:
   tokenloom ingest dump.jsonl.zst --table corpus.lance --source web --text-field content
   tokenloom ingest books/ --glob '**/*.txt' --table corpus.lance --source books
   tokenloom ingest data.parquet --table corpus.lance --errors replace --json
+  tokenloom ingest s3://raw/dump.jsonl.zst --table s3://bucket/corpus.lance \
+      --storage-options aws_endpoint=http://127.0.0.1:8333
 
 \b
 Bad records (broken JSON, missing/null/non-string text, invalid UTF-8, empty
@@ -28,6 +30,7 @@ nothing could be ingested, 2 on a usage error.""",
 )
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @table_option
+@storage_options_option
 @click.option(
     "--source",
     default=None,
@@ -80,6 +83,7 @@ nothing could be ingested, 2 on a usage error.""",
 def command(
     paths: tuple[str, ...],
     table: str,
+    storage_options: dict,
     source: str | None,
     text_field: str,
     glob_: str,
@@ -111,6 +115,7 @@ def command(
         max_doc_bytes=int(max_doc_mb * (1 << 20)),
         rejects_path=rejects_path,
         follow_symlinks=follow_symlinks,
+        storage_options=storage_options,
     )
     if as_json:
         emit_json(result.to_json())

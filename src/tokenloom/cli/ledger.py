@@ -11,6 +11,7 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    storage_options_option,
     table_option,
 )
 
@@ -30,6 +31,7 @@ mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
            "code": ["source = 'python_stdlib'", 0.3, 2]}""",
 )
 @table_option
+@storage_options_option
 @loader_options(epoch=True)
 @click.option(
     "--steps",
@@ -38,7 +40,14 @@ mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
     help="Count the first N steps [default: the whole epoch].",
 )
 @json_option
-def command(table: str, steps: int | None, epoch: int, as_json: bool, **loader: Any) -> None:
+def command(
+    table: str,
+    storage_options: dict,
+    steps: int | None,
+    epoch: int,
+    as_json: bool,
+    **loader: Any,
+) -> None:
     """Per pool: body, separator, padding, loss and overlap positions, documents, passes.
 
     Computed from the plan alone (no token is read); a training run with the same options
@@ -47,7 +56,8 @@ def command(table: str, steps: int | None, epoch: int, as_json: bool, **loader: 
     from tokenloom.loader.ledger import ledger
     from tokenloom.loader.planner import Planner
 
-    led = ledger(Planner(loader_spec(table, loader)), steps=steps, epoch=epoch)
+    planner = Planner(loader_spec(table, loader), storage_options=storage_options)
+    led = ledger(planner, steps=steps, epoch=epoch)
     if as_json:
         emit_json(led.to_json())
         return

@@ -73,6 +73,7 @@ def _register() -> None:
         corpus,
         curate,
         demo,
+        dev,
         gc,
         info,
         ingest,
@@ -84,7 +85,20 @@ def _register() -> None:
         verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo, gc):
+    for module in (
+        corpus,
+        ingest,
+        info,
+        backfill,
+        stats,
+        ledger,
+        verify,
+        trace,
+        bench,
+        demo,
+        gc,
+        dev,
+    ):
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 

@@ -10,6 +10,7 @@ import click
 
 __all__ = [
     "table_option",
+    "storage_options_option",
     "json_option",
     "emit_json",
     "loader_options",
@@ -25,6 +26,27 @@ table_option = click.option(
     metavar="PATH",
     help="The tokenloom table: a local directory or an object-store URI Lance accepts.",
 )
+
+
+def _parse_storage_options(ctx, param, value):  # noqa: ANN001, ANN202 - a click callback
+    from tokenloom.table.storage import StorageError, parse_storage_options
+
+    try:
+        return parse_storage_options(value or ())
+    except StorageError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+storage_options_option = click.option(
+    "--storage-options",
+    "storage_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_parse_storage_options,
+    help="Object-store option for Lance and tokenloom's side files (repeatable), e.g. "
+    "aws_endpoint=http://127.0.0.1:8333, allow_http=true; the AWS_* environment fills the rest.",
+)
+"""``--storage-options KEY=VALUE`` (repeatable) as a dict; never stored in a record."""
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text."

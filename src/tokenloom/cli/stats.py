@@ -9,6 +9,7 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    storage_options_option,
     table_option,
 )
 
@@ -24,10 +25,13 @@ Examples:
   tokenloom stats --table corpus.lance --column input_ids_bpe16k --json""",
 )
 @table_option
+@storage_options_option
 @loader_options
 @click.option("--plot", default=None, metavar="FILE", help="Write a PNG length histogram.")
 @json_option
-def command(table: str, plot: str | None, as_json: bool, **loader) -> None:  # noqa: ANN003
+def command(  # noqa: ANN003 - the loader options
+    table: str, storage_options: dict, plot: str | None, as_json: bool, **loader
+) -> None:
     """Length statistics of a token column, and the exact epoch of the loader options given,
     from the stored counts only."""
     import pyarrow.compute as pc
@@ -39,7 +43,7 @@ def command(table: str, plot: str | None, as_json: bool, **loader) -> None:  # n
 
     spec = loader_spec(table, loader)
     filter, seq_len, count = spec.filter, spec.seq_len, spec.count_column
-    ds = Table.open(table, version=spec.version).dataset
+    ds = Table.open(table, version=spec.version, storage_options=storage_options).dataset
     if count not in ds.schema.names:
         raise click.UsageError(
             f"no {count!r} column: tokenize first "
@@ -52,7 +56,7 @@ def command(table: str, plot: str | None, as_json: bool, **loader) -> None:  # n
     if len(n_tokens) == 0:
         raise click.UsageError(f"the filter {filter!r} selects no rows")
     stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)
-    epoch = Planner(spec).epoch_info(0)
+    epoch = Planner(spec, storage_options=storage_options).epoch_info(0)
     if plot:
         from tokenloom.stats import plot_length_histogram
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["commands"]
 
@@ -25,6 +25,7 @@ count column (input_ids -> n_tokens), with the tokenizer identity pinned in
 the column's metadata.""",
 )
 @table_option
+@storage_options_option
 @click.option("--tokenizer", "spec", required=True, metavar="SPEC", help="Which tokenizer.")
 @click.option("--column", default="input_ids", show_default=True, help="The token ids column.")
 @click.option(
@@ -55,6 +56,7 @@ the column's metadata.""",
 @json_option
 def tokenize(
     table: str,
+    storage_options: dict,
     spec: str,
     column: str,
     workers: int | None,
@@ -73,12 +75,13 @@ def tokenize(
         workers=workers,
         threads=threads,
         roundtrip_sample=roundtrip_sample,
+        storage_options=storage_options,
     )
     cuts = None
     if boundaries:
         from tokenloom.tokenize.boundaries import add_boundaries, boundaries_column_for
 
-        added = add_boundaries(table, column, workers=workers)
+        added = add_boundaries(table, column, workers=workers, storage_options=storage_options)
         cuts = {"column": boundaries_column_for(column), "version": added.version}
     if as_json:
         emit_json({**res.to_json(), **({"boundaries": cuts} if cuts else {})})
@@ -119,20 +122,27 @@ Examples:
   tokenloom tokenize --table corpus.lance --tokenizer bpe16k/ --column input_ids_bpe16k""",
 )
 @table_option
+@storage_options_option
 @click.option("--vocab-size", type=click.IntRange(min=260), required=True)
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Where tokenizer.json goes.")
 @click.option("--filter", default=None, metavar="SQL", help="Train on these rows only.")
 @click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True)
 @json_option
 def train(
-    table: str, vocab_size: int, out_dir: str, filter: str | None, min_frequency: int, as_json: bool
+    table: str,
+    storage_options: dict,
+    vocab_size: int,
+    out_dir: str,
+    filter: str | None,
+    min_frequency: int,
+    as_json: bool,
 ) -> None:
     """Train a byte-level BPE on the table's text (streamed, in id order)."""
     from tokenloom.table import Table
     from tokenloom.table.filters import validate_filter
     from tokenloom.tokenize import train_bpe
 
-    ds = Table.open(table).dataset
+    ds = Table.open(table, storage_options=storage_options).dataset
     filter = validate_filter(ds, filter)
 
     def texts():

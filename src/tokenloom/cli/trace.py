@@ -6,6 +6,8 @@ import json
 
 import click
 
+from tokenloom.cli.options import storage_options_option
+
 __all__ = ["command", "describe"]
 
 
@@ -18,7 +20,9 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
         return []
     spec = run.planner.spec
     column = spec.token_column
-    table = Table.open(spec.table, version=run.table_version)
+    table = Table.open(
+        spec.table, version=run.table_version, storage_options=run.planner.storage_options
+    )
     ids = sorted({s.row_id for s in seen})
     data = table.dataset.to_table(
         columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
@@ -65,6 +69,7 @@ Examples:
   tokenloom trace --checkpoint runs/tiny --row 4711 --json     # every step that saw row 4711""",
 )
 @click.option("--checkpoint", required=True, metavar="DIR", help="The run's --out directory.")
+@storage_options_option
 @click.option("--step", type=click.IntRange(min=1), default=None, help="Optimizer step (1-based).")
 @click.option("--row", "row_id", type=int, default=None, help="A row id.")
 @click.option("--rank", type=click.IntRange(min=0), default=None)
@@ -72,6 +77,7 @@ Examples:
 @click.option("--json", "as_json", is_flag=True)
 def command(
     checkpoint: str,
+    storage_options: dict,
     step: int | None,
     row_id: int | None,
     rank: int | None,
@@ -87,7 +93,7 @@ def command(
 
     if (step is None) == (row_id is None):
         raise click.UsageError("give exactly one of --step and --row")
-    run = open_run(checkpoint)
+    run = open_run(checkpoint, storage_options=storage_options)
     seen = run.step(step, rank=rank) if step is not None else run.row(row_id)
     if rank is not None and row_id is not None:
         seen = [s for s in seen if s.rank == rank]

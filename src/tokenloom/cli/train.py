@@ -6,7 +6,13 @@ import os
 
 import click
 
-from tokenloom.cli.options import LOADER_KEYS, loader_options, loader_spec, parse_mixture_option
+from tokenloom.cli.options import (
+    LOADER_KEYS,
+    loader_options,
+    loader_spec,
+    parse_mixture_option,
+    storage_options_option,
+)
 
 __all__ = ["commands"]
 
@@ -32,6 +38,7 @@ Examples:
     "--table", default=None, metavar="PATH", help="The table [a resume reads it from the record]."
 )
 @click.option("--out", default=None, metavar="DIR", help="Run directory [default: runs/MODEL].")
+@storage_options_option
 @loader_options
 @click.option(
     "--model", type=click.Choice(["tiny", "small", "medium"]), default="tiny", show_default=True
@@ -182,6 +189,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     from tokenloom.train.record import read_record
 
     table = options.pop("table")
+    storage_options = options.pop("storage_options") or None
     if not resume:
         if table is None:
             raise click.UsageError("--table is required (unless --resume continues a run)")
@@ -189,7 +197,9 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
             options["out"] = os.path.join("runs", options["model"])
         if options["steps"] is None and options["epochs"] is None:
             options["steps"] = 100
-        return TrainConfig(loader=loader_spec(table, options), **options)
+        return TrainConfig(
+            loader=loader_spec(table, options), storage_options=storage_options, **options
+        )
     if options["out"] is None:
         raise click.UsageError("--resume needs --out DIR (the run to continue)")
     record = read_record(options["out"])
@@ -216,7 +226,9 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
         own["epochs"] = None
     if "epochs" in own and "steps" not in own:
         own["steps"] = None
-    return TrainConfig.from_record(record, loader=loader, out=options["out"], **own)
+    return TrainConfig.from_record(
+        record, loader=loader, out=options["out"], storage_options=storage_options, **own
+    )
 
 
 @click.command(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,7 @@ from tokenloom.curate.exact import exact_duplicates
 from tokenloom.curate.lsh import DEFAULT_THRESHOLD, lsh_clusters
 from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
 from tokenloom.table import Table
+from tokenloom.table.storage import delete, is_remote, join
 
 __all__ = ["CurationResult", "dedup_exact", "dedup_near", "score_quality"]
 
@@ -43,9 +45,12 @@ class CurationResult:
 
 
 def _lookup_path(table: Table, name: str) -> str:
-    root = os.path.join(default_checkpoint_root(table.uri), "_results")
-    os.makedirs(root, exist_ok=True)
-    return os.path.join(root, f"{name}-v{table.version}-{os.getpid()}.arrow")
+    """Beside the table's backfill checkpoints (inside an object-store table: workers on other
+    machines read it through the store)."""
+    root = join(default_checkpoint_root(table.uri), "_results")
+    if not is_remote(root):
+        os.makedirs(root, exist_ok=True)
+    return join(root, f"{name}-v{table.version}-{os.getpid()}.arrow")
 
 
 def _drop(table: Table, columns: list[str]) -> Table:
@@ -80,7 +85,11 @@ def _examples(table: Table, group_of: np.ndarray, ids: np.ndarray, k: int = 5) -
 
 
 def dedup_exact(
-    uri: str, *, workers: int | None = None, progress: bool | None = None
+    uri: str,
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> CurationResult:
     """``text_hash`` per row, then ``is_dup``/``dup_of``: the first occurrence by id is kept.
 
@@ -89,19 +98,20 @@ def dedup_exact(
     """
     started = time.perf_counter()
     res = CurationResult(columns=["text_hash", "is_dup", "dup_of"])
-    r1 = add_column(uri, None, TextHash, workers=workers, progress=progress)
-    table = Table.open(uri)
+    table = Table.open(uri, storage_options=storage_options)
+    r1 = add_column(table, None, TextHash, workers=workers, progress=progress)
+    table = table.checkout()
     data = table.dataset.to_table(columns=["id", "text_hash"])
     ids = data.column("id").to_numpy()
     is_dup, dup_of = exact_duplicates(ids, data.column("text_hash"))
     path = _lookup_path(table, "exact")
-    write_lookup(path, ids, {"is_dup": is_dup, "dup_of": dup_of})
+    so = table.storage_options or None
+    write_lookup(path, ids, {"is_dup": is_dup, "dup_of": dup_of}, storage_options=so)
+    lookup = ExactLookup.bind(_path=path, _storage_options=so)
     try:
-        r2 = add_column(
-            table, None, ExactLookup.bind(_path=path), workers=workers, progress=progress
-        )
+        r2 = add_column(table, None, lookup, workers=workers, progress=progress)
     finally:
-        os.unlink(path)
+        delete(path, so)
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
     res.rows, res.flagged = len(ids), int(is_dup.sum())
     res.groups = len(np.unique(dup_of[is_dup]))
@@ -117,6 +127,7 @@ def dedup_near(
     workers: int | None = None,
     recompute: bool = False,
     progress: bool | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> CurationResult:
     """``minhash`` per row, then LSH clusters → ``near_dup_cluster`` (smallest id in the cluster)
     and ``is_near_dup`` (true for every member but the kept one).
@@ -127,24 +138,29 @@ def dedup_near(
     """
     started = time.perf_counter()
     res = CurationResult(columns=["minhash", "near_dup_cluster", "is_near_dup"])
-    table = Table.open(uri)
+    table = Table.open(uri, storage_options=storage_options)
     if recompute:
         table = _drop(table, ["near_dup_cluster", "is_near_dup"])
     minhash = MinHash.bind()
     r1 = add_column(table, None, minhash, workers=workers, progress=progress)
-    table = Table.open(uri)
+    table = table.checkout()
     data = table.dataset.to_table(columns=["id", "minhash"])
     ids = data.column("id").to_numpy()
     flat = pc.list_flatten(data.column("minhash")).to_numpy()
     sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
     cluster, is_near = lsh_clusters(ids, sigs, threshold=threshold)
     path = _lookup_path(table, "near")
-    write_lookup(path, ids, {"near_dup_cluster": cluster, "is_near_dup": is_near})
-    lookup = NearLookup.bind(_path=path, threshold=threshold, minhash=minhash.fingerprint())
+    so = table.storage_options or None
+    write_lookup(
+        path, ids, {"near_dup_cluster": cluster, "is_near_dup": is_near}, storage_options=so
+    )
+    lookup = NearLookup.bind(
+        _path=path, _storage_options=so, threshold=threshold, minhash=minhash.fingerprint()
+    )
     try:
         r2 = add_column(table, None, lookup, workers=workers, progress=progress)
     finally:
-        os.unlink(path)
+        delete(path, so)
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
     res.rows, res.flagged = len(ids), int(is_near.sum())
     res.groups = len(np.unique(cluster[is_near]))
@@ -154,14 +170,19 @@ def dedup_near(
 
 
 def score_quality(
-    uri: str, *, workers: int | None = None, progress: bool | None = None
+    uri: str,
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> CurationResult:
     """``quality`` (fraction of applicable Gopher/C4 rules passed, 1.0 = all) and
     ``quality_reasons`` (the rules a row failed)."""
     started = time.perf_counter()
     res = CurationResult(columns=["quality", "quality_reasons"])
-    r = add_column(uri, None, Quality, workers=workers, progress=progress)
-    table = Table.open(uri)
+    table = Table.open(uri, storage_options=storage_options)
+    r = add_column(table, None, Quality, workers=workers, progress=progress)
+    table = table.checkout()
     res.versions = [r.version] if r.version is not None else []
     res.rows = table.count_rows()
     res.flagged = table.count_rows("quality < 1.0")

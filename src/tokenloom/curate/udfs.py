@@ -7,6 +7,8 @@ a results file, whose path is run-time plumbing (an ``_``-argument, not part of 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -15,6 +17,7 @@ from tokenloom.backfill import udf
 from tokenloom.curate.minhash import MinHashConfig, minhash_signatures
 from tokenloom.curate.normalize import text_hashes
 from tokenloom.curate.quality import quality_scores
+from tokenloom.table.storage import is_remote, read_bytes, write_bytes
 
 __all__ = ["TextHash", "MinHash", "Quality", "ExactLookup", "NearLookup", "write_lookup"]
 
@@ -59,18 +62,35 @@ def Quality(batch: pa.RecordBatch) -> dict:  # noqa: N802
     return {"quality": pa.array(quality, pa.float32()), "quality_reasons": reasons}
 
 
-def write_lookup(path: str, ids: np.ndarray, columns: dict[str, np.ndarray]) -> None:
-    """Write a sorted ``id -> values`` table for :class:`Lookup` UDFs."""
+def write_lookup(
+    path: str,
+    ids: np.ndarray,
+    columns: dict[str, np.ndarray],
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
+    """Write a sorted ``id -> values`` table for :class:`Lookup` UDFs (a path or an
+    object-store URI)."""
     order = np.argsort(ids, kind="stable")
     table = pa.table({"id": ids[order], **{k: v[order] for k, v in columns.items()}})
+    if is_remote(path):
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        write_bytes(path, sink.getvalue().to_pybytes(), storage_options)
+        return
     with pa.OSFile(path, "wb") as sink, ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
 
 
 class _Lookup:
-    def __init__(self, _path: str) -> None:
-        with pa.memory_map(_path) as source:
-            table = ipc.open_file(source).read_all()
+    def __init__(self, _path: str, _storage_options: Mapping[str, str] | None = None) -> None:
+        if is_remote(_path):
+            data = read_bytes(_path, _storage_options)
+            table = ipc.open_file(pa.BufferReader(data)).read_all()
+        else:
+            with pa.memory_map(_path) as source:
+                table = ipc.open_file(source).read_all()
         self.ids = table.column("id").to_numpy()
         self.columns = {n: table.column(n).to_numpy() for n in table.schema.names if n != "id"}
 
@@ -98,5 +118,11 @@ class ExactLookup(_Lookup):
 class NearLookup(_Lookup):
     """Near-duplicate clusters computed by the dedup job (the smallest id is kept)."""
 
-    def __init__(self, _path: str, threshold: float = 0.5, minhash: str = "") -> None:
-        super().__init__(_path)
+    def __init__(
+        self,
+        _path: str,
+        threshold: float = 0.5,
+        minhash: str = "",
+        _storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(_path, _storage_options)

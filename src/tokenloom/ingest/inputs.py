@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import re
 import stat
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from tokenloom.ingest.rejects import Reason, Reject, printable
+from tokenloom.table.storage import filesystem, is_remote
 
 __all__ = [
     "InputFile",
@@ -55,6 +57,10 @@ class InputFile:
     name (valid UTF-8: undecodable bytes of a name are written ``\\\\xNN``)."""
     escaped_name: bool = False
     """True when the name is not UTF-8 and ``relpath``/``default_source`` carry escapes."""
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    """Object-store options for an ``s3://``-style ``path`` (never written anywhere)."""
+    size: int = -1
+    """Size in bytes when known from the listing (object-store inputs), else -1."""
 
 
 class NotRegularFile(OSError):
@@ -74,15 +80,19 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str) -> BinaryIO:
+def open_regular(path: str, storage_options: Mapping[str, str] | None = None) -> BinaryIO:
     """Open a regular file for binary reading; anything else is refused after ``fstat``.
 
     Opening is non-blocking, so a named pipe swapped in after discovery cannot hang the run.
+    An object-store URI is opened through ``pyarrow.fs`` (a seekable file reading by ranges).
 
     Raises:
         NotRegularFile: for devices, pipes, sockets, directories.
         OSError: when the file cannot be opened.
     """
+    if is_remote(path):
+        fs, inner = filesystem(path, storage_options)
+        return io.BufferedReader(_RemoteFile(fs.open_input_file(inner)), buffer_size=1 << 20)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:
@@ -93,6 +103,38 @@ def open_regular(path: str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+class _RemoteFile(io.RawIOBase):
+    """A ``pyarrow.fs`` input file as a raw Python stream (ranged reads, seekable), so the
+    readers' ``readline``/``read``/``seek`` behave as on a local file."""
+
+    def __init__(self, native) -> None:  # noqa: ANN001 - a pyarrow NativeFile
+        self._f = native
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
+        data = self._f.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def size(self) -> int:
+        return self._f.size()
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 def _classify(name: str) -> tuple[str, str] | None:
@@ -151,6 +193,7 @@ def discover(
     *,
     glob: str = "**/*.txt",
     follow_symlinks: bool = False,
+    storage_options: Mapping[str, str] | None = None,
 ) -> tuple[list[InputFile], list[Reject]]:
     """Expand and classify input paths.
 
@@ -159,6 +202,8 @@ def discover(
             here is followed.
         glob: Pattern of the text files taken from each directory (one document per file).
         follow_symlinks: Inside directories, follow symlinks that point outside the directory.
+        storage_options: Options for object-store URIs among ``paths`` (``s3://bucket/x.jsonl``,
+            or a prefix ``s3://bucket/dir/`` read like a directory of text files).
 
     Returns:
         The input files in a deterministic order (arguments in order, directory entries sorted),
@@ -169,6 +214,9 @@ def discover(
     seen: set[tuple[int, int]] = set()
     pattern = glob_regex(glob)
     for raw in paths:
+        if is_remote(os.fspath(raw)):
+            _discover_remote(os.fspath(raw), glob, pattern, storage_options, files, rejects)
+            continue
         path = os.path.abspath(os.path.expanduser(os.fspath(raw)))
         try:
             st = os.stat(path)
@@ -218,6 +266,69 @@ def discover(
             )
         )
     return files, rejects
+
+
+def _discover_remote(
+    uri: str,
+    glob: str,
+    pattern: re.Pattern[str],
+    storage_options: Mapping[str, str] | None,
+    files: list[InputFile],
+    rejects: list[Reject],
+) -> None:
+    """One object-store input: an object classified by its name, or a prefix whose objects
+    matching ``glob`` are text files (one document each)."""
+    from pyarrow import fs as pafs
+
+    try:
+        fs, path = filesystem(uri, storage_options)
+        info = fs.get_file_info(path)
+    except OSError as exc:
+        rejects.append(Reject(file=uri, reason=Reason.UNREADABLE_FILE, detail=str(exc)))
+        return
+    if info.type == pafs.FileType.File:
+        name = uri.rstrip("/").rsplit("/", 1)[-1]
+        kind = _classify(name)
+        if kind is None:
+            rejects.append(
+                Reject(
+                    file=uri,
+                    reason=Reason.UNSUPPORTED_FORMAT,
+                    detail="expected .jsonl/.ndjson/.json (optionally .gz/.zst), .parquet, "
+                    ".txt or a prefix of text files",
+                )
+            )
+            return
+        files.append(
+            InputFile(
+                path=uri, kind=kind[0], compression=kind[1], default_source=_stem(name),
+                relpath=name, storage_options=storage_options, size=info.size or 0,
+            )
+        )  # fmt: skip
+        return
+    if info.type != pafs.FileType.Directory:
+        rejects.append(Reject(file=uri, reason=Reason.UNREADABLE_FILE, detail="no such object"))
+        return
+    scheme = uri.split("://", 1)[0]
+    found = []
+    for entry in fs.get_file_info(pafs.FileSelector(path, recursive=True)):
+        if entry.type != pafs.FileType.File:
+            continue
+        rel = entry.path[len(path.rstrip("/")) + 1 :]
+        if pattern.fullmatch(rel):
+            found.append((f"{scheme}://{entry.path}", rel, entry.size or 0))
+    if not found:
+        detail = f"prefix has no object matching {glob!r}; pass --glob"
+        rejects.append(Reject(file=uri, reason=Reason.UNREADABLE_FILE, detail=detail))
+        return
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    for full, rel, size in sorted(found):
+        files.append(
+            InputFile(
+                path=full, kind="text", default_source=name, relpath=rel,
+                storage_options=storage_options, size=size,
+            )
+        )  # fmt: skip
 
 
 def _stat_reject(path: str, exc: OSError) -> Reject:
@@ -326,14 +437,16 @@ def fingerprint_bytes(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=20).hexdigest()
 
 
-def fingerprint_file(path: str, chunk: int = 1 << 22) -> str:
+def fingerprint_file(
+    path: str, chunk: int = 1 << 22, *, storage_options: Mapping[str, str] | None = None
+) -> str:
     """The content fingerprint of a regular file (BLAKE2b-160 of its raw bytes), read in chunks.
 
     Raises:
         OSError: when the file cannot be read (:class:`NotRegularFile` when it is not a file).
     """
     h = hashlib.blake2b(digest_size=20)
-    with open_regular(path) as fh:
+    with open_regular(path, storage_options) as fh:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()

@@ -87,7 +87,7 @@ def read_jsonl(
 ) -> Iterator[Doc | Reject]:
     """Read a JSONL file (optionally .gz/.zst), one JSON object per line."""
     try:
-        raw = open_regular(inp.path)
+        raw = open_regular(inp.path, inp.storage_options)
     except OSError as exc:
         tally.records += 1
         yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc))
@@ -218,7 +218,7 @@ def read_parquet(
     import pyarrow.parquet as pq
 
     try:
-        fh = open_regular(inp.path)
+        fh = open_regular(inp.path, inp.storage_options)
     except OSError as exc:
         tally.records += 1
         yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc))
@@ -446,6 +446,10 @@ def _file_size(fh: Any) -> int:
     try:
         return os.fstat(fh.fileno()).st_size
     except (OSError, AttributeError, ValueError):
+        pass
+    try:
+        return int(getattr(fh, "raw", fh).size())  # an object-store input
+    except (OSError, AttributeError, ValueError, TypeError):
         return 0
 
 

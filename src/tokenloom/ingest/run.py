@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
@@ -39,8 +39,9 @@ from tokenloom.ingest.rejects import Note, Reason, Reject, RejectLog, printable
 from tokenloom.table import Table, normalize_uri
 from tokenloom.table.append import CONTENT_SCHEMA, StagedRows
 from tokenloom.table.core import is_local
-from tokenloom.table.journal import RunJournal, clean_orphans
+from tokenloom.table.journal import SIDE_DIR, RunJournal, clean_orphans
 from tokenloom.table.sidefiles import read_side_table, write_side_table
+from tokenloom.table.storage import filesystem, is_remote, join, resolve_storage_options
 
 __all__ = [
     "IngestResult",
@@ -165,9 +166,14 @@ def ingested_fingerprints(table: Table) -> dict[str, int]:
 
 
 def default_rejects_path(table_uri: str) -> str:
-    """``<table>.rejects/ingest-<UTC time>-<pid>.jsonl``, beside the table (any store)."""
+    """``<table>.rejects/ingest-<UTC time>-<pid>.jsonl`` beside a local table;
+    ``<table>/_tokenloom/rejects/ingest-<UTC time>-<pid>.jsonl`` inside an object-store table
+    (under the table's own URI, where its credentials reach)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    return table_uri.rstrip("/") + f".rejects/ingest-{stamp}-{os.getpid()}.jsonl"
+    name = f"ingest-{stamp}-{os.getpid()}.jsonl"
+    if is_remote(table_uri):
+        return join(table_uri, SIDE_DIR, "rejects", name)
+    return table_uri.rstrip("/") + f".rejects/{name}"
 
 
 class _Batcher:
@@ -217,6 +223,7 @@ def ingest(
     rejects_path: str | None = None,
     progress: bool | None = None,
     follow_symlinks: bool = False,
+    storage_options: Mapping[str, str] | None = None,
 ) -> IngestResult:
     """Ingest files into a tokenloom table as one new version.
 
@@ -233,6 +240,8 @@ def ingest(
         rejects_path: Where to write rejections (JSONL); default beside the table.
         progress: Show a progress bar on stderr (default: when stderr is a terminal).
         follow_symlinks: Follow symlinks inside directories that point outside them.
+        storage_options: Object-store options for the table and for ``s3://``-style inputs
+            (the ``AWS_*`` environment fills the rest).
 
     Returns:
         What was written, rejected and skipped, and the new version.
@@ -250,19 +259,24 @@ def ingest(
     opts = ReadOptions(
         text_field=text_field, source=source, errors=errors, max_doc_bytes=max_doc_bytes
     )
-    files, path_rejects = discover(paths, glob=glob, follow_symlinks=follow_symlinks)
-    existing = Table.open(uri) if Table.exists(uri) else None
+    so = resolve_storage_options(uri, storage_options) or None
+    files, path_rejects = discover(
+        paths, glob=glob, follow_symlinks=follow_symlinks, storage_options=storage_options
+    )
+    existing = (
+        Table.open(uri, storage_options=so) if Table.exists(uri, storage_options=so) else None
+    )
     orphans = clean_orphans(uri) if existing is not None else []
     seen = ingested_fingerprints(existing) if existing is not None and not force else {}
     target = rejects_path or default_rejects_path(uri)
     local_log = target if is_local(target) else _local_twin(target)
     log = RejectLog(local_log)
     try:
-        result = _run(uri, existing, files, path_rejects, opts, seen, log, progress, len(paths))
+        result = _run(uri, existing, files, path_rejects, opts, seen, log, progress, len(paths), so)
     finally:
         log.close()
     result.orphans_removed = len(orphans)
-    result.rejects_path = _publish(log.path, target)
+    result.rejects_path = _publish(log.path, target, so)
     result.seconds = time.perf_counter() - started
     if result.version is None and result.rows_written == 0:
         if not (result.files and all(r.skipped for r in result.files)):
@@ -280,11 +294,12 @@ def _run(
     log: RejectLog,
     progress: bool | None,
     n_paths: int,
+    storage_options: Mapping[str, str] | None = None,
 ) -> IngestResult:
     from tqdm import tqdm
 
     reports: list[FileReport] = []
-    total_bytes = sum(_size(f.path) for f in files)
+    total_bytes = sum(_size(f) for f in files)
     bar = tqdm(
         total=total_bytes,
         unit="B",
@@ -306,12 +321,12 @@ def _run(
         for inp in files:
             for batch in _ingest_file(inp, opts, seen, log, reports, batcher, bar.update):
                 if writer is None:
-                    journal, writer = _start_writing(uri, existing)
+                    journal, writer = _start_writing(uri, existing, storage_options)
                 writer.write(batch)
         last = batcher.flush()
         if last is not None:
             if writer is None:
-                journal, writer = _start_writing(uri, existing)
+                journal, writer = _start_writing(uri, existing, storage_options)
             writer.write(last)
         records += sum(r.records for r in reports)
         result = IngestResult(
@@ -374,9 +389,14 @@ def _run(
             journal.close()
 
 
-def _start_writing(uri: str, existing: Table | None) -> tuple[RunJournal, StagedRows]:
+def _start_writing(
+    uri: str, existing: Table | None, storage_options: Mapping[str, str] | None = None
+) -> tuple[RunJournal, StagedRows]:
     """Create the table when needed (only once there is a row to write) and a staged writer."""
-    table = existing if existing is not None else Table.create(uri, exist_ok=True)
+    if existing is not None:
+        table = existing
+    else:
+        table = Table.create(uri, exist_ok=True, storage_options=storage_options)
     journal = RunJournal(uri)
     writer = StagedRows(
         table,
@@ -401,10 +421,10 @@ def _ingest_file(
     data: bytes | None = None
     try:
         if inp.kind == "text":
-            with open_regular(inp.path) as fh:
+            with open_regular(inp.path, inp.storage_options) as fh:
                 data = fh.read(opts.max_doc_bytes + 1)  # bounded, whatever the size claims
             if len(data) > opts.max_doc_bytes:
-                size = max(_size(inp.path), len(data))
+                size = max(_size(inp), len(data))
                 report.records = 1
                 _reject(
                     log,
@@ -419,7 +439,7 @@ def _ingest_file(
                 return
             report.fingerprint = fingerprint_bytes(data)
         else:
-            report.fingerprint = fingerprint_file(inp.path)
+            report.fingerprint = fingerprint_file(inp.path, storage_options=inp.storage_options)
     except OSError as exc:
         report.records = 1
         reason = Reason.UNSUPPORTED_FORMAT if isinstance(exc, NotRegularFile) else None
@@ -433,7 +453,7 @@ def _ingest_file(
     if report.fingerprint in seen:
         report.skipped = True
         report.records = seen[report.fingerprint]
-        advance(_size(inp.path))
+        advance(_size(inp))
         return
     if inp.escaped_name:
         log.note(Reject(file=inp.path, reason=Note.ESCAPED_FILE_NAME, detail=inp.relpath))
@@ -457,9 +477,11 @@ def _reject(log: RejectLog, report: FileReport, rej: Reject) -> None:
     report.rejected += rej.count
 
 
-def _size(path: str) -> int:
+def _size(inp: InputFile) -> int:
+    if inp.size >= 0:
+        return inp.size
     try:
-        return os.path.getsize(path)
+        return os.path.getsize(inp.path)
     except OSError:
         return 0
 
@@ -470,20 +492,22 @@ def _local_twin(remote: str) -> str:
     return os.path.join(folder, remote.rstrip("/").rsplit("/", 1)[-1])
 
 
-def _publish(written: str | None, target: str) -> str | None:
+def _publish(
+    written: str | None, target: str, storage_options: Mapping[str, str] | None = None
+) -> str | None:
     """Put the rejects file where it belongs (uploads it for an object-store table)."""
     if written is None or written == target:
         return written
     try:
-        from pyarrow import fs as pafs
-
-        filesystem, path = pafs.FileSystem.from_uri(target)
-        with open(written, "rb") as src, filesystem.open_output_stream(path) as dst:
+        fs, path = filesystem(target, storage_options)
+        with open(written, "rb") as src, fs.open_output_stream(path, compression=None) as dst:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)
     except Exception:  # noqa: BLE001 - the rejects stay readable locally, and we say where
         return written
     os.unlink(written)
+    with contextlib.suppress(OSError):
+        os.rmdir(os.path.dirname(written))  # the twin's private temporary folder
     return target
 
 

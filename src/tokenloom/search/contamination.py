@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -203,6 +204,7 @@ def find_contamination(
     version: int | None = None,
     column: str = "text",
     batch_size: int = 2048,
+    storage_options: Mapping[str, str] | None = None,
 ) -> ContaminationResult:
     """Training rows (under ``filter``, at ``version``) sharing an ``n``-word n-gram with an
     evaluation item.
@@ -219,7 +221,7 @@ def find_contamination(
     if n < 1:
         raise SearchError(f"--n must be at least 1, not {n}")
     started = time.perf_counter()
-    table = Table.open(uri, version=version)
+    table = Table.open(uri, version=version, storage_options=storage_options)
     if column not in table.schema().names:
         raise SearchError(f"no column {column!r} in {uri}; have {table.schema().names}")
     filter = validate_filter(table.dataset, filter)

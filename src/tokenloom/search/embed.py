@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +139,7 @@ def embed_table(
     unit_rows: int = 2048,
     where: str | None = None,
     progress: bool | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> EmbedResult:
     """Add (or complete, after an append) the embedding column as one new table version.
 
@@ -162,8 +164,16 @@ def embed_table(
     udf = embed_udf(
         column, output, max_tokens=max_tokens, backend=backend, threads=max(1, cpus // n)
     )
+    from tokenloom.table import Table
+
     res = add_column(
-        uri, output, udf, workers=workers, where=where, unit_rows=unit_rows, progress=progress
+        Table.open(uri, storage_options=storage_options),
+        output,
+        udf,
+        workers=workers,
+        where=where,
+        unit_rows=unit_rows,
+        progress=progress,
     )
     return EmbedResult(
         column=output,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tokenloom.errors import TokenloomError
@@ -123,6 +124,7 @@ def build_indexes(
     fts: str | None = "text",
     vector: str | None = "embedding",
     vector_index: str = "auto",
+    storage_options: Mapping[str, str] | None = None,
 ) -> IndexResult:
     """Build (or rebuild, covering every row) the full-text and vector indexes.
 
@@ -136,7 +138,7 @@ def build_indexes(
     Raises:
         SearchError: when the text column is missing, or a forced vector index cannot be built.
     """
-    table = Table.open(uri)
+    table = Table.open(uri, storage_options=storage_options)
     names = table.schema().names
     res = IndexResult(rows=table.count_rows())
     if fts is not None:

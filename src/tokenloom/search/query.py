@@ -23,6 +23,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -220,6 +221,7 @@ def search(
     text_column: str = "text",
     vector_column: str = "embedding",
     nprobes: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> SearchResult:
     """Search one version of the table.
 
@@ -234,6 +236,7 @@ def search(
         text_column: The indexed text column (also the snippets' source).
         vector_column: The embedding column.
         nprobes: IVF partitions to probe (default: a tenth of them, at least 20).
+        storage_options: Object-store options (with the ``AWS_*`` environment).
 
     Raises:
         SearchError: a missing index or column, naming the command that adds it.
@@ -245,7 +248,7 @@ def search(
     if not query.strip():
         raise SearchError("the query is empty")
     started = time.perf_counter()
-    table = Table.open(uri, version=version)
+    table = Table.open(uri, version=version, storage_options=storage_options)
     where = validate_filter(table.dataset, where)
     res = SearchResult(query=query, mode=mode, version=table.version, where=where, limit=limit)
     fts_rows: list[dict] = []

@@ -13,6 +13,7 @@ emits it (the same packing code on placeholder tokens), without reading a token.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,7 +142,9 @@ class RunTrace:
         return out
 
 
-def open_run(checkpoint: str | os.PathLike[str]) -> RunTrace:
+def open_run(
+    checkpoint: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None
+) -> RunTrace:
     """The trace of the run whose directory (or ``last.json``) is ``checkpoint``.
 
     Raises:
@@ -149,6 +152,6 @@ def open_run(checkpoint: str | os.PathLike[str]) -> RunTrace:
         ResumeMismatchError: The table no longer matches the run's plan (e.g. its version is gone).
     """
     record = read_record(checkpoint)
-    planner = Planner(record.loader)
+    planner = Planner(record.loader, storage_options=storage_options)
     LoaderState.from_dict(record.loader_state).check(planner.plan_inputs())
     return RunTrace(record=record, planner=planner)

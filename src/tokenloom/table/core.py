@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TableError, TableNotFoundError
 from tokenloom.table.schema import BASE_SCHEMA, OP_KEY, validate_base_schema
+from tokenloom.table.storage import resolve_storage_options
 
 __all__ = ["Table", "VersionInfo", "normalize_uri", "is_local", "NEXT_ID_KEY"]
 
@@ -66,6 +67,18 @@ class VersionInfo:
     """Size of every file this version references (data, deletions, indexes)."""
 
 
+COMMIT_TOKEN_KEY = "tokenloom.commit_token"
+"""A unique token per commit: after an ambiguous failure it tells whether the commit landed."""
+_COMMIT_TRIES = 6
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    if type(exc).__name__ == "CommitConflictError":
+        return True
+    text = str(exc).lower()
+    return "conflict" in text or "retryable" in text or "preempted" in text
+
+
 class Table:
     """A handle on a tokenloom table at ``uri``, optionally pinned to one version.
 
@@ -81,7 +94,7 @@ class Table:
     ) -> None:
         self.uri = uri
         self._ds = dataset
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = resolve_storage_options(uri, storage_options)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -114,7 +127,7 @@ class Table:
                 norm,
                 mode="create",
                 enable_stable_row_ids=True,
-                storage_options=dict(storage_options or {}) or None,
+                storage_options=resolve_storage_options(norm, storage_options) or None,
                 commit_message="create tokenloom table",
                 transaction_properties={OP_KEY: "create", NEXT_ID_KEY: "0"},
             )
@@ -147,7 +160,9 @@ class Table:
             )
         try:
             ds = lance.dataset(
-                norm, version=version, storage_options=dict(storage_options or {}) or None
+                norm,
+                version=version,
+                storage_options=resolve_storage_options(norm, storage_options) or None,
             )
         except (ValueError, OSError, RuntimeError) as exc:
             raise TableError(f"cannot open {norm} at version {version}: {exc}") from exc
@@ -160,7 +175,9 @@ class Table:
         if "://" not in uri:
             return os.path.isdir(os.path.join(uri, "_versions"))
         try:
-            lance.dataset(uri, storage_options=dict(storage_options or {}) or None)
+            lance.dataset(
+                uri, storage_options=resolve_storage_options(uri, storage_options) or None
+            )
         except (ValueError, OSError, RuntimeError):
             return False
         return True
@@ -293,16 +310,44 @@ class Table:
             properties: Extra ``tokenloom.*`` properties; non-string values are JSON-encoded.
             read_version: The version the operation was planned on (default: this handle's).
         """
-        props = {OP_KEY: op, "__lance_commit_message": message}
+        import uuid
+
+        props = {OP_KEY: op, "__lance_commit_message": message, COMMIT_TOKEN_KEY: uuid.uuid4().hex}
         for key, value in (properties or {}).items():
             props[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        base = self.version if read_version is None else read_version
         txn = lance.Transaction(
-            read_version=self.version if read_version is None else read_version,
-            operation=operation,
-            transaction_properties=props,
+            read_version=base, operation=operation, transaction_properties=props
         )
-        ds = lance.LanceDataset.commit(self.uri, txn, storage_options=self.storage_options or None)
-        return Table(self.uri, ds, storage_options=self.storage_options)
+        so = self.storage_options or None
+        for attempt in range(1, _COMMIT_TRIES + 1):
+            try:
+                ds = lance.LanceDataset.commit(self.uri, txn, storage_options=so)
+                return Table(self.uri, ds, storage_options=self.storage_options)
+            except Exception as exc:
+                # On an object store a commit can fail *after* the server stored it (a reset
+                # connection, a lost response): look for our token before trying again, so a
+                # commit is neither lost nor made twice. Conflicts are the caller's to handle.
+                if is_local(self.uri) or _is_conflict(exc) or attempt == _COMMIT_TRIES:
+                    raise
+                landed = self._find_commit(props[COMMIT_TOKEN_KEY], base)
+                if landed is not None:
+                    return landed
+                import time
+
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _find_commit(self, token: str, after: int) -> Table | None:
+        """The version whose commit carries ``token`` (made after ``after``), if any."""
+        try:
+            latest = self.checkout()
+        except Exception:  # noqa: BLE001 - the store is still failing: not found (yet)
+            return None
+        for v in range(after + 1, latest.latest_version + 1):
+            if latest.transaction_properties(v).get(COMMIT_TOKEN_KEY) == token:
+                return latest.checkout(v)
+        return None
 
     def schema(self) -> pa.Schema:
         """The Arrow schema of this version."""

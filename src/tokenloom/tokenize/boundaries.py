@@ -54,14 +54,20 @@ class LineBoundaries:
 
 
 def add_boundaries(
-    uri: str, column: str = "input_ids", *, workers: int | None = None, progress: bool | None = None
+    uri: str,
+    column: str = "input_ids",
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    storage_options: dict[str, str] | None = None,
 ):  # noqa: ANN201 - BackfillResult
     """Add the line-boundary column of ``column`` (its tokenizer read from the field metadata)."""
     import json
 
     from tokenloom.table import Table
 
-    field = Table.open(uri).schema().field(column)
+    table = Table.open(uri, storage_options=storage_options)
+    field = table.schema().field(column)
     ident = json.loads((field.metadata or {})[b"tokenloom.tokenizer"])
     udf = UDF(
         LineBoundaries,
@@ -72,4 +78,4 @@ def add_boundaries(
         batch_size=512,
         kwargs={"spec": ident["name"], "vocab_hash": ident["vocab_hash"], "column": column},
     )
-    return add_column(uri, None, udf, workers=workers, progress=progress)
+    return add_column(table, None, udf, workers=workers, progress=progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,6 +112,7 @@ def tokenize_table(
     threads: int = 1,
     roundtrip_sample: int = 256,
     progress: bool | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> TokenizeResult:
     """Add ``column`` (token ids) and its count column, then check a round-trip sample.
 
@@ -121,6 +123,7 @@ def tokenize_table(
         workers: Backfill workers.
         threads: Encoding threads inside each worker.
         roundtrip_sample: Rows whose stored ids are decoded and compared with their text.
+        storage_options: Object-store options (with the ``AWS_*`` environment).
     """
     from tokenloom.table import Table
     from tokenloom.table.names import validate_column_name
@@ -128,9 +131,10 @@ def tokenize_table(
     validate_column_name(column)  # before the tokenizer is loaded
     started = time.perf_counter()
     enc, tok = encode_udf(spec, column, threads=threads)
-    result = add_column(uri, None, enc, workers=workers, progress=progress)
+    table = Table.open(uri, storage_options=storage_options)
+    result = add_column(table, None, enc, workers=workers, progress=progress)
     count_col = count_column_for(column)
-    table = Table.open(uri)
+    table = table.checkout()
     res = TokenizeResult(
         column=column,
         count_column=count_col,

@@ -27,6 +27,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,10 @@ class TrainConfig:
     step start anew. The new run's record names it as its parent."""
     keep_optimizer: bool = False
     """With ``init_from``: also take its optimizer state (moments), not only the weights."""
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    """Object-store options for the table (credentials): passed to the loader, never written to
+    the record or the checkpoint (a resume gives them again, or takes the ``AWS_*``
+    environment)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", absolute_uri(self.out))
@@ -147,7 +152,9 @@ class TrainConfig:
     def options(self) -> dict[str, Any]:
         """Every option but the loader spec, as JSON values (the run record's ``config``)."""
         return {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "loader"
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("loader", "storage_options")
         }
 
     @classmethod
@@ -268,11 +275,20 @@ class _Run:
         return loss
 
 
-def _dataset(spec: LoaderSpec, dist: Dist, allow_data_change: bool = False):  # noqa: ANN202
+def _dataset(
+    spec: LoaderSpec,
+    dist: Dist,
+    storage_options: Mapping[str, str] | None,
+    allow_data_change: bool = False,
+):  # noqa: ANN202
     from tokenloom.loader import PackedDataset
 
     return PackedDataset(
-        spec, rank=dist.rank, world_size=dist.world_size, allow_data_change=allow_data_change
+        spec,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        storage_options=dict(storage_options) if storage_options else None,
+        allow_data_change=allow_data_change,
     )
 
 
@@ -280,7 +296,8 @@ def _dataset(spec: LoaderSpec, dist: Dist, allow_data_change: bool = False):  # 
 def evaluate(run: _Run, model: GPT, spec: LoaderSpec) -> float:
     """Mean loss per target token over the first ``eval_batches`` global validation batches."""
     cfg, dist = run.cfg, run.dist
-    ds = _dataset(spec.replace(filter=cfg.val_filter, seed=0, mixture=(), budget_tokens=None), dist)
+    val_spec = spec.replace(filter=cfg.val_filter, seed=0, mixture=(), budget_tokens=None)
+    ds = _dataset(val_spec, dist, cfg.storage_options)
     was_training = model.training
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=dist.device)
@@ -484,7 +501,7 @@ def _train(
         parent = state.get("parent")
         if spec.version is None:  # the pinned version of the checkpoint, after later backfills
             spec = spec.replace(version=state["loader"]["inputs"]["table_version"])
-    ds = _dataset(spec, dist, allow_data_change)
+    ds = _dataset(spec, dist, cfg.storage_options, allow_data_change)
     spec = ds.spec  # version pinned
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch

@@ -1,0 +1,1 @@
+"""Developer tools: a local S3 server for tests and the demo."""
