@@ -10,6 +10,7 @@ packed, so a document of millions of tokens costs linear work.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ class TokenReader:
         self.storage_options = storage_options
         self.cache_tokens = cache_tokens
         self._ds: lance.LanceDataset | None = None
+        self._lock = threading.Lock()  # I/O threads share the cache and the counters
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cached = 0
         self.rows_read = 0
@@ -130,9 +132,14 @@ class TokenReader:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_ds"] = None  # Lance handles do not cross processes
+        state["_lock"] = None
         state["_cache"] = OrderedDict()
         state["_cached"] = 0
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def dataset(self) -> lance.LanceDataset:
@@ -146,20 +153,22 @@ class TokenReader:
         """Token arrays of the given rows (by stable row id), through the long-document cache."""
         out: dict[int, np.ndarray] = {}
         missing = []
-        for rid in np.unique(rowids):
-            cached = self._cache.get(int(rid))
-            if cached is not None:
-                self._cache.move_to_end(int(rid))
-                out[int(rid)] = cached
-            else:
-                missing.append(int(rid))
+        with self._lock:
+            for rid in np.unique(rowids).tolist():
+                cached = self._cache.get(rid)
+                if cached is not None:
+                    self._cache.move_to_end(rid)
+                    out[rid] = cached
+                else:
+                    missing.append(rid)
         if missing:
             started = time.perf_counter()
             table = self.dataset._take_rows(missing, columns=[self.token_column])
-            self.read_seconds += time.perf_counter() - started
             col = table.column(self.token_column).combine_chunks()
-            self.rows_read += len(missing)
-            self.bytes_read += col.nbytes
+            with self._lock:
+                self.read_seconds += time.perf_counter() - started
+                self.rows_read += len(missing)
+                self.bytes_read += col.nbytes
             values = col.values.to_numpy(zero_copy_only=False) if len(col) else np.empty(0)
             offsets = col.offsets.to_numpy()
             if col.null_count:
@@ -179,11 +188,14 @@ class TokenReader:
     def _remember(self, rid: int, arr: np.ndarray) -> None:
         if len(arr) > self.cache_tokens:
             arr = arr.copy()  # keep just this document, not the whole Arrow buffer
-        self._cache[rid] = arr
-        self._cached += len(arr)
-        while self._cached > self.cache_tokens and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cached -= len(old)
+        with self._lock:
+            if rid in self._cache:
+                return
+            self._cache[rid] = arr
+            self._cached += len(arr)
+            while self._cached > self.cache_tokens and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cached -= len(old)
 
     def gather(
         self,

@@ -196,25 +196,25 @@ class EpochView:
         """Per-pool counts of a packed layout (:class:`StepCounts`); the ledger and the loader
         both count with this, so their numbers agree by construction of one function."""
         spans, pools = layout.spans, layout.pools
-        B, L = packed.labels.shape
+        P = num_pools
         owner = np.where(pools >= 0, pools, 0)  # a whole padding block counts on pool 0
-        out = np.zeros((num_pools, len(COUNT_FIELDS)), dtype=np.int64)
-        np.add.at(out[:, 0], owner[pools >= 0], 1)
-        np.add.at(out[:, 3], owner, (packed.doc_ids == -1).sum(axis=1))
-        np.add.at(out[:, 4], owner, (packed.labels != -100).sum(axis=1))
+        out = np.zeros((P, len(COUNT_FIELDS)), dtype=np.int64)
+        out[:, 0] = np.bincount(owner[pools >= 0], minlength=P)[:P]
+        out[:, 3] = np.bincount(owner, weights=(packed.doc_ids == -1).sum(axis=1), minlength=P)[:P]
+        out[:, 4] = np.bincount(owner, weights=(packed.labels != -100).sum(axis=1), minlength=P)[:P]
         starts: list[np.ndarray] = []
         if len(spans):
             stretch_pool = owner[spans.block]
             ctx = packed.context  # (S, 2) context-only token range of each stretch, or None
             ctx_len = ctx[:, 1] - ctx[:, 0] if ctx is not None else np.zeros(len(spans), np.int64)
-            np.add.at(out[:, 1], stretch_pool, spans.tok_end - spans.tok_start - ctx_len)
-            np.add.at(out[:, 2], stretch_pool, spans.has_eos.astype(np.int64))
-            np.add.at(out[:, 5], stretch_pool, ctx_len)
+            body = spans.tok_end - spans.tok_start - ctx_len
+            out[:, 1] = np.bincount(stretch_pool, weights=body, minlength=P)[:P]
+            out[:, 2] = np.bincount(stretch_pool, weights=spans.has_eos, minlength=P)[:P]
+            out[:, 5] = np.bincount(stretch_pool, weights=ctx_len, minlength=P)[:P]
             first = spans.tok_start == 0
-            for p in range(num_pools):
-                starts.append(spans.row_id[first & (stretch_pool == p)])
+            starts = [spans.row_id[first & (stretch_pool == p)] for p in range(P)]
         else:
-            starts = [np.zeros(0, dtype=np.int64) for _ in range(num_pools)]
+            starts = [np.zeros(0, dtype=np.int64) for _ in range(P)]
         return StepCounts(counts=out, starts=tuple(starts))
 
     def skeleton(self, layout: StepLayout) -> PackedArrays:
