@@ -20,8 +20,13 @@ test: install  ## the test suite, then the linter
 	$(BIN)/python -m pytest -q
 	$(BIN)/ruff check src tests
 
-bench: install  ## benchmarks, printed as ratios measured side by side
-	$(BIN)/python -m tokenloom.bench ingest
+bench: install  ## every benchmark, printed as ratios measured side by side
+	$(BIN)/python -m pip install -q --no-deps -r requirements/bench.txt
+	$(BIN)/tokenloom bench ingest
+	$(BIN)/tokenloom bench backfill
+	$(BIN)/tokenloom bench tokenize
+	$(BIN)/tokenloom bench loader
+	$(BIN)/tokenloom bench search
 
 clean:
 	rm -rf $(VENV) tokenloom-demo
