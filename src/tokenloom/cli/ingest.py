@@ -17,6 +17,7 @@ Examples:
   tokenloom ingest dump.jsonl.zst --table corpus.lance --source web --text-field content
   tokenloom ingest books/ --glob '**/*.txt' --table corpus.lance --source books
   tokenloom ingest data.parquet --table corpus.lance --errors replace --json
+  tokenloom ingest caps.parquet --table img.lance --columns score:float,lang:string,image:blob
 
 \b
 Bad records (broken JSON, missing/null/non-string text, invalid UTF-8, empty
@@ -70,6 +71,14 @@ nothing could be ingested, 2 on a usage error.""",
     help="Inside directories, also follow symlinks that point outside them.",
 )
 @click.option(
+    "--columns",
+    default=None,
+    metavar="NAME:TYPE,...",
+    help="Store these record fields as typed, filterable columns instead of in meta; TYPE is "
+    "int, float, string, bool, binary or blob (Lance blob encoding, read lazily); a name "
+    "without a type takes its Parquet type. Parquet binary columns are always blob columns.",
+)
+@click.option(
     "--rejects",
     "rejects_path",
     default=None,
@@ -87,6 +96,7 @@ def command(
     force: bool,
     max_doc_mb: float,
     follow_symlinks: bool,
+    columns: str | None,
     rejects_path: str | None,
     as_json: bool,
 ) -> None:
@@ -111,6 +121,7 @@ def command(
         max_doc_bytes=int(max_doc_mb * (1 << 20)),
         rejects_path=rejects_path,
         follow_symlinks=follow_symlinks,
+        columns=columns,
     )
     if as_json:
         emit_json(result.to_json())

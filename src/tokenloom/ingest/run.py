@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.errors import IngestError
+from tokenloom.ingest.columns import arrow_field, parse_columns, resolve_columns
 from tokenloom.ingest.inputs import (
     InputFile,
     NotRegularFile,
@@ -171,20 +172,25 @@ def default_rejects_path(table_uri: str) -> str:
 
 
 class _Batcher:
-    """Collects documents and emits Arrow record batches of the content columns."""
+    """Collects documents and emits Arrow record batches of the content columns (then the
+    typed columns, if any)."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: pa.Schema | None = None) -> None:
         self.rows = 0
+        self.extra = extra if extra is not None else pa.schema([])
+        self.schema = pa.schema(list(CONTENT_SCHEMA) + list(self.extra))
         self.texts: list[str] = []
         self.sources: list[str] = []
         self.metas: list[str] = []
+        self.typed: list[tuple] = []
         self.nbytes = 0
 
-    def add(self, text: str, source: str, meta: str) -> pa.RecordBatch | None:
+    def add(self, text: str, source: str, meta: str, typed: tuple = ()) -> pa.RecordBatch | None:
         self.texts.append(text)
         self.sources.append(source)
         self.metas.append(meta)
-        self.nbytes += len(text)
+        self.typed.append(typed)
+        self.nbytes += len(text) + sum(len(v) for v in typed if isinstance(v, bytes))
         if len(self.texts) >= _BATCH_ROWS or self.nbytes >= _BATCH_BYTES:
             return self.flush()
         return None
@@ -194,12 +200,12 @@ class _Batcher:
             return None
         texts = pa.array(self.texts, type=pa.large_string())
         n_chars = pc.utf8_length(texts).cast(pa.int64())
-        batch = pa.record_batch(
-            [texts, pa.array(self.sources, type=pa.string()), n_chars, pa.array(self.metas)],
-            schema=CONTENT_SCHEMA,
-        )
+        columns = [texts, pa.array(self.sources, type=pa.string()), n_chars, pa.array(self.metas)]
+        for j, typed_field in enumerate(self.extra):
+            columns.append(pa.array([t[j] for t in self.typed], type=typed_field.type))
+        batch = pa.record_batch(columns, schema=self.schema)
         self.rows += len(self.texts)
-        self.texts, self.sources, self.metas = [], [], []
+        self.texts, self.sources, self.metas, self.typed = [], [], [], []
         self.nbytes = 0
         return batch
 
@@ -217,6 +223,7 @@ def ingest(
     rejects_path: str | None = None,
     progress: bool | None = None,
     follow_symlinks: bool = False,
+    columns: str | Sequence[str] | None = None,
 ) -> IngestResult:
     """Ingest files into a tokenloom table as one new version.
 
@@ -233,6 +240,9 @@ def ingest(
         rejects_path: Where to write rejections (JSONL); default beside the table.
         progress: Show a progress bar on stderr (default: when stderr is a terminal).
         follow_symlinks: Follow symlinks inside directories that point outside them.
+        columns: Fields stored as typed columns instead of in ``meta``, e.g.
+            ``"score:float,lang:string,image:binary"`` (see :mod:`tokenloom.ingest.columns`);
+            a Parquet file's binary columns are always typed columns.
 
     Returns:
         What was written, rejected and skipped, and the new version.
@@ -247,11 +257,22 @@ def ingest(
         raise IngestError(
             f"--source {printable(source)!r} is not valid UTF-8 text; pass a UTF-8 source name"
         )
-    opts = ReadOptions(
-        text_field=text_field, source=source, errors=errors, max_doc_bytes=max_doc_bytes
-    )
+    declared = parse_columns(columns)
     files, path_rejects = discover(paths, glob=glob, follow_symlinks=follow_symlinks)
     existing = Table.open(uri) if Table.exists(uri) else None
+    typed = resolve_columns(
+        declared,
+        _parquet_schemas(files),
+        text_field=text_field,
+        table_schema=existing.schema() if existing is not None else None,
+    )
+    opts = ReadOptions(
+        text_field=text_field,
+        source=source,
+        errors=errors,
+        max_doc_bytes=max_doc_bytes,
+        columns=typed,
+    )
     orphans = clean_orphans(uri) if existing is not None else []
     seen = ingested_fingerprints(existing) if existing is not None and not force else {}
     target = rejects_path or default_rejects_path(uri)
@@ -294,7 +315,8 @@ def _run(
         disable=None if progress is None else not progress,
         leave=False,
     )
-    batcher = _Batcher()
+    extra = pa.schema([arrow_field(c) for c in opts.columns]) if opts.columns else None
+    batcher = _Batcher(extra)
     journal: RunJournal | None = None
     writer: StagedRows | None = None
     side_file = None
@@ -306,12 +328,12 @@ def _run(
         for inp in files:
             for batch in _ingest_file(inp, opts, seen, log, reports, batcher, bar.update):
                 if writer is None:
-                    journal, writer = _start_writing(uri, existing)
+                    journal, writer = _start_writing(uri, existing, extra)
                 writer.write(batch)
         last = batcher.flush()
         if last is not None:
             if writer is None:
-                journal, writer = _start_writing(uri, existing)
+                journal, writer = _start_writing(uri, existing, extra)
             writer.write(last)
         records += sum(r.records for r in reports)
         result = IngestResult(
@@ -374,12 +396,30 @@ def _run(
             journal.close()
 
 
-def _start_writing(uri: str, existing: Table | None) -> tuple[RunJournal, StagedRows]:
+def _parquet_schemas(files: list[InputFile]) -> Iterator[pa.Schema]:
+    """The Arrow schema of each readable Parquet input (footers only; unreadable ones are
+    rejected later by the reader)."""
+    import pyarrow.parquet as pq
+
+    for inp in files:
+        if inp.kind != "parquet":
+            continue
+        try:
+            with open_regular(inp.path) as fh:
+                yield pq.ParquetFile(fh).schema_arrow
+        except Exception:  # noqa: BLE001, S112 - the reader rejects it with the reason
+            continue
+
+
+def _start_writing(
+    uri: str, existing: Table | None, extra: pa.Schema | None = None
+) -> tuple[RunJournal, StagedRows]:
     """Create the table when needed (only once there is a row to write) and a staged writer."""
     table = existing if existing is not None else Table.create(uri, exist_ok=True)
     journal = RunJournal(uri)
     writer = StagedRows(
         table,
+        extra=extra,
         rows_per_fragment=_ROWS_PER_FRAGMENT,
         on_new_file=lambda name: journal.add(f"data/{name}"),
         staging=journal.staging,
