@@ -74,6 +74,7 @@ def _register() -> None:
         curate,
         demo,
         gc,
+        images,
         info,
         ingest,
         ledger,
@@ -84,7 +85,21 @@ def _register() -> None:
         verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo, gc):
+    modules = (
+        corpus,
+        ingest,
+        info,
+        backfill,
+        stats,
+        ledger,
+        verify,
+        trace,
+        bench,
+        demo,
+        gc,
+        images,
+    )
+    for module in modules:
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 
