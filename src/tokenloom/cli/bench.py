@@ -288,3 +288,42 @@ def search_bench(embed_rows: int, workers: int, repeats: int, as_json: bool) -> 
     click.echo(f"  {'case':<46} {'p50 ms':>8} {'p95 ms':>8} {'hits':>6}")
     for name, (p50, p95) in bench.percentiles().items():
         click.echo(f"  {name:<46} {p50:8.1f} {p95:8.1f} {bench.hits[name]:6.1f}")
+
+
+@command.command(
+    "rows",
+    epilog="""\b
+Examples:
+  tokenloom bench rows                          # images: decode to patches, samples/s
+  tokenloom bench rows --workload image-text --copies 20 --threads 2""",
+)
+@click.option(
+    "--workload",
+    type=click.Choice(["image", "image-text"]),
+    default="image",
+    show_default=True,
+    help="image: samples/s of decode to patches; image-text: tokens/s (patches + text).",
+)
+@click.option(
+    "--copies",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Times the bundled image set (54 samples) is repeated.",
+)
+@click.option("--threads", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
+@json_option
+def rows_bench(workload: str, copies: int, threads: int, batch: int, as_json: bool) -> None:
+    """RowDataset with decode vs tar shards (WebDataset layout), Parquet and MDS, as ratios."""
+    from tokenloom.bench.rows import format_report, run_rows_bench
+
+    with tempfile.TemporaryDirectory(prefix="tokenloom-rows-") as tmp:
+        reports = run_rows_bench(
+            tmp, workload=workload, copies=copies, threads=threads, batch=batch
+        )
+    if as_json:
+        emit_json({"workload": workload, "copies": copies, "reports": reports})
+        return
+    click.echo(f"{workload}, {copies} copies of the bundled image set, {threads} decode threads")
+    click.echo(format_report(reports, workload))

@@ -19,6 +19,7 @@ Examples:
   tokenloom ingest data.parquet --table corpus.lance --errors replace --json
   tokenloom ingest s3://raw/dump.jsonl.zst --table s3://bucket/corpus.lance \
       --storage-options aws_endpoint=http://127.0.0.1:8333
+  tokenloom ingest caps.parquet --table img.lance --columns score:float,lang:string,image:blob
 
 \b
 Bad records (broken JSON, missing/null/non-string text, invalid UTF-8, empty
@@ -73,6 +74,14 @@ nothing could be ingested, 2 on a usage error.""",
     help="Inside directories, also follow symlinks that point outside them.",
 )
 @click.option(
+    "--columns",
+    default=None,
+    metavar="NAME:TYPE,...",
+    help="Store these record fields as typed, filterable columns instead of in meta; TYPE is "
+    "int, float, string, bool, binary or blob (Lance blob encoding, read lazily); a name "
+    "without a type takes its Parquet type. Parquet binary columns are always blob columns.",
+)
+@click.option(
     "--rejects",
     "rejects_path",
     default=None,
@@ -91,6 +100,7 @@ def command(
     force: bool,
     max_doc_mb: float,
     follow_symlinks: bool,
+    columns: str | None,
     rejects_path: str | None,
     as_json: bool,
 ) -> None:
@@ -116,6 +126,7 @@ def command(
         rejects_path=rejects_path,
         follow_symlinks=follow_symlinks,
         storage_options=storage_options,
+        columns=columns,
     )
     if as_json:
         emit_json(result.to_json())

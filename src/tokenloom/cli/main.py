@@ -75,6 +75,7 @@ def _register() -> None:
         demo,
         dev,
         gc,
+        images,
         info,
         ingest,
         ledger,
@@ -85,7 +86,7 @@ def _register() -> None:
         verify,
     )
 
-    for module in (
+    modules = (
         corpus,
         ingest,
         info,
@@ -98,7 +99,9 @@ def _register() -> None:
         demo,
         gc,
         dev,
-    ):
+        images,
+    )
+    for module in modules:
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tokenloom.ingest.columns import BadColumnValue, ColumnSpec, convert
 from tokenloom.ingest.inputs import InputFile, open_regular
 from tokenloom.ingest.rejects import Note, Reason, Reject, excerpt_of
 from tokenloom.ingest.streams import StreamError, open_lines
@@ -21,8 +22,8 @@ from tokenloom.ingest.values import BadValue, BigInt, clean_string, load_json, m
 
 __all__ = ["ReadOptions", "Doc", "Tally", "read_input", "check_text"]
 
-Doc = tuple[str, str, str]
-"""A document: (text, source, meta as JSON text)."""
+Doc = tuple[str, str, str, tuple]
+"""A document: (text, source, meta as JSON text, values of the typed columns)."""
 
 Progress = Callable[[int], None]
 
@@ -45,6 +46,8 @@ class ReadOptions:
     max_doc_bytes: int = 512 << 20
     """Records larger than this are rejected as ``too_large`` (a record is a JSONL line, a Parquet
     cell or a text file); they are skipped while reading, never held in memory."""
+    columns: tuple[ColumnSpec, ...] = ()
+    """Fields stored in typed columns instead of ``meta`` (kinds resolved), in column order."""
 
     def __post_init__(self) -> None:
         if self.errors not in ("strict", "replace"):
@@ -199,11 +202,32 @@ def _parse_line(
                 source = inp.default_source
                 if rec_source is not None:
                     obj["source"] = rec_source  # keep an unusable source value in meta, not lost
+        typed = tuple(_typed_value(obj.pop(c.name, None), c, opts, notes) for c in opts.columns)
         obj["_file"] = inp.relpath
         obj["_line"] = line_no
-        return text, source, meta_json(obj, opts.errors, notes)
+        return text, source, meta_json(obj, opts.errors, notes), typed
     except BadValue as bad:
         return reject(bad.reason, bad.detail)
+
+
+def _typed_value(value: Any, column: ColumnSpec, opts: ReadOptions, notes: set[str]) -> Any:
+    """A field's value converted to its typed column.
+
+    Raises:
+        BadValue: ``bad_column_value`` naming the field, or an encoding reason for strings.
+    """
+    assert column.kind is not None
+    if isinstance(value, _BadCell):
+        value = _meta_cell(value, column.name, opts, notes)
+    if isinstance(value, BigInt):
+        value = int(value) if column.kind == "float" else str(value)
+    try:
+        out = convert(value, column.kind)
+    except BadColumnValue as exc:
+        raise BadValue(Reason.BAD_COLUMN_VALUE, f"field {column.name!r}: {exc}") from None
+    if isinstance(out, str):
+        out = clean_string(out, opts.errors, f"field {column.name!r}", notes)
+    return out
 
 
 def read_parquet(
@@ -317,15 +341,20 @@ def _parquet_batch(
     values = _py_values(batch.column(text_index))
     others: list[tuple[str, list[Any]]] = []
     seen: dict[str, int] = {}
+    typed_names = {c.name for c in opts.columns}
+    typed: dict[str, list[Any]] = {}
     for i, name in enumerate(batch.schema.names):
         if i == text_index:
+            continue
+        if name in typed_names and name not in typed:
+            typed[name] = _py_values(batch.column(i))
             continue
         seen[name] = seen.get(name, 0) + 1
         key = name if seen[name] == 1 else f"{name}#{seen[name]}"  # duplicate column names
         others.append((key, _py_values(batch.column(i))))
     for i, value in enumerate(values):
         notes: set[str] = set()
-        item = _parquet_row(value, inp, opts, first_row + i, others, i, notes)
+        item = _parquet_row(value, inp, opts, first_row + i, others, typed, i, notes)
         if notes and not isinstance(item, Reject):
             yield from _notes(inp, notes, row=first_row + i)
         yield item
@@ -337,6 +366,7 @@ def _parquet_row(
     opts: ReadOptions,
     row: int,
     others: list[tuple[str, list[Any]]],
+    typed: dict[str, list[Any]],
     i: int,
     notes: set[str],
 ) -> Doc | Reject:
@@ -373,9 +403,13 @@ def _parquet_row(
                 source = clean_string(rec_source, opts.errors, "column 'source'", notes)
             else:
                 source = inp.default_source
+        values = tuple(
+            _typed_value(typed[c.name][i] if c.name in typed else None, c, opts, notes)
+            for c in opts.columns
+        )
         meta["_file"] = inp.relpath
         meta["_row"] = row
-        return text, source, meta_json(meta, opts.errors, notes)
+        return text, source, meta_json(meta, opts.errors, notes), values
     except BadValue as bad:
         return _row_reject(inp, row, bad.reason, bad.detail, value)
 
@@ -437,7 +471,7 @@ def read_text_file(
         yield Reject(file=inp.path, reason=bad.reason, detail=bad.detail)
         return
     yield from _notes(inp, notes)
-    yield checked, source, meta
+    yield checked, source, meta, (None,) * len(opts.columns)
 
 
 def _file_size(fh: Any) -> int:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.errors import IngestError
+from tokenloom.ingest.columns import arrow_field, parse_columns, resolve_columns
 from tokenloom.ingest.inputs import (
     InputFile,
     NotRegularFile,
@@ -177,20 +178,25 @@ def default_rejects_path(table_uri: str) -> str:
 
 
 class _Batcher:
-    """Collects documents and emits Arrow record batches of the content columns."""
+    """Collects documents and emits Arrow record batches of the content columns (then the
+    typed columns, if any)."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: pa.Schema | None = None) -> None:
         self.rows = 0
+        self.extra = extra if extra is not None else pa.schema([])
+        self.schema = pa.schema(list(CONTENT_SCHEMA) + list(self.extra))
         self.texts: list[str] = []
         self.sources: list[str] = []
         self.metas: list[str] = []
+        self.typed: list[tuple] = []
         self.nbytes = 0
 
-    def add(self, text: str, source: str, meta: str) -> pa.RecordBatch | None:
+    def add(self, text: str, source: str, meta: str, typed: tuple = ()) -> pa.RecordBatch | None:
         self.texts.append(text)
         self.sources.append(source)
         self.metas.append(meta)
-        self.nbytes += len(text)
+        self.typed.append(typed)
+        self.nbytes += len(text) + sum(len(v) for v in typed if isinstance(v, bytes))
         if len(self.texts) >= _BATCH_ROWS or self.nbytes >= _BATCH_BYTES:
             return self.flush()
         return None
@@ -200,12 +206,12 @@ class _Batcher:
             return None
         texts = pa.array(self.texts, type=pa.large_string())
         n_chars = pc.utf8_length(texts).cast(pa.int64())
-        batch = pa.record_batch(
-            [texts, pa.array(self.sources, type=pa.string()), n_chars, pa.array(self.metas)],
-            schema=CONTENT_SCHEMA,
-        )
+        columns = [texts, pa.array(self.sources, type=pa.string()), n_chars, pa.array(self.metas)]
+        for j, typed_field in enumerate(self.extra):
+            columns.append(pa.array([t[j] for t in self.typed], type=typed_field.type))
+        batch = pa.record_batch(columns, schema=self.schema)
         self.rows += len(self.texts)
-        self.texts, self.sources, self.metas = [], [], []
+        self.texts, self.sources, self.metas, self.typed = [], [], [], []
         self.nbytes = 0
         return batch
 
@@ -224,6 +230,7 @@ def ingest(
     progress: bool | None = None,
     follow_symlinks: bool = False,
     storage_options: Mapping[str, str] | None = None,
+    columns: str | Sequence[str] | None = None,
 ) -> IngestResult:
     """Ingest files into a tokenloom table as one new version.
 
@@ -242,6 +249,9 @@ def ingest(
         follow_symlinks: Follow symlinks inside directories that point outside them.
         storage_options: Object-store options for the table and for ``s3://``-style inputs
             (the ``AWS_*`` environment fills the rest).
+        columns: Fields stored as typed columns instead of in ``meta``, e.g.
+            ``"score:float,lang:string,image:binary"`` (see :mod:`tokenloom.ingest.columns`);
+            a Parquet file's binary columns are always typed columns.
 
     Returns:
         What was written, rejected and skipped, and the new version.
@@ -256,15 +266,26 @@ def ingest(
         raise IngestError(
             f"--source {printable(source)!r} is not valid UTF-8 text; pass a UTF-8 source name"
         )
-    opts = ReadOptions(
-        text_field=text_field, source=source, errors=errors, max_doc_bytes=max_doc_bytes
-    )
+    declared = parse_columns(columns)
     so = resolve_storage_options(uri, storage_options) or None
     files, path_rejects = discover(
         paths, glob=glob, follow_symlinks=follow_symlinks, storage_options=storage_options
     )
     existing = (
         Table.open(uri, storage_options=so) if Table.exists(uri, storage_options=so) else None
+    )
+    typed = resolve_columns(
+        declared,
+        _parquet_schemas(files),
+        text_field=text_field,
+        table_schema=existing.schema() if existing is not None else None,
+    )
+    opts = ReadOptions(
+        text_field=text_field,
+        source=source,
+        errors=errors,
+        max_doc_bytes=max_doc_bytes,
+        columns=typed,
     )
     orphans = clean_orphans(uri) if existing is not None else []
     seen = ingested_fingerprints(existing) if existing is not None and not force else {}
@@ -309,7 +330,8 @@ def _run(
         disable=None if progress is None else not progress,
         leave=False,
     )
-    batcher = _Batcher()
+    extra = pa.schema([arrow_field(c) for c in opts.columns]) if opts.columns else None
+    batcher = _Batcher(extra)
     journal: RunJournal | None = None
     writer: StagedRows | None = None
     side_file = None
@@ -321,12 +343,12 @@ def _run(
         for inp in files:
             for batch in _ingest_file(inp, opts, seen, log, reports, batcher, bar.update):
                 if writer is None:
-                    journal, writer = _start_writing(uri, existing, storage_options)
+                    journal, writer = _start_writing(uri, existing, extra, storage_options)
                 writer.write(batch)
         last = batcher.flush()
         if last is not None:
             if writer is None:
-                journal, writer = _start_writing(uri, existing, storage_options)
+                journal, writer = _start_writing(uri, existing, extra, storage_options)
             writer.write(last)
         records += sum(r.records for r in reports)
         result = IngestResult(
@@ -389,8 +411,26 @@ def _run(
             journal.close()
 
 
+def _parquet_schemas(files: list[InputFile]) -> Iterator[pa.Schema]:
+    """The Arrow schema of each readable Parquet input (footers only; unreadable ones are
+    rejected later by the reader)."""
+    import pyarrow.parquet as pq
+
+    for inp in files:
+        if inp.kind != "parquet":
+            continue
+        try:
+            with open_regular(inp.path, inp.storage_options) as fh:
+                yield pq.ParquetFile(fh).schema_arrow
+        except Exception:  # noqa: BLE001, S112 - the reader rejects it with the reason
+            continue
+
+
 def _start_writing(
-    uri: str, existing: Table | None, storage_options: Mapping[str, str] | None = None
+    uri: str,
+    existing: Table | None,
+    extra: pa.Schema | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> tuple[RunJournal, StagedRows]:
     """Create the table when needed (only once there is a row to write) and a staged writer."""
     if existing is not None:
@@ -400,6 +440,7 @@ def _start_writing(
     journal = RunJournal(uri)
     writer = StagedRows(
         table,
+        extra=extra,
         rows_per_fragment=_ROWS_PER_FRAGMENT,
         on_new_file=lambda name: journal.add(f"data/{name}"),
         staging=journal.staging,

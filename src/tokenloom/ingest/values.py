@@ -8,6 +8,7 @@ as a :class:`~tokenloom.ingest.rejects.Note`) or the record is refused with a re
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -84,7 +85,9 @@ def meta_json(meta: dict[str, Any], errors: str, notes: set[str]) -> str:
         BadValue: ``invalid_unicode`` (strict) or ``invalid_json`` (nested too deeply).
     """
     try:
-        text = json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=False, default=str)
+        text = json.dumps(
+            meta, ensure_ascii=False, sort_keys=True, allow_nan=False, default=_default
+        )
         if _SURROGATES.search(text) is None:
             return text
     except ValueError:
@@ -93,9 +96,19 @@ def meta_json(meta: dict[str, Any], errors: str, notes: set[str]) -> str:
         raise BadValue(Reason.INVALID_JSON, "metadata nested too deeply") from exc
     fixed = _repair(meta, errors, notes)
     try:
-        return json.dumps(fixed, ensure_ascii=False, sort_keys=True, allow_nan=False, default=str)
+        return json.dumps(
+            fixed, ensure_ascii=False, sort_keys=True, allow_nan=False, default=_default
+        )
     except RecursionError as exc:  # pragma: no cover - _repair already bounds the depth
         raise BadValue(Reason.INVALID_JSON, "metadata nested too deeply") from exc
+
+
+def _default(value: Any) -> Any:
+    """JSON form of what json cannot write: bytes as ``{"$base64": ...}`` (never a Python repr;
+    promote a binary field to a typed column with ``--columns NAME:binary``), the rest as text."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return str(value)
 
 
 def _repair(value: Any, errors: str, notes: set[str], where: str = "metadata") -> Any:
@@ -125,7 +138,9 @@ def _repair(value: Any, errors: str, notes: set[str], where: str = "metadata") -
                 stack.append((child, out, i, f"{path}[{i}]"))
         elif item is None or isinstance(item, (bool, int, float)):
             out = item
-        else:  # dates, decimals, bytes...: their text form
+        elif isinstance(item, bytes | bytearray | memoryview):
+            out = _default(item)
+        else:  # dates, decimals...: their text form
             out = clean_string(str(item), errors, path, notes)
         parent[slot] = out
     return root[0]

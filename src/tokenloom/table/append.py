@@ -29,7 +29,7 @@ from tokenloom.errors import TableError
 from tokenloom.table.core import NEXT_ID_KEY, Table, is_local
 from tokenloom.table.schema import BASE_SCHEMA
 
-__all__ = ["StagedRows", "CONTENT_SCHEMA", "with_schema_metadata", "is_conflict"]
+__all__ = ["StagedRows", "CONTENT_SCHEMA", "with_schema_metadata", "with_new_fields", "is_conflict"]
 
 #: The base columns written while rows stream in (``id`` comes at commit).
 CONTENT_SCHEMA = pa.schema([f for f in BASE_SCHEMA if f.name != "id"])
@@ -43,13 +43,14 @@ def is_conflict(exc: BaseException) -> bool:
     return "conflict" in text or "retryable" in text or "preempted" in text
 
 
-def with_schema_metadata(table: Table, updates: Mapping[str, str]) -> Any:
-    """The Lance schema of ``table`` (field ids unchanged) with its metadata updated.
+def with_schema_metadata(table: Table, updates: Mapping[str, str], *, schema: Any = None) -> Any:
+    """The Lance schema of ``table`` (or ``schema``; field ids unchanged) with its metadata
+    updated.
 
     Raises:
         TableError: when this pylance cannot rebuild a schema (its pickle form changed).
     """
-    schema = table.dataset.lance_schema
+    schema = schema if schema is not None else table.dataset.lance_schema
     try:
         rebuild, args = schema.__reduce__()  # (metadata JSON, field protos): its pickle form
         meta = {k: list(v) for k, v in json.loads(args[0]).items()}
@@ -62,11 +63,48 @@ def with_schema_metadata(table: Table, updates: Mapping[str, str]) -> Any:
         ) from exc
 
 
+def with_new_fields(table: Table, fields: pa.Schema) -> Any:
+    """The Lance schema of ``table`` plus ``fields`` (those it lacks), existing ids unchanged.
+
+    Lance numbers the fields of an Arrow schema depth-first from 0; when the table's own ids are
+    exactly that numbering (no column was ever dropped), the extended schema keeps every existing
+    field's id and description byte for byte and the new fields take the next ids. This is
+    checked, not assumed.
+
+    Raises:
+        TableError: the table's field ids are not the plain numbering (a column was dropped).
+    """
+    from lance.schema import LanceSchema
+
+    current = table.dataset.lance_schema
+    arrow = table.dataset.schema
+    for f in fields:
+        if f.name in arrow.names and arrow.field(f.name).type != f.type:
+            raise TableError(
+                f"column {f.name!r} of {table.uri} became {arrow.field(f.name).type} (another "
+                f"writer) while this ingest staged it as {f.type}; ingest again"
+            )
+    missing = [f for f in fields if f.name not in arrow.names]
+    if not missing:
+        return current
+    extended = LanceSchema.from_pyarrow(pa.schema(list(arrow) + missing, metadata=arrow.metadata))
+    old_protos = current.__reduce__()[1][1:]
+    new_protos = extended.__reduce__()[1][1:]
+    if tuple(new_protos[: len(old_protos)]) != tuple(old_protos):
+        raise TableError(
+            f"cannot add the typed column(s) {', '.join(f.name for f in missing)} to {table.uri} "
+            "in the ingest commit: its field ids are not Lance's plain numbering (a column was "
+            "dropped); declare them first with `ds.add_columns(pa.schema([...]))` and ingest again"
+        )
+    return extended
+
+
 @dataclass
 class _Staged:
     content: Any  # lance.fragment.DataFile
     rows: int
     id_file: Any = None
+    extra_name: str = ""  # the typed columns' file (ids resolved at commit)
 
 
 class StagedRows:
@@ -80,12 +118,16 @@ class StagedRows:
             created, so a journal can clean up after a killed run.
         staging: A local folder to write files in before moving each, complete, into ``data/``
             (so a killed writer's temporary files stay out of the table); local tables only.
+        extra: Typed columns staged after the content columns (nullable; blob-encoded fields
+            carry Lance's blob metadata). They are written to a second file per fragment and
+            added to the table's schema by the commit when it lacks them.
     """
 
     def __init__(
         self,
         table: Table,
         *,
+        extra: pa.Schema | None = None,
         rows_per_fragment: int = 131072,
         on_new_file: Callable[[str], None] | None = None,
         staging: str | None = None,
@@ -101,6 +143,15 @@ class StagedRows:
         ids = {f.name(): f.id() for f in ds.lance_schema.fields()}
         self._content_fields = [ids[f.name] for f in CONTENT_SCHEMA]
         self._id_field = ids["id"]
+        self._extra = extra if extra is not None and len(extra) else None
+        # Lance's 2.2 files encode a blob column as a descriptor struct this writer does not
+        # build; the 2.1 file format stores the bytes out of line itself (readable in any table).
+        blob = self._extra is not None and any(
+            (f.metadata or {}).get(b"lance-encoding:blob") == b"true" for f in self._extra
+        )
+        self._extra_version = "2.1" if blob else self._version
+        self._extra_writer: Any = None
+        self._extra_name = ""
         self._rows_per_fragment = rows_per_fragment
         self._on_new_file = on_new_file or (lambda name: None)
         self._staged: list[_Staged] = []
@@ -120,7 +171,14 @@ class StagedRows:
             if self._writer is None:
                 self._open_writer()
             take = min(batch.num_rows - start, self._rows_per_fragment - self._writer_rows)
-            self._writer.write_batch(batch.slice(start, take))
+            part = batch.slice(start, take)
+            if self._extra is not None:
+                n = len(CONTENT_SCHEMA)
+                self._extra_writer.write_batch(
+                    pa.record_batch(part.columns[n:], schema=self._extra)
+                )
+                part = pa.record_batch(part.columns[:n], schema=CONTENT_SCHEMA)
+            self._writer.write_batch(part)
             self._writer_rows += take
             self.rows += take
             start += take
@@ -155,6 +213,14 @@ class StagedRows:
             version=self._version,
             storage_options=self._storage_options,
         )
+        if self._extra is not None:
+            self._extra_name = self._new_name()
+            self._extra_writer = LanceFileWriter(
+                self._write_path(self._extra_name),
+                self._extra,
+                version=self._extra_version,
+                storage_options=self._storage_options,
+            )
         self._writer_rows = 0
 
     def _close_writer(self) -> None:
@@ -162,24 +228,29 @@ class StagedRows:
             return
         self._writer.close()
         self._place(self._writer_name)
-        self._staged.append(
-            _Staged(
-                content=self._data_file(self._writer_name, self._content_fields),
-                rows=self._writer_rows,
-            )
+        staged = _Staged(
+            content=self._data_file(self._writer_name, self._content_fields),
+            rows=self._writer_rows,
         )
+        if self._extra_writer is not None:
+            self._extra_writer.close()
+            self._place(self._extra_name)
+            staged.extra_name = self._extra_name
+            self._extra_writer = None
+        self._staged.append(staged)
         self._writer = None
 
-    def _data_file(self, name: str, fields: list[int]) -> Any:
+    def _data_file(self, name: str, fields: list[int], version: str | None = None) -> Any:
         from lance.fragment import DataFile
 
+        major, minor = (int(x) for x in (version or self._version).split(".")[:2])
         size = os.path.getsize(self._path(name)) if is_local(self.uri) else None
         return DataFile(
             name,
             fields=list(fields),
             column_indices=list(range(len(fields))),
-            file_major_version=self._file_version[0],
-            file_minor_version=self._file_version[1],
+            file_major_version=major,
+            file_minor_version=minor,
             file_size_bytes=size,
         )
 
@@ -189,12 +260,13 @@ class StagedRows:
 
     def discard(self) -> None:
         """Delete every file this writer created (call only when nothing was committed)."""
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception:  # noqa: BLE001, S110 - it is deleted below anyway
-                pass
-            self._writer = None
+        for writer in (self._writer, self._extra_writer):
+            if writer is not None:
+                try:
+                    writer.close()
+                except Exception:  # noqa: BLE001, S110 - it is deleted below anyway
+                    pass
+        self._writer = self._extra_writer = None
         if is_local(self.uri):
             for name in self._created:
                 _unlink(self._path(name))
@@ -269,15 +341,24 @@ class StagedRows:
             fragments = [f.metadata for f in latest.dataset.get_fragments()]
             from lance.fragment import FragmentMetadata
 
-            fragments += [
-                FragmentMetadata(id=0, files=[s.id_file, s.content], physical_rows=s.rows)
-                for s in self._staged
-            ]
+            schema = None
+            extra_ids: list[int] = []
+            if self._extra is not None:
+                schema = with_new_fields(latest, self._extra)
+                ids = {f.name(): f.id() for f in schema.fields()}
+                extra_ids = [ids[f.name] for f in self._extra]
+            for s in self._staged:
+                files = [s.id_file, s.content]
+                if s.extra_name:
+                    files.append(self._data_file(s.extra_name, extra_ids, self._extra_version))
+                fragments.append(FragmentMetadata(id=0, files=files, physical_rows=s.rows))
             props = {**(properties or {}), NEXT_ID_KEY: str(base + self.rows)}
             props["tokenloom.first_id"] = str(base)
             try:
                 committed = latest.commit(
-                    lance.LanceOperation.Merge(fragments, with_schema_metadata(latest, updates)),
+                    lance.LanceOperation.Merge(
+                        fragments, with_schema_metadata(latest, updates, schema=schema)
+                    ),
                     op=op,
                     message=message,
                     properties=props,

@@ -1,0 +1,96 @@
+"""``tokenloom images``: the bundled image+text set and the padding of its packing policies."""
+
+from __future__ import annotations
+
+import click
+
+from tokenloom.cli.options import emit_json, json_option, table_option
+
+__all__ = ["command"]
+
+
+@click.group("images")
+def command() -> None:
+    """The bundled image+text set and image+text packing statistics."""
+
+
+@command.command(
+    "build",
+    epilog="""\b
+Examples:
+  tokenloom images build --out images/
+  tokenloom ingest images/images.parquet --table img.lance \\
+      --columns prompt,response,width,height""",
+)
+@click.option("--out", required=True, metavar="DIR", help="Folder for images.parquet.")
+@click.option("--max-side", default=128, show_default=True, type=click.IntRange(min=8))
+@click.option(
+    "--bad-images",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Extra rows with a truncated JPEG (to see skips counted).",
+)
+def build(out: str, max_side: int, bad_images: int) -> None:
+    """Write the bundled image+text set (photographs from the scikit-image wheel) as Parquet."""
+    from tokenloom.vision.images import IMAGES, build_image_set
+
+    path = build_image_set(out, max_side=max_side, bad_images=bad_images)
+    click.echo(f"wrote {3 * len(IMAGES) + bad_images} samples ({len(IMAGES)} images) to {path}")
+
+
+@command.command(
+    "pack-stats",
+    epilog="""\b
+Examples:
+  tokenloom images pack-stats --table img.lance --budget 256 --plot padding.png""",
+)
+@table_option
+@click.option("--budget", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--image-cap", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--patch", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-side", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--filter", "filter_", default=None, help="SQL selecting the samples.")
+@click.option("--plot", default=None, metavar="PNG", help="Write a bar chart of the waste.")
+@json_option
+def pack_stats(
+    table: str,
+    budget: int,
+    image_cap: int,
+    patch: int,
+    max_side: int,
+    filter_: str | None,
+    plot: str | None,
+    as_json: bool,
+) -> None:
+    """Padding of pad-to-longest vs greedy vs knapsack on the table's samples, from stored
+    columns only (no image is decoded)."""
+    from tokenloom.vision.blocks import ImageTextBlocks
+    from tokenloom.vision.packing import plan_padding
+    from tokenloom.vision.patches import PatchGrid
+
+    blocks = ImageTextBlocks(
+        table, budget=budget, image_cap=image_cap, grid=PatchGrid(patch=patch, max_side=max_side),
+        filter=filter_, global_batch=1,
+    )  # fmt: skip
+    order = blocks.plan(0)[0]
+    ledgers = plan_padding(
+        blocks.lengths[order], blocks.image_tokens[order], budget=budget, image_cap=image_cap
+    )
+    if plot:
+        from tokenloom.vision.plot import plot_padding
+
+        plot_padding(ledgers, plot)
+    if as_json:
+        emit_json(ledgers)
+        return
+    click.echo(
+        f"{'policy':<16}{'blocks':>8}{'image tok':>11}{'text tok':>10}{'padding':>9}{'share':>8}"
+    )
+    for name, led in ledgers.items():
+        click.echo(
+            f"{name:<16}{led['blocks']:>8}{led['image_tokens']:>11}{led['text_tokens']:>10}"
+            f"{led['padding']:>9}{led['padding_share']:>8.1%}"
+        )
+    if plot:
+        click.echo(f"plot: {plot}")

@@ -1,0 +1,441 @@
+"""``RowDataset``: rows (or batches) of any columns, shuffled by a pure plan, with transforms.
+
+The plan (:mod:`tokenloom.rows.plan`) says which row fills which slot of which global step; this
+module reads those rows in chunks of ``read_batch_size`` (:mod:`tokenloom.rows.read`), runs the
+transform on each chunk in a pool of ``transform_threads`` threads (Lance's take releases the
+GIL, so do Pillow and numpy), refills the slots of rows the transform left out, and hands the
+batch out in the chosen format. DataLoader worker ``w`` of ``W`` builds this rank's steps ``w,
+w+W, ...`` and torch delivers them round-robin, so the stream is the same for any number of
+workers. State: ``(epoch, step)`` plus the fingerprint of the plan's inputs.
+
+:class:`RowMapDataset` is the map-style variant (``DataLoader(shuffle=True)`` works): item ``i``
+is the ``i``-th selected row (ascending id), a failing row replaced by its refill candidates.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from tokenloom.loader.state import LoaderState
+from tokenloom.rows.plan import MAX_REFILLS, RowPlan
+from tokenloom.rows.read import RowReader, scan_selection
+from tokenloom.rows.spec import RowSpec
+from tokenloom.rows.transform import (
+    FORMATS,
+    ON_ERROR,
+    ChunkResult,
+    RowLoaderError,
+    Transform,
+    apply_transform,
+    concat_outputs,
+    take_rows,
+    to_format,
+    transform_name,
+)
+
+__all__ = ["RowDataset", "RowMapDataset", "StepRows"]
+
+_META = "_rows"  # per-batch worker metadata, removed by RowLoader
+
+
+class StepRows:
+    """One rank's share of one step, built: the output, the ids delivered, what was skipped."""
+
+    __slots__ = ("step", "output", "row_ids", "skipped", "refills")
+
+    def __init__(self, step: int, output: Any, row_ids: np.ndarray, skipped: Counter, refills: int):
+        self.step = step
+        self.output = output
+        self.row_ids = row_ids
+        self.skipped = skipped
+        self.refills = refills
+
+
+def _torch_base() -> type:
+    try:
+        from torch.utils.data import IterableDataset
+
+        return IterableDataset
+    except ImportError:  # pragma: no cover - the rows loader works without torch too
+        return object
+
+
+class _Rows:
+    """What RowDataset and RowMapDataset share: the spec resolved, the reader, the transform."""
+
+    def __init__(
+        self,
+        spec: RowSpec | Any,
+        *,
+        transform: Transform | None,
+        on_error: str,
+        format: str,
+        storage_options: dict | None,
+        options: dict,
+    ) -> None:
+        from tokenloom.table import Table
+
+        if not isinstance(spec, RowSpec):
+            spec = RowSpec(table=spec, **options)
+        elif options:
+            raise RowLoaderError(
+                f"pass either a RowSpec or keyword options, not both (got {sorted(options)})"
+            )
+        if on_error not in ON_ERROR:
+            raise RowLoaderError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        if format not in FORMATS:
+            raise RowLoaderError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+        table = Table.open(spec.table, version=spec.version, storage_options=storage_options)
+        self.selection = scan_selection(table.dataset, filter=spec.filter, columns=spec.columns)
+        self.spec = spec.replace(version=table.version)
+        """The spec with the table version pinned."""
+        self.transform = transform
+        self.on_error = on_error
+        self.format = format
+        self.reader = RowReader(
+            table.uri, table.version, self.spec.columns, storage_options=storage_options
+        )
+        self.skipped: Counter = Counter()
+        """Rows left out by the transform so far, by reason (this process)."""
+        self.refills = 0
+        """Slots filled by a refill candidate so far (a skipped row's, or past the epoch end)."""
+
+    @property
+    def version(self) -> int:
+        return int(self.spec.version)  # type: ignore[arg-type]
+
+    def plan_inputs(self) -> dict[str, Any]:
+        """The named inputs the stream depends on (world size and workers are not among them)."""
+        return {
+            "table_version": self.version,
+            **self.spec.fingerprint_inputs(),
+            "transform": transform_name(self.transform),
+            "on_error": self.on_error,
+        }
+
+    def _chunk(self, positions: np.ndarray) -> ChunkResult:
+        """Read and transform the rows at selection ``positions``."""
+        ids = self.selection.row_ids[positions]
+        batch = self.reader.read(self.selection.rowids[positions], ids)
+        return apply_transform(self.transform, batch, on_error=self.on_error, ids=ids.tolist())
+
+    def _refill(self, plan: RowPlan, position: int, skipped: Counter) -> tuple[Any, int]:
+        """The first refill candidate of ``position`` whose transform passes: (output, row)."""
+        for k in range(MAX_REFILLS):
+            row = plan.candidate(position, k)
+            res = self._chunk(np.array([row], dtype=np.int64))
+            if res.failed:
+                skipped.update(res.failed.values())
+                continue
+            return res.output, row
+        raise RowLoaderError(
+            f"{MAX_REFILLS} refill candidates in a row failed the transform at global position "
+            f"{position} of epoch {plan.epoch} (skips so far: {dict(skipped)}); the transform "
+            "fails on most rows: check it on a few rows, or filter the bad rows out"
+        )
+
+
+class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
+    """Batches of rows streamed from the table as a :class:`RowSpec` says.
+
+    ``RowDataset(spec, rank=r, world_size=w, transform=f)``, or the keyword form
+    ``RowDataset("img.lance", columns=["image", "text"], global_batch=32, ...)``.
+
+    Args:
+        spec: The :class:`RowSpec`, or a table URI for the keyword form.
+        transform: ``f(pa.RecordBatch) -> pa.RecordBatch | dict`` run on chunks of rows.
+        transform_threads: Threads running read + transform of chunks (``0``: in the calling
+            thread — e.g. inside DataLoader workers, which are the parallelism then).
+        read_batch_size: Rows per chunk (one take, one transform call).
+        prefetch: Steps whose chunks are in flight ahead of the one being delivered.
+        format: One of :data:`~tokenloom.rows.transform.FORMATS`.
+        on_error: One of :data:`~tokenloom.rows.transform.ON_ERROR`.
+        rank, world_size: This rank and the number of ranks (default ``$RANK``/``$WORLD_SIZE``).
+        epoch: The epoch to start in.
+        storage_options: Object-store options for Lance.
+        allow_data_change: Accept a checkpoint whose table version or filter differ.
+        **options: Keyword form only: the :class:`RowSpec` fields.
+    """
+
+    def __init__(
+        self,
+        spec: RowSpec | Any,
+        *,
+        transform: Transform | None = None,
+        transform_threads: int = 2,
+        read_batch_size: int = 64,
+        prefetch: int = 2,
+        format: str = "numpy",
+        on_error: str = "raise",
+        rank: int | None = None,
+        world_size: int | None = None,
+        epoch: int = 0,
+        storage_options: dict | None = None,
+        allow_data_change: bool = False,
+        **options: Any,
+    ) -> None:
+        _Rows.__init__(
+            self,
+            spec,
+            transform=transform,
+            on_error=on_error,
+            format=format,
+            storage_options=storage_options,
+            options=options,
+        )
+        env = os.environ
+        self.rank = int(env.get("RANK", 0)) if rank is None else int(rank)
+        self.world_size = int(env.get("WORLD_SIZE", 1)) if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise RowLoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
+        self.batch_size = self.spec.per_rank(self.world_size)
+        for name, value, low in (
+            ("transform_threads", transform_threads, 0),
+            ("read_batch_size", read_batch_size, 1),
+            ("prefetch", prefetch, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise RowLoaderError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.transform_threads = transform_threads
+        self.read_batch_size = read_batch_size
+        self.prefetch = prefetch
+        self.allow_data_change = allow_data_change
+        self._epoch, self._step = int(epoch), 0
+        self._plans: dict[int, RowPlan] = {}
+
+    # -- the plan -----------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def step(self) -> int:
+        """Global steps of this epoch delivered so far."""
+        return self._step
+
+    def plan(self, epoch: int | None = None) -> RowPlan:
+        """The epoch's :class:`RowPlan` (the last two are kept)."""
+        e = self._epoch if epoch is None else int(epoch)
+        if e not in self._plans:
+            s = self.spec
+            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
+            self._plans[e] = RowPlan.build(
+                len(self.selection.row_ids),
+                seed=s.seed,
+                epoch=e,
+                global_batch=s.global_batch,
+                drop_last=s.drop_last,
+            )
+        return self._plans[e]
+
+    def __len__(self) -> int:
+        """Steps in the current epoch (the same on every rank)."""
+        return self.plan().steps
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch`` (from its start, unless the cursor is already in it)."""
+        if epoch != self._epoch:
+            self._epoch, self._step = int(epoch), 0
+
+    # -- state --------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The cursor of batches delivered so far, the fingerprint, and the skip counts."""
+        out = LoaderState.create(
+            epoch=self._epoch, step=self._step, inputs=self.plan_inputs()
+        ).to_dict()
+        out["skipped"] = dict(self.skipped)
+        out["refills"] = self.refills
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the global stream a state was taken at (on any world size / workers).
+
+        Raises:
+            ResumeMismatchError: naming what changed and the override.
+        """
+        saved = LoaderState.from_dict(state)
+        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
+        self._epoch, self._step = saved.epoch, saved.step
+        self.skipped = Counter(state.get("skipped", {}))
+        self.refills = int(state.get("refills", 0))
+
+    # -- building steps -----------------------------------------------------------------------
+
+    def _submit(self, pool: ThreadPoolExecutor | None, plan: RowPlan, step: int) -> tuple:
+        positions = plan.positions(step, rank=self.rank, world_size=self.world_size)
+        first = plan.first_rows(positions)
+        slots = np.flatnonzero(first >= 0)
+        chunks = []
+        for lo in range(0, len(slots), self.read_batch_size):
+            part = slots[lo : lo + self.read_batch_size]
+            rows = first[part]
+            fut: Future | ChunkResult
+            fut = pool.submit(self._chunk, rows) if pool is not None else self._chunk(rows)
+            chunks.append((part, rows, fut))
+        return step, positions, first, chunks
+
+    def _finish(self, plan: RowPlan, submitted: tuple) -> StepRows:
+        step, positions, first, chunks = submitted
+        pieces: list[Any] = []
+        base = 0
+        where = np.full(len(positions), -1, dtype=np.int64)  # slot -> row in concat(pieces)
+        delivered = first.copy()
+        skipped: Counter = Counter()
+        for part, _rows, fut in chunks:
+            res = fut.result() if isinstance(fut, Future) else fut
+            skipped.update(res.failed.values())
+            if res.output is not None:
+                where[part[res.kept]] = base + np.arange(len(res.kept))
+                pieces.append(res.output)
+                base += len(res.kept)
+        refills = 0
+        for j in np.flatnonzero(where < 0).tolist():
+            out, row = self._refill(plan, int(positions[j]), skipped)
+            pieces.append(out)
+            where[j] = base
+            delivered[j] = row
+            base += 1
+            refills += 1
+        output = take_rows(concat_outputs(pieces), where)
+        return StepRows(step, output, self.selection.row_ids[delivered], skipped, refills)
+
+    def build_step(self, step: int, epoch: int | None = None) -> StepRows:
+        """This rank's share of global step ``step`` (synchronously, no thread pool)."""
+        plan = self.plan(epoch)
+        return self._finish(plan, self._submit(None, plan, step))
+
+    # -- iteration ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+        except ImportError:  # pragma: no cover
+            info = None
+        wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch, first = self._epoch, self._step
+        plan = self.plan(epoch)
+        steps = list(range(first + wid, plan.steps, workers))
+        threads = self.transform_threads
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-rows") if threads else None
+        try:
+            ahead: deque = deque()
+            it = iter(steps)
+            for s in it:
+                ahead.append(self._submit(pool, plan, s))
+                if len(ahead) > self.prefetch:
+                    break
+            while ahead:
+                built = self._finish(plan, ahead.popleft())
+                nxt = next(it, None)
+                if nxt is not None:
+                    ahead.append(self._submit(pool, plan, nxt))
+                self.skipped.update(built.skipped)
+                self.refills += built.refills
+                if info is not None:  # a worker: numpy/arrow out, the loader converts
+                    fmt = "numpy" if self.format == "torch" else self.format
+                    batch = to_format(built.output, built.row_ids, fmt)
+                    yield {
+                        _META: {
+                            "epoch": epoch,
+                            "step": built.step,
+                            "skipped": dict(built.skipped),
+                            "refills": built.refills,
+                        },
+                        "batch": batch,
+                    }
+                    continue
+                self._step = built.step + 1
+                if self._step >= plan.steps:
+                    self._epoch, self._step = epoch + 1, 0
+                yield to_format(built.output, built.row_ids, self.format)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RowMapDataset(_Rows):
+    """Map-style rows: ``ds[i]`` is the ``i``-th selected row (ascending id), transformed.
+
+    Use with ``torch.utils.data.DataLoader(ds, batch_size=B, shuffle=True)``; torch calls
+    ``__getitems__`` with a whole batch of indices, read in one take and transformed once. A row
+    the transform leaves out (``on_error="skip"|"warn"``) is replaced by its refill candidates
+    (a fixed chain per index), so every index yields a row and every rank the same count.
+
+    Items are dicts of per-row values (numpy scalars / arrays; ``format="python"``: Python
+    values), which torch's default collate stacks.
+    """
+
+    def __init__(
+        self,
+        spec: RowSpec | Any,
+        *,
+        transform: Transform | None = None,
+        on_error: str = "raise",
+        format: str = "numpy",
+        storage_options: dict | None = None,
+        **options: Any,
+    ) -> None:
+        if format not in ("numpy", "python"):
+            raise RowLoaderError(
+                f"RowMapDataset yields rows: format 'numpy' or 'python', not {format!r}"
+            )
+        super().__init__(
+            spec,
+            transform=transform,
+            on_error=on_error,
+            format=format,
+            storage_options=storage_options,
+            options=options,
+        )
+        n = len(self.selection.row_ids)
+        self._plan = RowPlan.build(n, seed=self.spec.seed, epoch=0, global_batch=1, drop_last=True)
+
+    def __len__(self) -> int:
+        return len(self.selection.row_ids)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        n = len(self)
+        idx = np.asarray(indices, dtype=np.int64)
+        if len(idx) and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"index out of range for {n} rows")
+        idx = np.where(idx < 0, idx + n, idx)
+        res = self._chunk(idx)
+        self.skipped.update(res.failed.values())
+        pieces, where, base = [], np.full(len(idx), -1, dtype=np.int64), 0
+        delivered = idx.copy()
+        if res.output is not None:
+            where[res.kept] = np.arange(len(res.kept))
+            pieces.append(res.output)
+            base = len(res.kept)
+        for j in np.flatnonzero(where < 0).tolist():
+            out, row = self._refill(self._plan, int(idx[j]), self.skipped)
+            pieces.append(out)
+            where[j], delivered[j] = base, row
+            base += 1
+            self.refills += 1
+        cols = to_format(
+            take_rows(concat_outputs(pieces), where), self.selection.row_ids[delivered], "numpy"
+        )
+        rows = [{k: v[i] for k, v in cols.items()} for i in range(len(idx))]
+        if self.format == "python":
+            return [
+                {
+                    k: (v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v)
+                    for k, v in r.items()
+                }
+                for r in rows
+            ]
+        return rows

@@ -1,0 +1,66 @@
+"""``RowLoader``: a torch DataLoader over a :class:`~tokenloom.rows.RowDataset`.
+
+Spawned workers (Lance is not fork-safe), ``batch_size=None`` (the dataset yields whole
+batches), a ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*,
+and the workers' skip counts added up in the dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from tokenloom.rows.dataset import _META, RowDataset
+from tokenloom.rows.transform import RowLoaderError, to_format
+
+__all__ = ["RowLoader"]
+
+
+def _keep(batch: Any) -> Any:
+    """collate_fn of the workers: the batch as built."""
+    return batch
+
+
+class RowLoader(torch.utils.data.DataLoader):
+    """A DataLoader over a :class:`RowDataset` whose state is the consumer's exact cursor."""
+
+    def __init__(self, dataset: RowDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        for bad in ("persistent_workers", "shuffle", "sampler", "batch_size"):
+            if kwargs.get(bad):
+                raise RowLoaderError(
+                    f"RowLoader({bad}=...) does not apply: a RowDataset shuffles every epoch "
+                    "from its seed and yields whole batches of global_batch / world_size rows; "
+                    "workers restart each epoch (set_epoch reaches them)"
+                )
+            kwargs.pop(bad, None)
+        if num_workers > 0:
+            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+            kwargs.setdefault("collate_fn", _keep)
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        ds: RowDataset = self.dataset  # type: ignore[assignment]
+        if self.num_workers == 0:
+            yield from iter(ds)
+            return
+        total = len(ds)
+        for item in super().__iter__():
+            meta = item[_META]
+            ds.skipped.update(meta["skipped"])
+            ds.refills += meta["refills"]
+            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
+            if ds._step >= total:
+                ds._epoch, ds._step = meta["epoch"] + 1, 0
+            batch = item["batch"]
+            if ds.format == "torch":
+                batch = to_format(batch, batch["row_id"], "torch")
+            yield batch
+
+    def state_dict(self) -> dict:
+        """The cursor of batches delivered to the consumer."""
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

@@ -1,0 +1,47 @@
+"""`tokenloom images build` / `pack-stats` and the rows benchmark's contenders, through the CLI
+and on one copy of the bundled set (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from tokenloom.bench.rows import prepare, run_case
+from tokenloom.cli.main import cli
+
+
+def _ok(*args: str) -> str:
+    r = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_build_ingest_and_pack_stats(tmp_path):
+    out = _ok("images", "build", "--out", str(tmp_path), "--bad-images", "1")
+    assert "55 samples (18 images)" in out
+    uri = str(tmp_path / "img.lance")
+    _ok(
+        "ingest",
+        str(tmp_path / "images.parquet"),
+        "--table",
+        uri,
+        "--columns",
+        "width,height,prompt,response",
+    )
+    png = tmp_path / "padding.png"
+    ledgers = json.loads(_ok("images", "pack-stats", "--table", uri, "--plot", str(png), "--json"))
+    assert png.stat().st_size > 1000
+    share = {k: v["padding_share"] for k, v in ledgers.items()}
+    assert share["knapsack"] < share["greedy"] < share["pad_to_longest"]
+    assert len({(v["image_tokens"], v["text_tokens"]) for v in ledgers.values()}) == 1
+
+
+def test_rows_bench_contenders_read_the_same_samples(tmp_path):
+    paths = prepare(str(tmp_path), copies=1, shard_rows=16)
+    runs = {
+        c: run_case(c, paths, workload="image-text", threads=2, batch=6)
+        for c in ("tokenloom", "tar shards", "parquet")
+    }
+    assert {r["samples"] for r in runs.values()} == {54}
+    assert len({r["tokens"] for r in runs.values()}) == 1  # same samples, same decode
