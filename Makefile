@@ -28,6 +28,8 @@ bench: install  ## every benchmark, printed as ratios measured side by side
 	$(BIN)/tokenloom bench tokenize
 	$(BIN)/tokenloom bench loader
 	$(BIN)/tokenloom bench search
+	$(BIN)/tokenloom bench rows --workload image
+	$(BIN)/tokenloom bench rows --workload image-text
 
 clean:
 	rm -rf $(VENV) tokenloom-demo

@@ -58,7 +58,8 @@ class PackedDataset(IterableDataset):
         epoch: The epoch to start in.
         storage_options: Object-store options for Lance.
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
-        io_threads: Threads reading and packing ahead (not part of the stream).
+        io_threads: Threads reading and packing ahead (not part of the stream; default 2
+            in-process, 1 per DataLoader worker).
         read_ahead: Read groups in flight.
         read_group: Steps per ``take`` (default: sized to ~256 rows per call).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
@@ -74,7 +75,7 @@ class PackedDataset(IterableDataset):
         epoch: int = 0,
         storage_options: dict | None = None,
         allow_data_change: bool = False,
-        io_threads: int = 2,
+        io_threads: int | None = None,
         read_ahead: int = 4,
         read_group: int | None = None,
         **options: Any,
@@ -111,13 +112,19 @@ class PackedDataset(IterableDataset):
         self.spec = self.planner.spec
         """The spec, with the table version pinned."""
         self.allow_data_change = allow_data_change
-        if io_threads < 1 or read_ahead < 1 or (read_group is not None and read_group < 1):
+        if (
+            (io_threads is not None and io_threads < 1)
+            or read_ahead < 1
+            or (read_group is not None and read_group < 1)
+        ):
             raise LoaderError(
                 f"io_threads, read_ahead and read_group must be >= 1 "
                 f"({io_threads}, {read_ahead}, {read_group})"
             )
-        self.io_threads = int(io_threads)
-        """Threads reading and packing ahead (``take`` and the packer release the GIL)."""
+        self.io_threads = io_threads
+        """Threads reading and packing ahead (``take`` and the packer release the GIL);
+        ``None``: 2 in the training process, 1 in each DataLoader worker (the workers already
+        run in parallel; more threads there only contend for the cores)."""
         self.read_ahead = int(read_ahead)
         """Read groups in flight (at least ``io_threads``)."""
         self.read_group = read_group
@@ -284,8 +291,9 @@ class PackedDataset(IterableDataset):
         snapshot = self.stats.copy()
         size = self._group_steps(view)
         groups = [steps[i : i + size] for i in range(0, len(steps), size)]
-        depth = max(self.read_ahead, self.io_threads)
-        with ThreadPoolExecutor(self.io_threads, thread_name_prefix="tokenloom-read") as pool:
+        threads = self.io_threads or (1 if info is not None else 2)
+        depth = max(self.read_ahead, threads)
+        with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
             ahead = deque(pool.submit(self._build_group, view, g) for g in groups[:depth])
             built: deque[_Built] = deque()
             next_group = len(ahead)
