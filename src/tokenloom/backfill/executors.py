@@ -117,8 +117,11 @@ class RayExecutor(Executor):
         ray = require("ray", extra="ray")
         if ray.is_initialized():
             return ray
-        # Workers must import the modules that define the UDFs, as this process does.
-        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # Workers must import the modules that define the UDFs, as this process does: its paths
+        # first, then the node's own PYTHONPATH (Ray expands ${VAR} from the node's environment;
+        # on other machines this process's paths may not exist and the node's are what count).
+        paths = [p for p in sys.path if p]
+        env = {"PYTHONPATH": os.pathsep.join([*paths, "${PYTHONPATH}"])}
         if self.address:
             ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False)
         else:
