@@ -43,7 +43,11 @@ def table(tmp_path, paragraphs):
 
 
 def _start(uri: str, udf_name: str, *, workers: int = 2, sleep: float = 0.25):
-    env = {**os.environ, "TOKENLOOM_TEST_SLEEP": str(sleep), "PYTHONPATH": ROOT}
+    env = {
+        **os.environ,
+        "TOKENLOOM_TEST_SLEEP": str(sleep),
+        "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    }
     script = os.path.join(os.path.dirname(uri), "driver.py")
     return subprocess.Popen(
         [sys.executable, script, uri, udf_name, str(workers), str(UNIT_ROWS)],

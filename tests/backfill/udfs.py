@@ -57,3 +57,26 @@ def fails_on_13(batch: pa.RecordBatch) -> pa.Array:
 def fails_on_13_fixed(batch: pa.RecordBatch) -> pa.Array:
     """The fixed version of :func:`fails_on_13`."""
     return batch.column("id")
+
+
+def _node_tag(batch: pa.RecordBatch) -> pa.Array:
+    time.sleep(0.05)  # a unit takes a moment: every node gets work before the queue drains
+    tag = os.environ.get("TOKENLOOM_TEST_NODE", "")
+    return pa.array([tag] * batch.num_rows, pa.string())
+
+
+@udf(inputs=["id"], output=pa.field("ran_on", pa.string()), version="1")
+def ran_on(batch: pa.RecordBatch) -> pa.Array:
+    """The name of the Ray node that computed each row (``TOKENLOOM_TEST_NODE`` of its node)."""
+    return _node_tag(batch)
+
+
+@udf(
+    inputs=["id"],
+    output=pa.field("ran_on_b", pa.string()),
+    version="1",
+    resources={"tokenloom_test_b": 1},
+)
+def ran_on_b(batch: pa.RecordBatch) -> pa.Array:
+    """Like :func:`ran_on`, for a UDF that only nodes with the resource ``tokenloom_test_b`` run."""
+    return _node_tag(batch)

@@ -62,6 +62,8 @@ class BackfillResult:
     attempts: int = 1
     seconds: float = 0.0
     fragments: list[int] = field(default_factory=list)
+    nodes: dict[str, int] = field(default_factory=dict)
+    """Units run per node: the Ray node id under Ray, else the host name."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -298,6 +300,7 @@ def _run_units(ds, handle, udf, units, where, store, root, runner, result, progr
 
     def on_result(res: UnitResult) -> None:
         bar.update(by_name[res.unit].rows)
+        result.nodes[res.node] = result.nodes.get(res.node, 0) + 1
 
     try:
         runner.run(tasks, on_result)

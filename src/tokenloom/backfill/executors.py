@@ -10,6 +10,7 @@ workers' start-up included): see :func:`die_with_parent`.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import sys
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from tokenloom.backfill.resources import Resources, infeasible
 from tokenloom.backfill.worker import UnitResult, UnitTask, run_unit
 from tokenloom.errors import TokenloomError, require
 from tokenloom.process import die_with_parent
@@ -96,7 +98,13 @@ class LocalExecutor(Executor):
 
 
 class RayExecutor(Executor):
-    """Ray tasks: on an existing cluster (``address``) or a local one sized for this machine."""
+    """Ray tasks: on an existing cluster (``address``) or a local one sized for this machine.
+
+    Each unit is one task asking for the UDF's :class:`~tokenloom.backfill.resources.Resources`
+    (one CPU by default), spread over the nodes. Tasks read the table and write their results
+    through the table's storage (an object store for a cluster without a shared disk), and
+    return only a small :class:`UnitResult` naming the node they ran on.
+    """
 
     name = "ray"
 
@@ -109,8 +117,11 @@ class RayExecutor(Executor):
         ray = require("ray", extra="ray")
         if ray.is_initialized():
             return ray
-        # Workers must import the modules that define the UDFs, as this process does.
-        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # Workers must import the modules that define the UDFs, as this process does: its paths
+        # first, then the node's own PYTHONPATH (Ray expands ${VAR} from the node's environment;
+        # on other machines this process's paths may not exist and the node's are what count).
+        paths = [p for p in sys.path if p]
+        env = {"PYTHONPATH": os.pathsep.join([*paths, "${PYTHONPATH}"])}
         if self.address:
             ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False)
         else:
@@ -124,8 +135,16 @@ class RayExecutor(Executor):
         return ray
 
     def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
+        if not tasks:
+            return
         ray = self._init()
-        remote = ray.remote(max_retries=self.max_retries, num_cpus=1)(run_unit)
+        udf = tasks[0].udf  # one job: every task runs the same UDF
+        self._check_feasible(ray, udf.name, udf.resources)
+        remote = ray.remote(
+            max_retries=self.max_retries,
+            scheduling_strategy="SPREAD",  # units over every node, not the driver's node first
+            **udf.resources.ray_options(),
+        )(_run_unit_on_ray)
         refs = [remote.remote(t) for t in tasks]
         while refs:
             ready, refs = ray.wait(refs, num_returns=1)
@@ -135,6 +154,34 @@ class RayExecutor(Executor):
                 for ref in refs:
                     ray.cancel(ref, force=True)
                 raise exc.as_instanceof_cause() from None
+
+    def _check_feasible(self, ray, udf_name: str, resources: Resources) -> None:  # noqa: ANN001
+        """Refuse a request no node can meet: Ray would leave its tasks pending forever."""
+        demand = resources.demand()
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        if not infeasible(demand, nodes):
+            return
+        have = "; ".join(", ".join(f"{k}={node.get(k, 0):g}" for k in demand) for node in nodes)
+        where = f"the Ray cluster at {self.address}" if self.address else "the local Ray"
+        raise TokenloomError(
+            f"UDF {udf_name} asks Ray for {_fmt(demand)} per unit, but no node of {where} has "
+            f"that much (its {len(nodes)} node(s): {have or 'none'}). Start a node that has it "
+            "(`ray start --address ... --resources '{\"name\": 1}'`, `--num-gpus N`), or ask "
+            "for less: `tokenloom backfill run --num-cpus/--num-gpus/--memory/--resources`, "
+            "`UDF.with_resources(...)`"
+        )
+
+
+def _fmt(demand: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in demand.items())
+
+
+def _run_unit_on_ray(task: UnitTask) -> UnitResult:
+    """One unit as a Ray task; the result names the Ray node it ran on."""
+    import ray
+
+    result = run_unit(task)
+    return dataclasses.replace(result, node=ray.get_runtime_context().get_node_id())
 
 
 def make_executor(executor: str, workers: int, *, ray_address: str | None = None) -> Executor:

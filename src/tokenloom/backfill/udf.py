@@ -15,6 +15,10 @@ class Tokenize:
     def __call__(self, batch): ...
 
 Tokenize.bind(spec="gpt2")           # constructor arguments are part of the fingerprint
+
+@udf(inputs=["text"], output=pa.field("emb", pa.list_(pa.float32(), 384)), version="1",
+     num_gpus=1, memory=4 << 30, resources={"a100": 1})   # what each Ray task asks for
+class Embed: ...
 ```
 
 A UDF is pickled by reference (module + name) so spawned workers and Ray tasks import it; define
@@ -32,6 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tokenloom.backfill.resources import Resources
 from tokenloom.errors import TokenloomError
 
 __all__ = ["UDF", "udf", "load_udf", "UDFError"]
@@ -68,6 +73,7 @@ class UDF:
         name: str | None = None,
         batch_size: int = 1024,
         kwargs: Mapping[str, Any] | None = None,
+        resources: Resources | None = None,
     ) -> None:
         if not inputs:
             raise UDFError(f"UDF {name or target!r} declares no input columns")
@@ -80,6 +86,8 @@ class UDF:
         self.name = name or getattr(target, "__qualname__", repr(target))
         self.batch_size = int(batch_size)
         self.kwargs = dict(kwargs or {})
+        self.resources = resources or Resources()
+        """What each unit asks of a Ray cluster (not part of the fingerprint)."""
         self.is_class = inspect.isclass(target)
         if self.kwargs and not self.is_class:
             raise UDFError(f"UDF {self.name}: only class UDFs take constructor arguments")
@@ -130,33 +138,45 @@ class UDF:
             **({"kwargs": self.identity_kwargs} if self.identity_kwargs else {}),
         }
 
-    def with_output(self, output: pa.Schema) -> UDF:
-        """A copy with another output schema of the same types (e.g. renamed columns)."""
-        copy = UDF(
-            self.target,
-            inputs=self.inputs,
-            output=output,
-            version=self.version,
-            name=self.name,
-            batch_size=self.batch_size,
-            kwargs=self.kwargs,
-        )
+    def _copy(self, **changes: Any) -> UDF:
+        """A copy with some constructor fields changed, still pickled by reference."""
+        fields = {
+            "inputs": self.inputs,
+            "output": self.output,
+            "version": self.version,
+            "name": self.name,
+            "batch_size": self.batch_size,
+            "kwargs": self.kwargs,
+            "resources": self.resources,
+        }
+        copy = UDF(self.target, **{**fields, **changes})
         copy._ref = self._ref
         return copy
 
+    def with_output(self, output: pa.Schema) -> UDF:
+        """A copy with another output schema of the same types (e.g. renamed columns)."""
+        return self._copy(output=output)
+
     def bind(self, **kwargs: Any) -> UDF:
         """A copy of a class UDF with constructor arguments (part of the fingerprint)."""
-        bound = UDF(
-            self.target,
-            inputs=self.inputs,
-            output=self.output,
-            version=self.version,
-            name=self.name,
-            batch_size=self.batch_size,
-            kwargs={**self.kwargs, **kwargs},
+        return self._copy(kwargs={**self.kwargs, **kwargs})
+
+    def with_resources(
+        self,
+        *,
+        num_cpus: float | None = None,
+        num_gpus: float | None = None,
+        memory: int | None = None,
+        resources: Mapping[str, float] | None = None,
+    ) -> UDF:
+        """A copy asking Ray for other resources per unit (``None`` keeps the declared value;
+        ``resources`` replaces the custom ones). The fingerprint is unchanged: results computed
+        with other resources are reused."""
+        return self._copy(
+            resources=self.resources.merged(
+                num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, custom=resources
+            )
         )
-        bound._ref = self._ref
-        return bound
 
     # -- calling ------------------------------------------------------------------------------
 
@@ -227,7 +247,7 @@ class UDF:
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._ref is not None:
-            return (_load_by_ref, (*self._ref, self.kwargs, self.output))
+            return (_load_by_ref, (*self._ref, self.kwargs, self.output, self.resources))
         state = {
             "target": self.target,
             "inputs": self.inputs,
@@ -236,6 +256,7 @@ class UDF:
             "name": self.name,
             "batch_size": self.batch_size,
             "kwargs": self.kwargs,
+            "resources": self.resources,
         }
         return (_rebuild, (state,))
 
@@ -254,6 +275,7 @@ def _load_by_ref(
     qualname: str,
     kwargs: Mapping[str, Any],
     output: pa.Schema | None = None,
+    resources: Resources | None = None,
 ) -> UDF:
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
@@ -264,6 +286,8 @@ def _load_by_ref(
         obj = obj.bind(**kwargs)
     if output is not None and not output.equals(obj.output, check_metadata=True):
         obj = obj.with_output(output)
+    if resources is not None and resources != obj.resources:
+        obj = obj._copy(resources=resources)
     return obj
 
 
@@ -291,6 +315,10 @@ def udf(
     version: str,
     name: str | None = None,
     batch_size: int = 1024,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    memory: int | None = None,
+    resources: Mapping[str, float] | None = None,
 ) -> Callable[[Callable[..., Any] | type], UDF]:
     """Declare a UDF.
 
@@ -302,7 +330,14 @@ def udf(
             version are never reused.
         name: Defaults to the function's qualified name.
         batch_size: Rows per call.
+        num_cpus: CPUs each work unit reserves on a Ray cluster (default 1).
+        num_gpus: GPUs each unit needs on a Ray cluster (fractions allowed).
+        memory: Bytes of memory each unit reserves on a Ray cluster.
+        resources: Custom Ray resources each unit needs, e.g. ``{"a100": 1}``: its units run
+            only on nodes started with them. None of these is part of the fingerprint, and the
+            local process pool ignores them.
     """
+    request = Resources(num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, custom=resources or {})
 
     def wrap(target: Callable[..., Any] | type) -> UDF:
         obj = UDF(
@@ -312,6 +347,7 @@ def udf(
             version=version,
             name=name or target.__name__,
             batch_size=batch_size,
+            resources=request,
         )
         if "<locals>" not in target.__qualname__:
             obj._ref = (target.__module__, target.__qualname__)

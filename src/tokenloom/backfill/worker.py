@@ -7,6 +7,7 @@ process, so a class UDF's setup (loading a tokenizer or a model) happens once pe
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ class UnitResult:
     unit: str
     rows: int
     seconds: float
+    node: str = ""
+    """Where it ran: the Ray node id under Ray, else the host name."""
 
 
 def _dataset(task: UnitTask) -> Any:
@@ -130,12 +133,15 @@ def run_unit(task: UnitTask) -> UnitResult:
         task.store_root, task.column, udf.fingerprint(), storage_options=task.storage_options
     )
     if store.has(task.unit):
-        return UnitResult(unit=task.unit.name, rows=0, seconds=0.0)
+        return UnitResult(unit=task.unit.name, rows=0, seconds=0.0, node=socket.gethostname())
     ds = _dataset(task)
     frag = ds.get_fragment(task.unit.fragment_id)
     columns = ["id", *[c for c in udf.inputs if c != "id"]]
     table = _read_unit(frag, task.unit, columns, task.where)
     store.write(task.unit, compute_rows(udf, table))
     return UnitResult(
-        unit=task.unit.name, rows=table.num_rows, seconds=time.perf_counter() - started
+        unit=task.unit.name,
+        rows=table.num_rows,
+        seconds=time.perf_counter() - started,
+        node=socket.gethostname(),
     )

@@ -24,6 +24,8 @@ Examples:
   tokenloom backfill run --table corpus.lance --udf mypkg.udfs:Tokenize --arg spec=gpt2
   tokenloom backfill run --table corpus.lance --udf mypkg.udfs:score --where "source = 'wiki_en'"
   tokenloom backfill run --table corpus.lance --udf mypkg.udfs:embed --executor ray
+  tokenloom backfill run --table s3://bucket/corpus.lance --udf mypkg.udfs:embed \\
+      --executor ray --ray-address 10.0.0.1:6379 --num-gpus 1 --resources '{"a100": 1}'
 
 \b
 Killed? Run the same command again: finished work units are reused and the
@@ -66,6 +68,33 @@ computes the column for the new rows only.""",
     help="Spawned local processes, or Ray tasks.",
 )
 @click.option("--ray-address", default=None, help="An existing Ray cluster [default: local].")
+@click.option(
+    "--num-cpus",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Ray: CPUs each work unit reserves [default: the UDF's, else 1].",
+)
+@click.option(
+    "--num-gpus",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Ray: GPUs each work unit needs [default: the UDF's].",
+)
+@click.option(
+    "--memory",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="BYTES",
+    help="Ray: memory each work unit reserves [default: the UDF's].",
+)
+@click.option(
+    "--resources",
+    "custom_resources",
+    default=None,
+    metavar="JSON",
+    callback=lambda _ctx, _param, value: _custom_resources(value),
+    help="""Ray: custom resources each work unit needs, e.g. '{"a100": 1}' [default: the UDF's].""",
+)
 @click.option("--where", default=None, metavar="SQL", help="Compute only these rows; others null.")
 @click.option(
     "--unit-rows",
@@ -92,6 +121,10 @@ def run(
     workers: int | None,
     executor: str,
     ray_address: str | None,
+    num_cpus: float | None,
+    num_gpus: float | None,
+    memory: int | None,
+    custom_resources: dict[str, float] | None,
     where: str | None,
     unit_rows: int,
     lock_timeout: float,
@@ -113,7 +146,12 @@ def run(
             kwargs[key] = json.loads(value)
         except ValueError:
             kwargs[key] = value
-    udf = load_udf(udf_ref, **kwargs)
+    udf = load_udf(udf_ref, **kwargs).with_resources(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        memory=memory,
+        resources=custom_resources,
+    )
     result = add_column(
         Table.open(table, storage_options=storage_options),
         name,
@@ -133,8 +171,27 @@ def run(
         click.echo(
             f"added {', '.join(result.columns)} for {result.rows:,} rows as version "
             f"{result.version} ({result.units} units, {result.units_reused} reused from an "
-            f"earlier run, {result.bytes_added / 1e6:,.2f} MB added, {result.seconds:.1f} s)"
+            f"earlier run, {result.bytes_added / 1e6:,.2f} MB added, {result.seconds:.1f} s"
+            + (f", on {len(result.nodes)} Ray node(s))" if executor == "ray" else ")")
         )
+
+
+def _custom_resources(text: str | None) -> dict[str, float] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"expected a JSON object like '{{\"a100\": 1}}', got {text!r} ({exc})",
+            param_hint="--resources",
+        ) from None
+    if not isinstance(value, dict):
+        raise click.BadParameter(
+            f"expected a JSON object like '{{\"a100\": 1}}', got {text!r}",
+            param_hint="--resources",
+        )
+    return value
 
 
 @command.command(
