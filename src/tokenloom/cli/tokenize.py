@@ -22,7 +22,10 @@ SPEC: gpt2 (offline, from the openai-whisper package), a tokenizer.json file,
 a Hugging Face tokenizer directory, or tiktoken:NAME / tiktoken:FILE.
 Adds COLUMN (list<uint16> when the vocabulary fits, else list<int32>) and its
 count column (input_ids -> n_tokens), with the tokenizer identity pinned in
-the column's metadata.""",
+the column's metadata. A sample of rows is checked for
+decode(encode(text)) == text before anything is committed: a lossy
+tokenizer (lower-casing, unknown tokens) is refused, exit status 1,
+unless --allow-lossy.""",
 )
 @table_option
 @click.option("--tokenizer", "spec", required=True, metavar="SPEC", help="Which tokenizer.")
@@ -45,7 +48,12 @@ the column's metadata.""",
     type=click.IntRange(min=0),
     default=256,
     show_default=True,
-    help="Rows checked for decode(encode(text)) == text.",
+    help="Rows checked for decode(encode(text)) == text (a failure refuses the commit).",
+)
+@click.option(
+    "--allow-lossy",
+    is_flag=True,
+    help="Commit the column even if sampled rows do not decode back to their text.",
 )
 @click.option(
     "--boundaries",
@@ -60,6 +68,7 @@ def tokenize(
     workers: int | None,
     threads: int,
     roundtrip_sample: int,
+    allow_lossy: bool,
     boundaries: bool,
     as_json: bool,
 ) -> None:
@@ -73,6 +82,7 @@ def tokenize(
         workers=workers,
         threads=threads,
         roundtrip_sample=roundtrip_sample,
+        allow_lossy=allow_lossy,
     )
     cuts = None
     if boundaries:
@@ -95,7 +105,7 @@ def tokenize(
         )
     if cuts:
         click.echo(f"{cuts['column']}: line-break offsets -> version {cuts['version']}")
-    bad = len(res.roundtrip_failures)
+    bad = res.roundtrip_failed
     click.echo(
         f"round-trip: {res.roundtrip_checked - bad}/{res.roundtrip_checked} sampled rows "
         "decode back to their text"
