@@ -77,6 +77,7 @@ def _register() -> None:
         info,
         ingest,
         ledger,
+        refresh,
         search,
         stats,
         tokenize,
@@ -84,7 +85,20 @@ def _register() -> None:
         verify,
     )
 
-    for module in (corpus, ingest, info, backfill, stats, ledger, verify, trace, bench, demo, gc):
+    for module in (
+        corpus,
+        ingest,
+        info,
+        refresh,
+        backfill,
+        stats,
+        ledger,
+        verify,
+        trace,
+        bench,
+        demo,
+        gc,
+    ):
         cli.add_command(module.command)
     from tokenloom.cli import train as train_cli
 
