@@ -11,7 +11,16 @@ from tokenloom.cli.options import emit_json, json_option, table_option
 __all__ = ["command"]
 
 
-@click.group("backfill")
+@click.group(
+    "backfill",
+    epilog="""\b
+Examples:
+  tokenloom backfill run --table corpus.lance --udf tokenloom.backfill.builtin:n_words
+  tokenloom backfill run --table corpus.lance --udf mypkg.udfs:score --workers 4 \\
+      --where "NOT is_dup"
+  tokenloom backfill status --table corpus.lance
+  tokenloom refresh --table corpus.lance      # after an append: every column's new rows""",
+)
 def command() -> None:
     """Add columns computed by UDFs — parallel, checkpointed, resumable, rewriting nothing."""
 

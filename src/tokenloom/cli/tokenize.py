@@ -114,7 +114,13 @@ def tokenize(
         click.echo(f"  row {f['id']}: at char {f['position']}: {f['expected']!r} -> {f['got']!r}")
 
 
-@click.group("tokenizer")
+@click.group(
+    "tokenizer",
+    epilog="""\b
+Examples:
+  tokenloom tokenizer train --table corpus.lance --vocab-size 16384 --out bpe16k/
+  tokenloom tokenize --table corpus.lance --tokenizer bpe16k/ --column input_ids_bpe16k""",
+)
 def tokenizer() -> None:
     """Tokenizers: train your own byte-level BPE on the table."""
 

@@ -1,0 +1,46 @@
+"""Every command, groups included, shows examples in ``--help``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tokenloom.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _walk(group: click.Group, prefix: tuple[str, ...] = ()):
+    for name, cmd in sorted(group.commands.items()):
+        yield (*prefix, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _walk(cmd, (*prefix, name))
+
+
+def test_every_command_and_group_has_examples() -> None:
+    missing = []
+    for path, _cmd in _walk(cli):
+        out = CliRunner().invoke(cli, [*path, "--help"])
+        assert out.exit_code == 0, (path, out.output)
+        if "Examples:" not in out.output:
+            missing.append(" ".join(path))
+    assert missing == []
+
+
+@pytest.mark.parametrize("group", ["backfill", "bench", "tokenizer"])
+def test_group_help_through_the_real_command(group: str) -> None:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    out = subprocess.run(
+        [sys.executable, "-m", "tokenloom.cli.main", group, "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=120,
+    )
+    assert out.returncode == 0 and f"tokenloom {group} " in out.stdout.split("Examples:")[1]
