@@ -44,3 +44,25 @@ def test_group_help_through_the_real_command(group: str) -> None:
         timeout=120,
     )
     assert out.returncode == 0 and f"tokenloom {group} " in out.stdout.split("Examples:")[1]
+
+
+def test_one_vocabulary_filter_and_version_on_every_reading_command() -> None:
+    """``--filter`` on every command that selects rows, ``--version`` on every one that reads."""
+    selecting = [
+        ("search",),
+        ("contamination",),
+        ("backfill", "run"),
+        ("tokenizer", "train"),
+        ("stats",),
+        ("ledger",),
+        ("verify",),
+        ("train",),
+    ]
+    reading = [("info",), ("search",), ("contamination",), ("tokenizer", "train"), ("stats",),
+               ("ledger",), ("verify",)]  # fmt: skip
+    for path in selecting:
+        out = CliRunner().invoke(cli, [*path, "--help"])
+        assert "--filter" in out.output, path
+    for path in reading:
+        out = CliRunner().invoke(cli, [*path, "--help"])
+        assert "--version" in out.output, path

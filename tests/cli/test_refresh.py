@@ -136,3 +136,19 @@ def test_refresh_names_a_column_no_recorded_udf_can_fill(tmp_path: Path) -> None
     assert "n_a (1 rows)" in out.stderr and uri in out.stderr
     assert "backfill run --udf tokenloom.backfill.builtin:n_words: words for 1 rows" in out.stdout
     assert Table.open(uri).dataset.to_table(columns=["words"]).column(0).to_pylist() == [1, 1]
+
+
+def test_score_json_has_per_rule_and_per_source_counts(tmp_path: Path, texts: list[str]) -> None:
+    write_jsonl(
+        tmp_path / "a.jsonl", [{"text": t, "source": f"s{i % 2}"} for i, t in enumerate(texts)]
+    )
+    uri = str(tmp_path / "t.lance")
+    ingest([tmp_path / "a.jsonl"], uri, progress=False)
+    out = _run("score", "--table", uri, "--workers", "0", "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert sum(s["rows"] for s in res["by_source"].values()) == res["rows"] == 65
+    assert sum(s["pass"] for s in res["by_source"].values()) == res["rows"] - res["flagged"]
+    ds = Table.open(uri).dataset
+    for rule, n in res["by_rule"].items():
+        assert n == ds.count_rows(filter=f"array_has(quality_reasons, '{rule}')")

@@ -74,7 +74,14 @@ computes the column for the new rows only.""",
     help="Spawned local processes, or Ray tasks.",
 )
 @click.option("--ray-address", default=None, help="An existing Ray cluster [default: local].")
-@click.option("--where", default=None, metavar="SQL", help="Compute only these rows; others null.")
+@click.option(
+    "--filter",
+    "--where",
+    "where",
+    default=None,
+    metavar="SQL",
+    help="Compute only these rows; others null (--where is the same option).",
+)
 @click.option(
     "--unit-rows",
     type=click.IntRange(min=1),

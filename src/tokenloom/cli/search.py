@@ -199,7 +199,14 @@ fusion, score = sum of 1/(60 + rank) over the fts and vector lists.""",
 @click.option("--fts", "mode", flag_value="fts", default=True, help="Full-text, BM25 [default].")
 @click.option("--vector", "mode", flag_value="vector", help="Nearest embeddings (cosine).")
 @click.option("--hybrid", "mode", flag_value="hybrid", help="Reciprocal rank fusion of both.")
-@click.option("--where", default=None, metavar="SQL", help="Filter applied before ranking.")
+@click.option(
+    "--filter",
+    "--where",
+    "where",
+    default=None,
+    metavar="SQL",
+    help="Filter applied before ranking (--where is the same option).",
+)
 @version_option
 @click.option("--limit", "-k", type=click.IntRange(min=1), default=10, show_default=True)
 @json_option

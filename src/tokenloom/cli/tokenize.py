@@ -138,17 +138,30 @@ Examples:
 @click.option("--vocab-size", type=click.IntRange(min=260), required=True)
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Where tokenizer.json goes.")
 @click.option("--filter", default=None, metavar="SQL", help="Train on these rows only.")
+@click.option(
+    "--version",
+    "table_version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Read this table version [default: latest].",
+)
 @click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True)
 @json_option
 def train(
-    table: str, vocab_size: int, out_dir: str, filter: str | None, min_frequency: int, as_json: bool
+    table: str,
+    vocab_size: int,
+    out_dir: str,
+    filter: str | None,
+    table_version: int | None,
+    min_frequency: int,
+    as_json: bool,
 ) -> None:
     """Train a byte-level BPE on the table's text (streamed, in id order)."""
     from tokenloom.table import Table
     from tokenloom.table.filters import validate_filter
     from tokenloom.tokenize import train_bpe
 
-    ds = Table.open(table).dataset
+    ds = Table.open(table, version=table_version).dataset
     filter = validate_filter(ds, filter)
 
     def texts():
