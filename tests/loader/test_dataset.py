@@ -154,7 +154,9 @@ def test_null_token_lists_are_planned_as_zero_length(tmp_path):
     uri = str(tmp_path / "t.lance")
     ingest([src], uri, progress=False)
     add_column(uri, None, byte_tokens, workers=0, where="id % 5 != 2")  # rows 2, 7, ... null
-    ds = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
+    with pytest.raises(LoaderError, match="'n_tokens' is not computed for 6 of the 30 selected"):
+        PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
+    ds = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential", allow_missing=True)
     info = ds.epoch_info()
     assert info["null_rows"] == 6 and info["empty_rows"] == 6
     seen = {rid for b in ds for rid in b["spans"][:, 2].tolist()}

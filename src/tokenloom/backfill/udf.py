@@ -136,6 +136,8 @@ class UDF:
             "inputs": list(self.inputs),
             "fingerprint": self.fingerprint(),
             **({"kwargs": self.identity_kwargs} if self.identity_kwargs else {}),
+            # where to load it again (``tokenloom refresh``); not part of the identity
+            **({"ref": f"{self._ref[0]}:{self._ref[1]}"} if self._ref else {}),
         }
 
     def _copy(self, **changes: Any) -> UDF:

@@ -11,7 +11,16 @@ from tokenloom.cli.options import emit_json, json_option, storage_options_option
 __all__ = ["command"]
 
 
-@click.group("backfill")
+@click.group(
+    "backfill",
+    epilog="""\b
+Examples:
+  tokenloom backfill run --table corpus.lance --udf tokenloom.backfill.builtin:n_words
+  tokenloom backfill run --table corpus.lance --udf mypkg.udfs:score --workers 4 \\
+      --where "NOT is_dup"
+  tokenloom backfill status --table corpus.lance
+  tokenloom refresh --table corpus.lance      # after an append: every column's new rows""",
+)
 def command() -> None:
     """Add columns computed by UDFs — parallel, checkpointed, resumable, rewriting nothing."""
 
@@ -95,7 +104,14 @@ computes the column for the new rows only.""",
     callback=lambda _ctx, _param, value: _custom_resources(value),
     help="""Ray: custom resources each work unit needs, e.g. '{"a100": 1}' [default: the UDF's].""",
 )
-@click.option("--where", default=None, metavar="SQL", help="Compute only these rows; others null.")
+@click.option(
+    "--filter",
+    "--where",
+    "where",
+    default=None,
+    metavar="SQL",
+    help="Compute only these rows; others null (--where is the same option).",
+)
 @click.option(
     "--unit-rows",
     type=click.IntRange(min=1),

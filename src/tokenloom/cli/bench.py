@@ -13,7 +13,16 @@ from tokenloom.cli.options import emit_json, json_option
 __all__ = ["command"]
 
 
-@click.group("bench")
+@click.group(
+    "bench",
+    epilog="""\b
+Examples:
+  tokenloom bench ingest
+  tokenloom bench backfill --copies 4 --workers 2
+  tokenloom bench tokenize --workers 2
+  tokenloom bench loader
+  tokenloom bench search""",
+)
 def command() -> None:
     """Benchmarks that print ratios measured side by side in one run."""
 

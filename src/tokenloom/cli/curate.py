@@ -112,6 +112,12 @@ def score(table: str, storage_options: dict, workers: int | None, as_json: bool)
         f"rule; versions {', '.join(map(str, result.versions)) or 'none'} "
         f"({result.seconds:.1f} s)"
     )
+    click.echo("rows failing each rule:")
+    for rule, n in result.by_rule.items():
+        click.echo(f"  {rule:<32} {n:>10,}")
+    click.echo("per source (rows, passing every rule, mean quality):")
+    for source, c in result.by_source.items():
+        click.echo(f"  {source:<24} {c['rows']:>10,} {c['pass']:>10,} {c['mean_quality']:>8.3f}")
 
 
 commands = [dedup, score]

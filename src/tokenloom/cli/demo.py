@@ -121,7 +121,7 @@ def command(workdir: str, max_docs: int | None, workers: int, train_steps: int) 
 
     _step(6, total, "GPT-2 tokens (input_ids, n_tokens)")
     tok = tokenize_table(uri, "gpt2", workers=workers)
-    bad = len(tok.roundtrip_failures)
+    bad = tok.roundtrip_failed
     click.echo(
         f"      {tok.tokens:,} tokens, {tok.tokens_per_second:,.0f} tokens/s; round-trip "
         f"{tok.roundtrip_checked - bad}/{tok.roundtrip_checked} sampled rows exact"

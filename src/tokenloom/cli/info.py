@@ -22,12 +22,21 @@ def format_info(info) -> str:  # noqa: ANN001 - TableInfo
         "",
         "columns",
     ]
+    missing = []
     for col in info.columns:
-        lines.append(f"  {col.name:<16} {col.type:<28} {_mb(col.bytes):>14}")
+        rows = f"{col.rows_computed:,}/{info.rows:,} rows"
+        lines.append(f"  {col.name:<16} {col.type:<28} {_mb(col.bytes):>14}  {rows}")
+        if col.rows_computed < info.rows:
+            missing.append(col.name)
     lines.append(
         f"  {'(file overhead)':<16} {'footers, metadata, alignment':<28} "
         f"{_mb(info.overhead_bytes):>14}"
     )
+    if missing:
+        lines.append(
+            f"  not computed for every row: {', '.join(missing)}; "
+            f"run `tokenloom refresh --table {info.uri}`"
+        )
     lines += ["", "versions (bytes added)"]
     lines += format_versions(info.versions)
     lines += ["", "rows per source"]
@@ -68,7 +77,8 @@ Examples:
 )
 @json_option
 def command(table: str, storage_options: dict, version: int | None, as_json: bool) -> None:
-    """Summarise a table: rows, versions and what made them, column sizes, sources."""
+    """Summarise a table: rows, versions and what made them, column sizes and how many rows
+    each column is computed for, sources."""
     from tokenloom.table import Table, table_info
 
     info = table_info(Table.open(table, version=version, storage_options=storage_options))

@@ -92,6 +92,7 @@ LOADER_KEYS = (
     "budget_tokens",
     "eos_id",
     "table_version",
+    "allow_missing",
 )
 """The keyword arguments :func:`loader_options` adds to a command (:func:`loader_spec` takes
 them back out)."""
@@ -213,6 +214,12 @@ def loader_options(func=None, *, epoch: bool = False):  # noqa: ANN001, ANN201
             type=click.IntRange(min=0),
             default=None,
             help="Pin a table version [default: latest].",
+        ),
+        click.option(
+            "--allow-missing",
+            is_flag=True,
+            help="Plan rows whose token count or filter column is not computed (after an "
+            "append) instead of refusing; `tokenloom refresh` computes them.",
         ),
     ]
     if epoch:

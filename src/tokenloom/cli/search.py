@@ -90,11 +90,18 @@ Examples:
   tokenloom index --table corpus.lance                  # BM25 on text (+ vectors if embedded)
   tokenloom index --table corpus.lance --vector-index ivf_flat
   tokenloom index --table corpus.lance --no-vector --json
+  tokenloom index --table corpus.lance --language French --remove-stop-words
 
 \b
 Vector index by embedded rows (auto): < 10,000 none (flat, exact); < 1,000,000
 IVF_FLAT with sqrt(n) partitions; above, IVF_PQ (48 sub-vectors, refined). Rows
-appended later are still searched, unindexed, until the next `tokenloom index`.""",
+appended later are still searched, unindexed, until the next `tokenloom index`.
+
+
+Full text: words are lower-cased, ASCII-folded (cafe ~ café) and stemmed
+(--stem, English by default: beginning ~ begin); stop words are kept by default
+so a quoted phrase keeps every word ("in the beginning"); --remove-stop-words
+drops the --language's list (smaller index, phrases lose those words).""",
 )
 @table_option
 @storage_options_option
@@ -113,6 +120,31 @@ appended later are still searched, unindexed, until the next `tokenloom index`."
     default="auto",
     show_default=True,
 )
+@click.option(
+    "--fts-tokenizer",
+    type=click.Choice(["simple", "whitespace", "icu", "ngram"]),
+    default="simple",
+    show_default=True,
+    help="How text is split into words (icu: languages without spaces; ngram: substrings).",
+)
+@click.option(
+    "--language",
+    default="English",
+    show_default=True,
+    help="Stemmer and stop-word language (French, Spanish, German, ...).",
+)
+@click.option(
+    "--stem/--no-stem",
+    default=True,
+    show_default=True,
+    help="Index word stems (begin ~ beginning).",
+)
+@click.option(
+    "--remove-stop-words/--keep-stop-words",
+    default=False,
+    show_default=True,
+    help="Drop the language's stop words (then phrases lose them too).",
+)
 @json_option
 def index(
     table: str,
@@ -122,10 +154,14 @@ def index(
     vector: str,
     no_vector: bool,
     vector_index: str,
+    fts_tokenizer: str,
+    language: str,
+    stem: bool,
+    remove_stop_words: bool,
     as_json: bool,
 ) -> None:
     """Build the full-text (BM25) and vector indexes, each a new table version."""
-    from tokenloom.search.index import build_indexes
+    from tokenloom.search.index import FtsOptions, build_indexes
 
     result = build_indexes(
         table,
@@ -133,6 +169,12 @@ def index(
         vector=None if no_vector else vector,
         vector_index=vector_index,
         storage_options=storage_options,
+        fts_options=FtsOptions(
+            tokenizer=fts_tokenizer,
+            language=language,
+            stem=stem,
+            remove_stop_words=remove_stop_words,
+        ),
     )
     if as_json:
         emit_json(result.to_json())
@@ -175,7 +217,14 @@ fusion, score = sum of 1/(60 + rank) over the fts and vector lists.""",
 @click.option("--fts", "mode", flag_value="fts", default=True, help="Full-text, BM25 [default].")
 @click.option("--vector", "mode", flag_value="vector", help="Nearest embeddings (cosine).")
 @click.option("--hybrid", "mode", flag_value="hybrid", help="Reciprocal rank fusion of both.")
-@click.option("--where", default=None, metavar="SQL", help="Filter applied before ranking.")
+@click.option(
+    "--filter",
+    "--where",
+    "where",
+    default=None,
+    metavar="SQL",
+    help="Filter applied before ranking (--where is the same option).",
+)
 @version_option
 @click.option("--limit", "-k", type=click.IntRange(min=1), default=10, show_default=True)
 @json_option

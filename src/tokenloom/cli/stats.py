@@ -50,13 +50,23 @@ def command(  # noqa: ANN003 - the loader options
             f"(`tokenloom tokenize --table {table} --tokenizer gpt2`)"
         )
     filter = validate_filter(ds, filter)
+    planner = Planner(
+        spec, storage_options=storage_options
+    )  # refuses rows whose count or filter column is not computed
+    if planner.inputs.null_rows:
+        click.echo(
+            f"warning: {planner.inputs.null_rows:,} selected rows have no {count!r} "
+            f"(counted as empty, --allow-missing); `tokenloom refresh --table {table}` "
+            "computes them",
+            err=True,
+        )
     data = ds.to_table(columns=[count, "source"], filter=filter)
     n_tokens = pc.fill_null(data.column(count), 0).to_numpy()
     sources = data.column("source").to_numpy(zero_copy_only=False)
     if len(n_tokens) == 0:
         raise click.UsageError(f"the filter {filter!r} selects no rows")
     stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)
-    epoch = Planner(spec, storage_options=storage_options).epoch_info(0)
+    epoch = planner.epoch_info(0)
     if plot:
         from tokenloom.stats import plot_length_histogram
 

@@ -22,7 +22,10 @@ SPEC: gpt2 (offline, from the openai-whisper package), a tokenizer.json file,
 a Hugging Face tokenizer directory, or tiktoken:NAME / tiktoken:FILE.
 Adds COLUMN (list<uint16> when the vocabulary fits, else list<int32>) and its
 count column (input_ids -> n_tokens), with the tokenizer identity pinned in
-the column's metadata.""",
+the column's metadata. A sample of rows is checked for
+decode(encode(text)) == text before anything is committed: a lossy
+tokenizer (lower-casing, unknown tokens) is refused, exit status 1,
+unless --allow-lossy.""",
 )
 @table_option
 @storage_options_option
@@ -46,7 +49,12 @@ the column's metadata.""",
     type=click.IntRange(min=0),
     default=256,
     show_default=True,
-    help="Rows checked for decode(encode(text)) == text.",
+    help="Rows checked for decode(encode(text)) == text (a failure refuses the commit).",
+)
+@click.option(
+    "--allow-lossy",
+    is_flag=True,
+    help="Commit the column even if sampled rows do not decode back to their text.",
 )
 @click.option(
     "--boundaries",
@@ -62,6 +70,7 @@ def tokenize(
     workers: int | None,
     threads: int,
     roundtrip_sample: int,
+    allow_lossy: bool,
     boundaries: bool,
     as_json: bool,
 ) -> None:
@@ -76,6 +85,7 @@ def tokenize(
         threads=threads,
         roundtrip_sample=roundtrip_sample,
         storage_options=storage_options,
+        allow_lossy=allow_lossy,
     )
     cuts = None
     if boundaries:
@@ -98,7 +108,7 @@ def tokenize(
         )
     if cuts:
         click.echo(f"{cuts['column']}: line-break offsets -> version {cuts['version']}")
-    bad = len(res.roundtrip_failures)
+    bad = res.roundtrip_failed
     click.echo(
         f"round-trip: {res.roundtrip_checked - bad}/{res.roundtrip_checked} sampled rows "
         "decode back to their text"
@@ -107,7 +117,13 @@ def tokenize(
         click.echo(f"  row {f['id']}: at char {f['position']}: {f['expected']!r} -> {f['got']!r}")
 
 
-@click.group("tokenizer")
+@click.group(
+    "tokenizer",
+    epilog="""\b
+Examples:
+  tokenloom tokenizer train --table corpus.lance --vocab-size 16384 --out bpe16k/
+  tokenloom tokenize --table corpus.lance --tokenizer bpe16k/ --column input_ids_bpe16k""",
+)
 def tokenizer() -> None:
     """Tokenizers: train your own byte-level BPE on the table."""
 
@@ -126,6 +142,13 @@ Examples:
 @click.option("--vocab-size", type=click.IntRange(min=260), required=True)
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Where tokenizer.json goes.")
 @click.option("--filter", default=None, metavar="SQL", help="Train on these rows only.")
+@click.option(
+    "--version",
+    "table_version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Read this table version [default: latest].",
+)
 @click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True)
 @json_option
 def train(
@@ -134,6 +157,7 @@ def train(
     vocab_size: int,
     out_dir: str,
     filter: str | None,
+    table_version: int | None,
     min_frequency: int,
     as_json: bool,
 ) -> None:
@@ -142,7 +166,7 @@ def train(
     from tokenloom.table.filters import validate_filter
     from tokenloom.tokenize import train_bpe
 
-    ds = Table.open(table, storage_options=storage_options).dataset
+    ds = Table.open(table, version=table_version, storage_options=storage_options).dataset
     filter = validate_filter(ds, filter)
 
     def texts():

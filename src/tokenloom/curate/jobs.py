@@ -39,6 +39,10 @@ class CurationResult:
     seconds: float = 0.0
     examples: list[dict] = field(default_factory=list)
     """A few groups, for a look by hand."""
+    by_rule: dict[str, int] = field(default_factory=dict)
+    """Quality: rows failing each rule (a row may fail several), most first."""
+    by_source: dict[str, dict] = field(default_factory=dict)
+    """Quality: per source, ``{"rows", "pass", "mean_quality"}``."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -186,5 +190,23 @@ def score_quality(
     res.versions = [r.version] if r.version is not None else []
     res.rows = table.count_rows()
     res.flagged = table.count_rows("quality < 1.0")
+    data = table.dataset.to_table(columns=["source", "quality", "quality_reasons"])
+    rules = pc.value_counts(pc.list_flatten(data.column("quality_reasons"))).to_pylist()
+    res.by_rule = {r["values"]: int(r["counts"]) for r in sorted(rules, key=lambda r: -r["counts"])}
+    grouped = data.group_by("source").aggregate(
+        [("quality", "count"), ("quality", "mean"), ("quality", "min")]
+    )
+    passing = (
+        data.filter(pc.equal(data.column("quality"), 1.0))
+        .group_by("source")
+        .aggregate([("quality", "count")])
+    )
+    n_pass = {r["source"]: r["quality_count"] for r in passing.to_pylist()}
+    for row in sorted(grouped.to_pylist(), key=lambda r: str(r["source"])):
+        res.by_source[row["source"]] = {
+            "rows": int(row["quality_count"]),
+            "pass": int(n_pass.get(row["source"], 0)),
+            "mean_quality": round(float(row["quality_mean"] or 0.0), 4),
+        }
     res.seconds = time.perf_counter() - started
     return res

@@ -420,10 +420,14 @@ def _walk(
     out = []
     for path, relpath in sorted(found):
         shown = printable(relpath)
+        # Data shards (JSONL, Parquet) selected by --glob are read as data, not as one text each.
+        kind = _classify(os.path.basename(path))
+        data = kind is not None and kind[0] in ("jsonl", "parquet")
         out.append(
             InputFile(
                 path=path,
-                kind="text",
+                kind=kind[0] if data else "text",
+                compression=kind[1] if data else "",
                 default_source=printable(name),
                 relpath=shown,
                 escaped_name=shown != relpath or printable(name) != name,

@@ -92,6 +92,7 @@ class Planner:
                     token_column=spec.token_column,
                     count_column=count,
                     filter=and_filters(ds, pool.filter, spec.filter),
+                    allow_missing=spec.allow_missing,
                 )
                 for pool in spec.mixture
             ]
@@ -99,7 +100,11 @@ class Planner:
         else:
             self.pool_inputs = []
             self.inputs = scan_plan_inputs(
-                ds, token_column=spec.token_column, count_column=count, filter=spec.filter
+                ds,
+                token_column=spec.token_column,
+                count_column=count,
+                filter=spec.filter,
+                allow_missing=spec.allow_missing,
             )
         recipe = spec.recipe
         self.cuts = read_cut_points(

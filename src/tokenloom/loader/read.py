@@ -10,6 +10,7 @@ packed, so a document of millions of tokens costs linear work.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -75,10 +76,23 @@ def tokenizer_identity(ds: lance.LanceDataset, token_column: str) -> dict:
 
 
 def scan_plan_inputs(
-    ds: lance.LanceDataset, *, token_column: str, count_column: str, filter: str | None
+    ds: lance.LanceDataset,
+    *,
+    token_column: str,
+    count_column: str,
+    filter: str | None,
+    allow_missing: bool = False,
 ) -> PlanInputs:
-    """Scan ``(id, count)`` of the rows under ``filter``; never reads token lists."""
+    """Scan ``(id, count)`` of the rows under ``filter``; never reads token lists.
+
+    Raises:
+        LoaderError: A column the plan uses is not computed (null) for some rows it selects —
+            the token counts, or a column the filter reads, whose null would silently drop or
+            keep a row — unless ``allow_missing`` (then null counts are zero-length rows).
+    """
     filter = validate_filter(ds, filter)
+    if filter is not None and not allow_missing:
+        _refuse_unknown_filter_rows(ds, filter)
     for col in (token_column, count_column):
         if col not in ds.schema.names:
             raise LoaderError(
@@ -94,6 +108,15 @@ def scan_plan_inputs(
     table = table.take(order)
     counts = table.column(count_column)
     null_rows = counts.null_count
+    if null_rows and not allow_missing:
+        tok = tokenizer_identity(ds, token_column).get("name", "SPEC")
+        raise LoaderError(
+            f"column {count_column!r} is not computed for {null_rows:,} of the "
+            f"{len(counts):,} selected rows (version {ds.version}; rows appended after "
+            f"tokenizing?); run `tokenloom refresh --table {ds.uri}` (or `tokenloom tokenize "
+            f"--table {ds.uri} --tokenizer {tok} --column {token_column}`), or pass "
+            "--allow-missing to plan them as empty"
+        )
     return PlanInputs(
         version=ds.version,
         row_ids=table.column("id").to_numpy().astype(np.int64, copy=False),
@@ -101,6 +124,26 @@ def scan_plan_inputs(
         rowids=table.column("_rowid").to_numpy().astype(np.uint64, copy=False),
         null_rows=int(null_rows),
         tokenizer=tokenizer_identity(ds, token_column),
+    )
+
+
+def _refuse_unknown_filter_rows(ds: lance.LanceDataset, filter: str) -> None:
+    """Refuse a filter that is neither true nor false on some rows: SQL's null (a column not
+    computed for them) would drop them without a word (or keep them under ``NOT``/``OR``)."""
+    unknown = ds.count_rows(filter=f"({filter}) IS NULL")
+    if not unknown:
+        return
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"'(?:[^']|'')*'", "", filter)))
+    named = [
+        c
+        for c in ds.schema.names
+        if c in words and ds.count_rows(filter=f"({filter}) IS NULL AND {c} IS NULL")
+    ]
+    cols = ", ".join(repr(c) for c in named) or "a column it reads"
+    raise LoaderError(
+        f"filter {filter!r} cannot decide {unknown:,} rows: {cols} is not computed (null) for "
+        f"them (version {ds.version}; rows appended after the column was computed?); run "
+        f"`tokenloom refresh --table {ds.uri}`, or pass --allow-missing to leave them out"
     )
 
 

@@ -158,6 +158,9 @@ class LoaderSpec:
     """Separator after each document; ``None``: the token column's tokenizer's EOS."""
     pad_id: int | None = None
     """Padding id (always masked); ``None``: the tokenizer's pad, else ``eos_id``."""
+    allow_missing: bool = False
+    """Plan rows whose token count (or a column the filter reads) is not computed: null counts
+    as zero-length, a null filter drops the row. Default: refuse, naming the command to run."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
@@ -179,7 +182,7 @@ class LoaderSpec:
         _int("seed", self.seed, low=0)
         _int("eos_id", self.eos_id, low=0, optional=True)
         _int("pad_id", self.pad_id, low=0, optional=True)
-        for name in ("drop_last", "lookahead"):
+        for name in ("drop_last", "lookahead", "allow_missing"):
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
         check_block_order(self.block_order)

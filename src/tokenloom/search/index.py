@@ -34,6 +34,8 @@ __all__ = [
     "SearchError",
     "VECTOR_INDEX_TYPES",
     "IndexResult",
+    "FtsOptions",
+    "FTS_TOKENIZERS",
     "choose_vector_index",
     "build_indexes",
     "index_info",
@@ -98,6 +100,7 @@ class IndexResult:
     """Table versions committed (one per index built)."""
     fts_column: str | None = None
     fts_seconds: float = 0.0
+    fts_options: dict = field(default_factory=dict)
     vector_column: str | None = None
     vector_index: str = "none"
     vector_reason: str = ""
@@ -118,6 +121,37 @@ def vector_index_name(column: str) -> str:
     return f"{column}_vec"
 
 
+@dataclass(frozen=True, kw_only=True)
+class FtsOptions:
+    """How the BM25 index splits and normalises text (Lance's INVERTED index parameters)."""
+
+    tokenizer: str = "simple"
+    """``simple`` (split on whitespace and punctuation), ``whitespace``, ``icu`` (Unicode word
+    segmentation, for languages without spaces) or ``ngram`` (substrings)."""
+    language: str = "English"
+    """Language of the stemmer and of the stop-word list (Lance's names: English, French,
+    Spanish, German, ...)."""
+    stem: bool = True
+    """Index word stems: ``beginning`` finds ``begin``, ``begins`` (also inside phrases)."""
+    remove_stop_words: bool = False
+    """Drop the language's stop words. Off by default: a phrase such as ``"in the beginning"``
+    then keeps every word (with them removed it degrades to ``beginning`` alone)."""
+    ascii_folding: bool = True
+    """``cafe`` finds ``café``."""
+
+    def lance_params(self) -> dict:
+        return {
+            "base_tokenizer": self.tokenizer,
+            "language": self.language,
+            "stem": self.stem,
+            "remove_stop_words": self.remove_stop_words,
+            "ascii_folding": self.ascii_folding,
+        }
+
+
+FTS_TOKENIZERS = ("simple", "whitespace", "icu", "ngram")
+
+
 def build_indexes(
     uri: str,
     *,
@@ -125,6 +159,7 @@ def build_indexes(
     vector: str | None = "embedding",
     vector_index: str = "auto",
     storage_options: Mapping[str, str] | None = None,
+    fts_options: FtsOptions | None = None,
 ) -> IndexResult:
     """Build (or rebuild, covering every row) the full-text and vector indexes.
 
@@ -134,6 +169,7 @@ def build_indexes(
         vector: Embedding column for the vector index; skipped when the table has no such
             column (it is optional: run ``tokenloom embed`` to add it).
         vector_index: ``auto`` (by table size), ``none``, ``ivf_flat`` or ``ivf_pq``.
+        fts_options: Tokenizer, language, stemming and stop words of the BM25 index.
 
     Raises:
         SearchError: when the text column is missing, or a forced vector index cannot be built.
@@ -145,16 +181,21 @@ def build_indexes(
         if fts not in names:
             raise SearchError(f"no column {fts!r} to index for full-text search; have {names}")
         started = time.perf_counter()
-        # Positions make phrase queries ("...") possible; ASCII folding lets "cafe" find "café".
-        table.dataset.create_scalar_index(
-            fts,
-            "INVERTED",
-            name=fts_index_name(fts),
-            replace=True,
-            with_position=True,
-            ascii_folding=True,
-        )
+        opts = fts_options or FtsOptions()
+        # Positions make phrase queries ("...") possible.
+        try:
+            table.dataset.create_scalar_index(
+                fts,
+                "INVERTED",
+                name=fts_index_name(fts),
+                replace=True,
+                with_position=True,
+                **opts.lance_params(),
+            )
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise SearchError(f"cannot build the full-text index with {opts}: {exc}") from exc
         res.fts_column, res.fts_seconds = fts, time.perf_counter() - started
+        res.fts_options = opts.lance_params()
         table = table.checkout()
         res.versions.append(table.version)
     if vector is not None and vector in names:

@@ -14,7 +14,13 @@
   are returned with both ranks. A row found by only one retriever still competes.
 
 ``--where`` is a Lance SQL filter and composes with every mode; ``version`` opens the table as of
-that version, with the indexes it had then.
+that version, with the indexes it had then. A version from before the full-text index is searched
+with the newest index restricted to that version's rows (see :func:`_fts_source`), with a note.
+
+Phrases: the index keeps stop words by default (``tokenloom index --remove-stop-words`` drops
+them), so ``"in the beginning"`` matches those three words in order, not ``beginning`` alone;
+stemming (on by default) lets it match ``in the beginnings`` too. Phrase hits are ranked by BM25
+over the phrase's words.
 """
 
 from __future__ import annotations
@@ -104,10 +110,46 @@ def _and(*filters: str | None) -> str | None:
     return " AND ".join(parts) if parts else None
 
 
+def _has_fts(table: Table, column: str) -> bool:
+    return any(
+        info["type"].lower() in ("inverted", "fts") and column in info["fields"]
+        for info in index_info(table).values()
+    )
+
+
+def _fts_source(
+    table: Table, column: str, where: str | None, notes: list[str]
+) -> tuple[Table, str | None, set[int] | None]:
+    """The table whose index answers a text query on ``table``, the filter to use there, and the
+    ids allowed (``None``: all the filter selects).
+
+    A version built before the index (``--version V`` from before ``tokenloom index``) is
+    searched with the newest index restricted to V's rows: ids are assigned in commit order and
+    never reused, and text is never rewritten, so V's rows are exactly the rows with
+    ``id <= max id of V`` that still exist, with the same text.
+    """
+    if _has_fts(table, column):
+        return table, where, None
+    latest = Table.open(table.uri, storage_options=table.storage_options or None)
+    if latest.version == table.version or not _has_fts(latest, column):
+        _require_fts(table, column)
+    import pyarrow.compute as pc
+
+    allowed = table.dataset.to_table(columns=["id"], filter=where).column("id")
+    max_id = pc.max(table.dataset.to_table(columns=["id"]).column("id")).as_py()
+    restrict = f"id <= {max_id}" if max_id is not None else "id < 0"
+    gone = table.count_rows(where) - latest.count_rows(_and(where, restrict))
+    notes.append(
+        f"version {table.version} has no full-text index; searched its rows (id <= {max_id}) "
+        f"with the index of version {latest.version} (BM25 statistics of that index)"
+        + (f"; {gone:,} of its rows were deleted since and cannot be found" if gone > 0 else "")
+    )
+    return latest, _and(where, restrict), set(allowed.to_pylist())
+
+
 def _require_fts(table: Table, column: str) -> None:
-    for info in index_info(table).values():
-        if info["type"].lower() in ("inverted", "fts") and column in info["fields"]:
-            return
+    if _has_fts(table, column):
+        return
     raise SearchError(
         f"version {table.version} of {table.uri} has no full-text index on {column!r}; "
         f"build one with `tokenloom index --table {table.uri}` (a version before the index "
@@ -115,10 +157,12 @@ def _require_fts(table: Table, column: str) -> None:
     )
 
 
-def _fts(table: Table, query: str, where: str | None, k: int, column: str) -> list[dict]:
+def _fts(
+    table: Table, query: str, where: str | None, k: int, column: str, notes: list[str]
+) -> list[dict]:
     from lance.query import MatchQuery, PhraseQuery
 
-    _require_fts(table, column)
+    table, where, allowed = _fts_source(table, column, where, notes)
     q = query.strip()
     if len(q) > 1 and q.startswith('"') and q.endswith('"'):
         fts_query = PhraseQuery(q[1:-1], column)
@@ -132,6 +176,8 @@ def _fts(table: Table, query: str, where: str | None, k: int, column: str) -> li
         limit=k,
     )
     rows = data.to_pylist()
+    if allowed is not None:  # the filter on the newer version must select what it did on V
+        rows = [r for r in rows if r["id"] in allowed]
     rows.sort(key=lambda r: (-r["_score"], r["id"]))
     return rows
 
@@ -257,7 +303,7 @@ def search(
     if mode in ("vector", "hybrid"):
         _vector_column_check(table, vector_column)
     if mode in ("fts", "hybrid"):
-        fts_rows = _fts(table, query, where, depth, text_column)
+        fts_rows = _fts(table, query, where, depth, text_column, res.notes)
     if mode in ("vector", "hybrid"):
         from tokenloom.search.embed import embed_texts
 

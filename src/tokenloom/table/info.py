@@ -27,6 +27,9 @@ class ColumnInfo:
     """Bytes of this column's page buffers in the data files of this version."""
     files: int
     """How many data files hold (part of) this column."""
+    rows_computed: int
+    """Rows this column is computed for (rows appended after a backfill are not, until
+    ``tokenloom refresh``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +116,10 @@ def _field_ids(table: Table) -> dict[str, list[int]]:
 
 def table_info(table: Table) -> TableInfo:
     """Gather the summary ``tokenloom info`` prints."""
+    from tokenloom.table.coverage import column_coverage
+
     per_field, files_per_field, total, n_files = column_bytes(table)
+    coverage = column_coverage(table.dataset)
     ids = _field_ids(table)
     schema = table.schema()
     columns = []
@@ -125,6 +131,7 @@ def table_info(table: Table) -> TableInfo:
                 type=str(schema.field(name).type),
                 bytes=sum(per_field.get(i, 0) for i in fids),
                 files=max((files_per_field.get(i, 0) for i in fids), default=0),
+                rows_computed=coverage.get(name, 0),
             )
         )
     col_total = sum(per_field.values())

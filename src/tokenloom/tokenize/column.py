@@ -19,12 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill import add_column, udf
+from tokenloom.tokenize.base import TokenizerError
 from tokenloom.tokenize.registry import load_tokenizer
 from tokenloom.tokenize.roundtrip import roundtrip_failures
 
-__all__ = ["Encode", "TokenizeResult", "count_column_for", "tokenize_table"]
+__all__ = ["Encode", "LossyTokenizerError", "TokenizeResult", "count_column_for", "tokenize_table"]
 
 TOKENIZER_META_KEY = b"tokenloom.tokenizer"
+_EXAMPLES_KEPT = 20
+"""Failures kept as examples in the result (every failure is counted)."""
+
+
+class LossyTokenizerError(TokenizerError):
+    """The tokenizer does not give back the text of sampled rows; nothing was committed."""
 
 
 def count_column_for(token_column: str) -> str:
@@ -72,7 +79,10 @@ class TokenizeResult:
     bytes_added: int = 0
     seconds: float = 0.0
     roundtrip_checked: int = 0
+    roundtrip_failed: int = 0
+    """Sampled rows whose stored ids do not decode back to their text (all of them counted)."""
     roundtrip_failures: list[dict] = field(default_factory=list)
+    """The first few failures, as examples."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -111,6 +121,7 @@ def tokenize_table(
     workers: int | None = None,
     threads: int = 1,
     roundtrip_sample: int = 256,
+    allow_lossy: bool = False,
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> TokenizeResult:
@@ -122,8 +133,14 @@ def tokenize_table(
         column: Name of the ids column.
         workers: Backfill workers.
         threads: Encoding threads inside each worker.
-        roundtrip_sample: Rows whose stored ids are decoded and compared with their text.
+        roundtrip_sample: Rows checked for ``decode(encode(text)) == text``: once before the
+            column is computed (a lossy tokenizer is refused before anything is committed), and
+            again on the stored ids after.
         storage_options: Object-store options (with the ``AWS_*`` environment).
+        allow_lossy: Commit the column even when sampled rows do not round-trip.
+
+    Raises:
+        LossyTokenizerError: A sampled row does not round-trip and ``allow_lossy`` is not set.
     """
     from tokenloom.table import Table
     from tokenloom.table.names import validate_column_name
@@ -132,6 +149,20 @@ def tokenize_table(
     started = time.perf_counter()
     enc, tok = encode_udf(spec, column, threads=threads)
     table = Table.open(uri, storage_options=storage_options)
+    pick = _roundtrip_pick(Table.open(uri, storage_options=storage_options), roundtrip_sample)
+    if len(pick) and not allow_lossy:
+        sample = Table.open(uri, storage_options=storage_options).dataset.take(
+            pick, columns=["id", "text"]
+        )
+        failures = roundtrip_failures(tok, sample.column("text"), sample.column("id").to_pylist())
+        if failures:
+            f = failures[0]
+            raise LossyTokenizerError(
+                f"tokenizer {tok.name!r} is lossy: {len(failures)} of {len(pick)} sampled rows do "
+                f"not decode back to their text (row {f.id}, at char {f.position}: "
+                f"{f.expected!r} -> {f.got!r}); nothing was committed. Use a lossless "
+                "(byte-level) tokenizer, or pass --allow-lossy to store it anyway"
+            )
     result = add_column(table, None, enc, workers=workers, progress=progress)
     count_col = count_column_for(column)
     table = table.checkout()
@@ -146,10 +177,8 @@ def tokenize_table(
     counts = table.dataset.to_table(columns=[count_col]).column(count_col)
     res.tokens = int(pc.sum(counts).as_py() or 0)
     res.seconds = time.perf_counter() - started
-    if roundtrip_sample:
-        n = table.count_rows()
-        rng = np.random.default_rng(0)
-        pick = np.sort(rng.choice(n, size=min(n, roundtrip_sample), replace=False))
+    pick = _roundtrip_pick(table, roundtrip_sample)
+    if len(pick):
         sample = table.dataset.take(pick, columns=["id", "text", column])
         failures = roundtrip_failures(
             tok,
@@ -158,5 +187,14 @@ def tokenize_table(
             encoded=sample.column(column),
         )
         res.roundtrip_checked = len(pick)
-        res.roundtrip_failures = [dataclasses.asdict(f) for f in failures[:20]]
+        res.roundtrip_failed = len(failures)
+        res.roundtrip_failures = [dataclasses.asdict(f) for f in failures[:_EXAMPLES_KEPT]]
     return res
+
+
+def _roundtrip_pick(table, sample: int) -> np.ndarray:  # noqa: ANN001 - a Table
+    """Row positions of the round-trip sample (the same rows before and after the backfill)."""
+    n = table.count_rows()
+    if not sample or not n:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.random.default_rng(0).choice(n, size=min(n, sample), replace=False))
