@@ -7,7 +7,13 @@ import click
 __all__ = ["command"]
 
 
-@click.group("dev")
+@click.group(
+    "dev",
+    epilog="""\b
+Examples:
+  tokenloom dev s3                       # a local S3 server (SeaweedFS) until Ctrl-C
+  eval "$(tokenloom dev s3 --dir /tmp/s3 --print-env --background)"""",
+)
 def command() -> None:
     """Developer tools."""
 

@@ -9,7 +9,13 @@ from tokenloom.cli.options import emit_json, json_option, table_option
 __all__ = ["command"]
 
 
-@click.group("images")
+@click.group(
+    "images",
+    epilog="""\b
+Examples:
+  tokenloom images build --out images/
+  tokenloom images pack-stats --table img.lance --budget 256 --plot padding.png""",
+)
 def command() -> None:
     """The bundled image+text set and image+text packing statistics."""
 
