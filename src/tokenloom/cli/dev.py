@@ -12,7 +12,7 @@ __all__ = ["command"]
     epilog="""\b
 Examples:
   tokenloom dev s3                       # a local S3 server (SeaweedFS) until Ctrl-C
-  eval "$(tokenloom dev s3 --dir /tmp/s3 --print-env --background)"""",
+  tokenloom dev s3 --dir /tmp/s3 --print-env --background   # print its environment""",
 )
 def command() -> None:
     """Developer tools."""
