@@ -185,7 +185,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     """The run's TrainConfig: from the options, or on ``--resume`` from the run's record with
     the options given again laid over it (the loader and the resume checks then refuse a
     change that would break the exact continuation, naming it)."""
-    from tokenloom.train.loop import TrainConfig
+    from tokenloom.train.config import TrainConfig
     from tokenloom.train.record import read_record
 
     table = options.pop("table")

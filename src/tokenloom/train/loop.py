@@ -21,32 +21,41 @@ also start from another run's weights (``init_from``) with a new spec: a stage t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
-import signal
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from tokenloom.errors import TokenloomError
-from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.loader.spec import LoaderSpec
 from tokenloom.train.checkpoint import (
     load_checkpoint,
-    remove_stale_temporaries,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
+from tokenloom.train.config import (
+    MODEL_KEYS,
+    SCHEDULE_KEYS,
+    TrainConfig,
+    TrainError,
+    TrainResult,
+)
 from tokenloom.train.dist import Dist
+from tokenloom.train.fed import as_dicts, fed_totals, pool_line
 from tokenloom.train.flops import flops_per_token, mfu, peak_flops
 from tokenloom.train.model import GPT, attention_mask
-from tokenloom.train.record import RunRecord, read_record, write_record
+from tokenloom.train.record import RunRecord, write_record
+from tokenloom.train.runs import (
+    StopRequest,
+    check_resume,
+    load_weights,
+    parent_run,
+    prepare_out,
+)
 
 __all__ = [
     "TrainConfig",
@@ -60,140 +69,6 @@ __all__ = [
     "MODEL_KEYS",
     "SCHEDULE_KEYS",
 ]
-
-MODEL_KEYS = ("model", "attention")
-"""Options a resumed run must share with its checkpoint (the weights depend on them)."""
-INVOCATION_KEYS = ("stop_at", "time_limit")
-"""Options of one invocation only: a resume does not inherit them from the record."""
-SCHEDULE_KEYS = ("steps", "epochs", "lr", "min_lr_ratio", "warmup_steps", "weight_decay")
-"""Options that shape the learning-rate schedule: changing one on resume needs ``reschedule``."""
-
-
-class TrainError(TokenloomError):
-    """A training run's options cannot work (or do not match the checkpoint resumed)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    """The knobs of a run, each with its reason. The data is :attr:`loader`, whole."""
-
-    loader: LoaderSpec
-    """What the run trains on: table, version, filter, block length, global batch, seed,
-    packing recipe, mixture (:class:`~tokenloom.loader.LoaderSpec`)."""
-    out: str
-    """Run directory (``last.pt``, ``last.json``); stored absolute."""
-    model: str = "tiny"
-    """``tiny`` trains usefully on 2 CPU cores; ``small``/``medium`` are GPT-2 124M/350M."""
-    val_filter: str | None = None
-    """Held-out rows for validation loss (e.g. ``id % 100 = 0``), read with the loader's
-    other options, seed 0 and no mixture."""
-    micro_batch_size: int | None = None
-    """Blocks per forward pass per process ``B``; ``None``: the rank's whole share ``G / W``
-    (no accumulation). ``K = G / (B W)`` micro-batches make one optimizer step."""
-    steps: int | None = 100
-    """Optimizer steps in all (a resumed run continues up to this)."""
-    epochs: int | None = None
-    """Instead of ``steps``: whole passes over the selection (each reshuffled)."""
-    stop_at: int | None = None
-    """End this invocation after this step (checkpointed), as a preempted job would; the
-    learning-rate schedule still runs to ``steps`` and ``--resume`` continues."""
-    time_limit: float | None = None
-    """End this invocation (checkpointed) once this many seconds of training have passed."""
-    lr: float = 3e-3
-    """Peak AdamW learning rate; tiny models like it high."""
-    min_lr_ratio: float = 0.1
-    """Cosine decay ends at ``lr * min_lr_ratio``."""
-    warmup_steps: int | None = None
-    """Linear warm-up; default 5% of the steps (at least 1)."""
-    weight_decay: float = 0.1
-    """On matrices only (not biases, LayerNorms or the position embedding)."""
-    grad_clip: float = 1.0
-    attention: str = "document"
-    """``document`` isolates documents inside a block; ``causal`` for comparison."""
-    kernel: str = "auto"
-    """``sdpa`` (dense mask), ``flex`` (flex_attention block mask) or ``auto`` (flex on CUDA)."""
-    device: str = "auto"
-    """``auto``: ``cuda:LOCAL_RANK`` when a GPU is visible, else ``cpu``."""
-    dtype: str = "auto"
-    """``bf16`` autocast or ``fp32``; ``auto``: bf16 on a GPU that supports it, fp32 on CPU."""
-    compile: bool = False
-    """``torch.compile`` the model (worth it on GPU for runs longer than the compile)."""
-    workers: int = 0
-    """DataLoader workers (0: read and pack in the training process)."""
-    eval_every: int = 50
-    eval_batches: int = 4
-    """Global validation batches per evaluation (the same rows every time)."""
-    checkpoint_every: int = 50
-    log_every: int = 10
-    provenance_log: bool = False
-    """Each rank appends ``provenance-rank{R}.jsonl``: the loader's provenance of every step.
-    Not needed by ``tokenloom trace`` (it recomputes it); an audit trail to check that against."""
-    init_from: str | None = None
-    """Start from this run directory's weights (a stage transition); the data, schedule and
-    step start anew. The new run's record names it as its parent."""
-    keep_optimizer: bool = False
-    """With ``init_from``: also take its optimizer state (moments), not only the weights."""
-    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
-    """Object-store options for the table (credentials): passed to the loader, never written to
-    the record or the checkpoint (a resume gives them again, or takes the ``AWS_*``
-    environment)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "out", absolute_uri(self.out))
-        if self.init_from is not None:
-            object.__setattr__(self, "init_from", absolute_uri(self.init_from))
-        if (self.steps is None) == (self.epochs is None):
-            raise TrainError("give exactly one of steps and epochs")
-        if self.keep_optimizer and not self.init_from:
-            raise TrainError("keep_optimizer applies with init_from only")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise TrainError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
-
-    def options(self) -> dict[str, Any]:
-        """Every option but the loader spec, as JSON values (the run record's ``config``)."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("loader", "storage_options")
-        }
-
-    @classmethod
-    def from_record(cls, record: RunRecord, **changes: Any) -> TrainConfig:
-        """The config a run was trained with, with ``changes`` (``loader`` may be among them)."""
-        known = {f.name for f in dataclasses.fields(cls)} - set(INVOCATION_KEYS)
-        options = {k: v for k, v in record.config.items() if k in known}
-        options["loader"] = record.loader
-        options.update(changes)
-        return cls(**options)
-
-
-@dataclass(kw_only=True)
-class TrainResult:
-    """What a run did."""
-
-    step: int
-    losses: list[float] = field(default_factory=list)
-    """Training loss of every step of this invocation, in order."""
-    val_losses: list[tuple[int, float]] = field(default_factory=list)
-    tokens: int = 0
-    """Block positions processed by all ranks in this invocation."""
-    seconds: float = 0.0
-    data_seconds: float = 0.0
-    """Time this (main) process waited for batches, worker start-up excluded."""
-    startup_seconds: float = 0.0
-    """Time to the first batch of each epoch (DataLoader workers start, plan built)."""
-    step_seconds: list[float] = field(default_factory=list)
-    """Wall time of each step of this invocation (data wait included)."""
-    wait_seconds: list[float] = field(default_factory=list)
-    """Time each step waited for its batch."""
-    history: dict = field(default_factory=dict)
-    """The whole run's ``{"train": [(step, loss)], "val": [(step, loss)]}``, across resumes."""
-    loader_summary: str = ""
-    world_size: int = 1
-    pools: list[dict] = field(default_factory=list)
-    """Per pool, what the whole run was fed (the ledger's fields), at the last step."""
-    interrupted: int = 0
-    """The signal (SIGINT/SIGTERM) that ended the invocation after checkpointing, else 0."""
 
 
 def _micro_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
@@ -312,73 +187,6 @@ def evaluate(run: _Run, model: GPT, spec: LoaderSpec) -> float:
     return float(total[0] / total[1]) if total[1] else float("nan")
 
 
-def _check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
-    for key in MODEL_KEYS:
-        if saved.get(key) != getattr(cfg, key):
-            raise TrainError(
-                f"the checkpoint was trained with {key}={saved.get(key)!r}, not "
-                f"{getattr(cfg, key)!r}; resume with the same {key} or start a new --out"
-            )
-    if reschedule:
-        return
-    for key in SCHEDULE_KEYS:
-        if key in saved and saved[key] != getattr(cfg, key):
-            raise TrainError(
-                f"the checkpoint's schedule has {key}={saved[key]!r} but this resume asks for "
-                f"{getattr(cfg, key)!r}; drop the option to continue the same schedule, or pass "
-                "--reschedule to change it knowingly"
-            )
-
-
-def _prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> None:
-    """Refuse to mix two runs in one directory; clean what a killed save left."""
-    ckpt = os.path.join(cfg.out, "last.pt")
-    exists = os.path.exists(ckpt) or os.path.exists(os.path.join(cfg.out, "last.json"))
-    if resume and not os.path.exists(ckpt):
-        raise TrainError(
-            f"--resume: no checkpoint in {cfg.out} (no last.pt); start the run without --resume"
-        )
-    if not resume and exists and not overwrite:
-        raise TrainError(
-            f"{cfg.out} already holds a run; continue it with `tokenloom train --out {cfg.out} "
-            "--resume`, pick another --out, or pass --overwrite to replace it"
-        )
-    if dist.is_main:
-        os.makedirs(cfg.out, exist_ok=True)
-        remove_stale_temporaries(cfg.out)
-        if overwrite and not resume:
-            for name in ("last.pt", "last.json"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(cfg.out, name))
-    dist.barrier()
-
-
-class _Stop:
-    """SIGINT/SIGTERM set a flag; the loop checkpoints at the next step boundary and ends."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.signal = 0
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> _Stop:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
-        if self.requested:  # a second signal: stop now
-            raise KeyboardInterrupt
-        self.requested, self.signal = True, signum
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
 def train(
     cfg: TrainConfig,
     *,
@@ -402,8 +210,8 @@ def train(
     """
     dist = Dist.setup(cfg.device)
     try:
-        _prepare_out(cfg, resume, overwrite, dist)
-        with _Stop() as stop:
+        prepare_out(cfg, resume, overwrite, dist)
+        with StopRequest() as stop:
             quiet = log if dist.is_main else _quiet
             return _train(cfg, dist, resume, reschedule, allow_data_change, stop, quiet)
     finally:
@@ -414,90 +222,24 @@ def _quiet(*_: Any) -> None:
     return None
 
 
-def _parent(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict | None]:
-    """``(state, record)`` of ``cfg.init_from`` (weights to start from), checked against the
-    new run's tokenizer."""
-    if cfg.init_from is None:
-        return None, None
-    record = read_record(cfg.init_from)
-    state = load_checkpoint(os.path.join(cfg.init_from, "last.pt"))
-    if record.config.get("model") != cfg.model:
-        raise TrainError(
-            f"--init-from {cfg.init_from} holds a {record.config.get('model')!r} model, not "
-            f"{cfg.model!r}; pass --model {record.config.get('model')}"
-        )
-    return state, {
-        "out": record.out,
-        "step": record.step,
-        "loader": record.loader.to_dict(),
-        "tokenizer": record.tokenizer,
-    }
-
-
-def _load_weights(model: GPT, weights: dict) -> None:
-    """Load weights into ``model``, growing or keeping the position table when the block length
-    differs (a stage transition to longer blocks keeps the learned positions it has)."""
-    weights = dict(weights)
-    old = weights["wpe.weight"]
-    new = model.wpe.weight
-    if old.shape != new.shape:
-        grown = new.detach().clone()
-        n = min(old.shape[0], new.shape[0])
-        grown[:n] = old[:n]
-        weights["wpe.weight"] = grown
-    model.load_state_dict(weights)
-
-
-def _fed_totals(loader, dist: Dist):  # noqa: ANN001, ANN202
-    """Per-pool counters of everything the run was fed, summed over ranks (a collective)."""
-    from tokenloom.loader.ledger import LedgerCounter
-
-    counter = loader.ledger
-    if not dist.distributed:
-        return counter
-    counts = torch.from_numpy(counter.counts.copy()).to(dist.device)
-    dist.all_reduce_sum(counts)
-    seen = []
-    for arr in counter.seen:
-        t = torch.from_numpy(arr.astype(np.int32)).to(dist.device)
-        dist.all_reduce_sum(t)
-        seen.append(t.cpu().numpy())
-    total = LedgerCounter(counter.names, counter.universes)
-    total.counts = counts.cpu().numpy()
-    total.merge_seen(seen)
-    return total
-
-
-def _as_dicts(counter) -> list[dict]:  # noqa: ANN001
-    return [dataclasses.asdict(p) for p in counter.pools()]
-
-
-def _pool_line(pools: list[dict]) -> str:
-    return "  ".join(
-        f"{p['name']} {p['body_tokens'] / 1e6:.2f}M tok/{p['unique_documents']:,} docs/"
-        f"{p['documents_seen_more_than_once']:,} rep"
-        for p in pools
-    )
-
-
 def _train(
     cfg: TrainConfig,
     dist: Dist,
     resume: bool,
     reschedule: bool,
     allow_data_change: bool,
-    stop: _Stop,
+    stop: StopRequest,
     log,  # noqa: ANN001
 ) -> TrainResult:  # noqa: ANN001, C901, PLR0912, PLR0915
     from tokenloom.loader import DataLoader
 
     run = _Run(cfg, dist, log)
     state = load_checkpoint(os.path.join(cfg.out, "last.pt")) if resume else None
-    parent_state, parent = _parent(cfg, cfg.loader) if state is None else (None, None)
+    parent_state, parent = parent_run(cfg, cfg.loader) if state is None else (None, None)
     spec = cfg.loader
     if state is not None:
         saved = state["config"]
-        _check_resume(cfg, saved, reschedule)
+        check_resume(cfg, saved, reschedule)
         parent = state.get("parent")
         if spec.version is None:  # the pinned version of the checkpoint, after later backfills
             spec = spec.replace(version=state["loader"]["inputs"]["table_version"])
@@ -537,7 +279,7 @@ def _train(
             loader.ledger.counts = fed["counts"].numpy().copy()
             loader.ledger.merge_seen([t.numpy() for t in fed["seen"]])
     elif parent_state is not None:
-        _load_weights(raw, parent_state["model"])
+        load_weights(raw, parent_state["model"])
         if cfg.keep_optimizer:
             opt.load_state_dict(parent_state["optimizer"])
             for group in opt.param_groups:
@@ -637,7 +379,7 @@ def _train(
         result.tokens += n_tokens
         tokens_since += n_tokens
         if step % cfg.log_every == 0 or step == end:
-            fed = _fed_totals(loader, dist)
+            fed = fed_totals(loader, dist)
             now = time.perf_counter()
             rate = tokens_since / max(now - last_log, 1e-9)
             util = mfu(rate / dist.world_size, per_token, peak)
@@ -647,7 +389,7 @@ def _train(
                 + (f"  MFU {100 * util:.1f}%" if util is not None else "")
                 + f"  | {loader.stats.summary(now - started)}"
             )
-            log(f"{'':>13}fed: {_pool_line(_as_dicts(fed))}")
+            log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
             last_log, tokens_since = now, 0
         if cfg.val_filter and (step % cfg.eval_every == 0 or step == end):
             val = evaluate(run, raw, spec)
@@ -656,14 +398,14 @@ def _train(
             log(f"step {step:>6}  val loss {val:.4f}")
         if step % cfg.checkpoint_every == 0 or step == end:
             if step % cfg.log_every and step != end:
-                fed = _fed_totals(loader, dist)
+                fed = fed_totals(loader, dist)
             _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent)
     if result.interrupted:
         log(f"stopped by a signal at step {step}: checkpoint written; continue with --resume")
     result.step = step
     result.seconds = time.perf_counter() - started
     result.loader_summary = loader.stats.summary(result.seconds)
-    result.pools = _as_dicts(fed) if fed is not None else []
+    result.pools = as_dicts(fed) if fed is not None else []
     return result
 
 
@@ -705,7 +447,7 @@ def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent) -> None: 
                 world_size=dist.world_size,
                 train_loss=history["train"][-1][1] if history["train"] else None,
                 val_loss=history["val"][-1][1] if history["val"] else None,
-                pools=_as_dicts(fed),
+                pools=as_dicts(fed),
                 parent=parent,
             )
         )
