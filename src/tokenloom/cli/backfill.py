@@ -6,7 +6,13 @@ import json
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    storage_options_option,
+    table_option,
+    workers_option,
+)
 
 __all__ = ["command"]
 
@@ -63,12 +69,7 @@ computes the column for the new rows only.""",
     metavar="KEY=VALUE",
     help="Constructor argument of a class UDF (VALUE parsed as JSON, else text).",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Parallel workers [default: CPU count, at most 8]; 0 runs inline.",
-)
+@workers_option
 @click.option(
     "--executor",
     type=click.Choice(["local", "ray"]),

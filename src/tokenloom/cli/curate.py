@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    storage_options_option,
+    table_option,
+    workers_option,
+)
 
 __all__ = ["commands"]
-
-workers_option = click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Parallel workers for the per-row backfills [default: CPU count, at most 8].",
-)
 
 
 def _print(result, what: str) -> None:  # noqa: ANN001 - CurationResult

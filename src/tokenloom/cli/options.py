@@ -12,6 +12,7 @@ __all__ = [
     "table_option",
     "storage_options_option",
     "json_option",
+    "workers_option",
     "emit_json",
     "loader_options",
     "loader_spec",
@@ -47,6 +48,14 @@ storage_options_option = click.option(
     "aws_endpoint=http://127.0.0.1:8333, allow_http=true; the AWS_* environment fills the rest.",
 )
 """``--storage-options KEY=VALUE`` (repeatable) as a dict; never stored in a record."""
+
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Backfill workers [default: CPU count, at most 8; 0 runs in this process].",
+)
+"""``--workers`` of every command that runs a backfill (one definition, one default)."""
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, table_option, workers_option
 
 __all__ = ["command"]
 
@@ -24,12 +24,7 @@ that job again, computing only the rows the column lacks. Exit status 1
 when a column is left that no recorded UDF can fill (it is named).""",
 )
 @table_option
-@click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Backfill workers per job [default: CPU count, at most 8; 0 = in this process].",
-)
+@workers_option
 @json_option
 def command(table: str, workers: int | None, as_json: bool) -> None:
     """Bring every derived column (dedup flags, quality, token ids, embeddings, your UDFs) up to

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    storage_options_option,
+    table_option,
+    workers_option,
+)
 
 __all__ = ["commands"]
 
@@ -36,12 +42,7 @@ an append only the new rows are embedded.""",
 @click.option(
     "--output", default="embedding", show_default=True, help="Name of the embedding column."
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Parallel workers [default: CPU count, at most 8]; 0 runs in this process.",
-)
+@workers_option
 @click.option(
     "--backend",
     type=click.Choice(["auto", "torch", "numpy"]),

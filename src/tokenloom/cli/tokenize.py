@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    storage_options_option,
+    table_option,
+    workers_option,
+)
 
 __all__ = ["commands"]
 
@@ -31,12 +37,7 @@ unless --allow-lossy.""",
 @storage_options_option
 @click.option("--tokenizer", "spec", required=True, metavar="SPEC", help="Which tokenizer.")
 @click.option("--column", default="input_ids", show_default=True, help="The token ids column.")
-@click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Backfill workers [default: CPU count, at most 8].",
-)
+@workers_option
 @click.option(
     "--threads",
     type=click.IntRange(min=1),
