@@ -4,12 +4,9 @@ an uninterrupted 1-process run. Only the table is on S3; the run directory is lo
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,7 +15,7 @@ torch = pytest.importorskip("torch")
 from tests.conftest import real_paragraphs, write_jsonl  # noqa: E402
 from tests.loader.tables import byte_tokens  # noqa: E402
 from tests.s3.conftest import so_args  # noqa: E402
-from tests.train.test_ddp import _descendants, _step_on_disk  # noqa: E402
+from tests.train.torchrun import kill_launcher_at  # noqa: E402
 from tokenloom.backfill import add_column  # noqa: E402
 from tokenloom.ingest import ingest  # noqa: E402
 from tokenloom.loader import LoaderSpec  # noqa: E402
@@ -68,21 +65,7 @@ def test_torchrun_from_s3_killed_resumes_on_one_process(s3_server, s3_prefix, tm
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.time() + 180
-    while _step_on_disk(out) < 6 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    ranks = _descendants(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)  # only the launcher: its ranks must not outlive it
-    output = proc.communicate()[0].decode(errors="replace")
-    assert proc.returncode == -signal.SIGKILL, output
-    deadline = time.time() + 20
-    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in ranks):
-        time.sleep(0.05)
-    survivors = [p for p in ranks if os.path.exists(f"/proc/{p}")]
-    for pid in survivors:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert ranks and not survivors, "ranks outlived their torchrun launcher"
+    kill_launcher_at(proc, out, step=6, timeout=180)
     state = load_checkpoint(os.path.join(out, "last.pt"))
     k = state["step"]
     assert 6 <= k < STEPS and state["world_size"] == 2

@@ -4,13 +4,9 @@ data stream and losses."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
+from tests.train.torchrun import kill_launcher_at  # noqa: E402
 from tokenloom.loader import LoaderSpec  # noqa: E402
 from tokenloom.train.loop import TrainConfig, load_checkpoint, train  # noqa: E402
 
@@ -56,51 +53,10 @@ def _torchrun(table, out, *args: str) -> subprocess.Popen:
     )
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (torchrun starts its ranks in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _step_on_disk(out) -> int:
-    try:
-        with open(os.path.join(out, "last.json")) as fh:
-            return json.load(fh)["step"]
-    except (OSError, ValueError):
-        return 0
-
-
 def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
     out = tmp_path / "ddp"
     proc = _torchrun(table, out)
-    deadline = time.time() + 120
-    while _step_on_disk(out) < 6 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    ranks = _descendants(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)  # only the launcher: its ranks must not outlive it
-    output = proc.communicate()[0].decode(errors="replace")
-    assert proc.returncode == -signal.SIGKILL, output
-    deadline = time.time() + 20
-    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in ranks):
-        time.sleep(0.05)
-    survivors = [p for p in ranks if os.path.exists(f"/proc/{p}")]
-    for pid in survivors:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    assert ranks and not survivors, "ranks outlived their torchrun launcher"
+    kill_launcher_at(proc, out, step=6, timeout=120)
     state = load_checkpoint(os.path.join(out, "last.pt"))
     k = state["step"]
     assert 6 <= k < STEPS and state["world_size"] == 2
