@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterable
 
 import pytest
@@ -40,6 +42,25 @@ def write_jsonl(path: os.PathLike[str] | str, records: Iterable[object]) -> None
                 fh.write(rec.rstrip(b"\n") + b"\n")
             else:
                 fh.write(json.dumps(rec, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The checkout's root: on a subprocess's path so it can import ``tests.*`` helpers."""
+
+
+def run_cli(
+    *args: str, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``tokenloom ARGS`` in a real subprocess (so its exit status is what a shell sees), with
+    the repository importable; text output captured."""
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenloom.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_cli, write_jsonl
 from tokenloom.ingest import ingest
 from tokenloom.table import Table
 
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-    )
+_run = run_cli
 
 
 def test_backfill_run_and_status(tmp_path, paragraphs):

@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_cli, write_jsonl
 from tokenloom.cli.main import cli
 
 
@@ -32,13 +32,7 @@ def test_every_command_has_help_with_examples(path):
     assert "tokenloom" in result.output.split("Examples:", 1)[1]
 
 
-def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+_run = run_cli
 
 
 def test_ingest_and_info_json(tmp_path, paragraphs):

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import real_paragraphs, write_jsonl
+from tests.conftest import real_paragraphs, run_cli, write_jsonl
 from tokenloom.ingest import ingest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,14 +24,7 @@ def _env(extra: dict | None = None) -> dict:
     return {**os.environ, "PYTHONPATH": path, **(extra or {})}
 
 
-def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=_env(env),
-        timeout=300,
-    )
+_run = run_cli
 
 
 # A command for each way a command can end, added to the real group in a real process.

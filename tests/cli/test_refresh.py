@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from tests.conftest import real_paragraphs, write_jsonl
+from tests.conftest import real_paragraphs, run_cli, write_jsonl
 from tokenloom.backfill import add_column, udf
 from tokenloom.backfill.builtin import n_words
 from tokenloom.curate.jobs import dedup_exact, score_quality
@@ -22,15 +19,7 @@ from tokenloom.tokenize.column import tokenize_table
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=300,
-    )
+_run = run_cli
 
 
 def _curate(uri: str) -> None:

@@ -4,14 +4,12 @@ index; the index's tokenizer, language, stemming and stop words are chosen at in
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.search.conftest import build, records
 from tokenloom.corpus import build_corpus
 from tokenloom.ingest import ingest
@@ -19,15 +17,7 @@ from tokenloom.ingest import ingest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=300,
-    )
+_run = run_cli
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_cli, write_jsonl
 from tokenloom.backfill import add_column, default_checkpoint_root, list_jobs, udf
 from tokenloom.ingest import ingest
 from tokenloom.table import Table
@@ -46,14 +46,7 @@ def n_chars2(batch: pa.RecordBatch) -> pa.Array:
     return pa.array([len(t) for t in batch.column("text").to_pylist()], pa.int64())
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    )
+_cli = run_cli
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pyarrow as pa
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_cli, write_jsonl
 from tokenloom.backfill import add_column, udf
 from tokenloom.ingest import ingest
 from tokenloom.table import Table
@@ -100,15 +98,7 @@ def test_add_column_refuses_a_bad_name_or_udf_output_before_any_work(table):
     _nothing_written(table, v0, before)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+_cli = run_cli
 
 
 @pytest.mark.parametrize(

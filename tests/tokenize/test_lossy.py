@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_cli, write_jsonl
 from tokenloom.ingest import ingest
 from tokenloom.table import Table
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "tokenloom.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        timeout=300,
-    )
+_run = run_cli
 
 
 def _lossy(tmp_path: Path) -> Path:
