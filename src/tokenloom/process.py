@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["die_with_parent"]
+__all__ = ["die_with_parent", "env_topology"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -58,3 +58,17 @@ def die_with_parent(parent: int) -> None:
         _watch_parent(parent)
     if os.getppid() != parent:  # checked after arming: no window where a death goes unseen
         os._exit(1)
+
+
+def env_topology(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """``(rank, world_size)``: the arguments, else torchrun's ``RANK``/``WORLD_SIZE``, else
+    ``(0, 1)``. (Checking that the rank is inside the world is the caller's, with its error.)"""
+
+    def env(name: str, default: int) -> int:
+        value = os.environ.get(name)
+        return int(value) if value not in (None, "") else default
+
+    return (
+        env("RANK", 0) if rank is None else int(rank),
+        env("WORLD_SIZE", 1) if world_size is None else int(world_size),
+    )

@@ -10,7 +10,6 @@ fingerprint of the plan's inputs.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -28,16 +27,12 @@ from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
 from tokenloom.loader.view import EpochView, StepCounts
+from tokenloom.process import env_topology
 
 __all__ = ["PackedDataset", "as_tensors"]
 
 _TAKE_ROWS = 256  # rows per take the read group aims at (measured: 64 rows ~31M tok/s, 256 ~42M)
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
 
 
 class PackedDataset(IterableDataset):
@@ -102,8 +97,7 @@ class PackedDataset(IterableDataset):
                 "pass either a LoaderSpec or keyword options, not both "
                 f"(got {', '.join(sorted(options)) or 'token_column'}); use spec.replace(...)"
             )
-        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
-        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        self.rank, self.world_size = env_topology(rank, world_size)
         if not 0 <= self.rank < self.world_size:
             raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
         self.blocks_per_rank = spec.per_rank(self.world_size)

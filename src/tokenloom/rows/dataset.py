@@ -14,7 +14,6 @@ is the ``i``-th selected row (ascending id), a failing row replaced by its refil
 
 from __future__ import annotations
 
-import os
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.state import LoaderState
+from tokenloom.process import env_topology
 from tokenloom.rows.plan import MAX_REFILLS, RowPlan
 from tokenloom.rows.read import RowReader, scan_selection
 from tokenloom.rows.spec import RowSpec
@@ -189,9 +189,7 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
             storage_options=storage_options,
             options=options,
         )
-        env = os.environ
-        self.rank = int(env.get("RANK", 0)) if rank is None else int(rank)
-        self.world_size = int(env.get("WORLD_SIZE", 1)) if world_size is None else int(world_size)
+        self.rank, self.world_size = env_topology(rank, world_size)
         if not 0 <= self.rank < self.world_size:
             raise RowLoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
         self.batch_size = self.spec.per_rank(self.world_size)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as torch_dist
 
+from tokenloom.process import env_topology
+
 __all__ = ["Dist", "resolve_device"]
 
 
@@ -39,8 +41,7 @@ class Dist:
 
     @classmethod
     def setup(cls, device: str = "auto") -> Dist:
-        world = int(os.environ.get("WORLD_SIZE") or 1)
-        rank = int(os.environ.get("RANK") or 0)
+        rank, world = env_topology()
         local = int(os.environ.get("LOCAL_RANK") or 0)
         dev = resolve_device(device, local)
         if dev.type == "cuda":
