@@ -22,9 +22,9 @@ _run = run_cli
 
 @pytest.fixture(scope="module")
 def kjv(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The bundled KJV and English Wikipedia, indexed with the defaults."""
+    """The whole bundled corpus (what `tokenloom demo` builds), indexed with the defaults."""
     tmp = tmp_path_factory.mktemp("kjv")
-    build_corpus(tmp / "corpus", sources=["kjv", "wiki_en"])
+    build_corpus(tmp / "corpus")
     uri = str(tmp / "t.lance")
     ingest(sorted((tmp / "corpus").glob("*.jsonl")), uri, progress=False)
     out = _run("index", "--table", uri, "--no-vector", "--json")
@@ -56,6 +56,9 @@ def test_a_quoted_query_is_a_phrase_with_its_stop_words(kjv: str) -> None:
     for hit in phrase:
         text = ds.to_table(columns=["text"], filter=f"id = {hit['id']}").column(0)[0].as_py()
         assert re.search(r"\bin\W+the\W+beginning", text, re.IGNORECASE), hit
+    # ranked by the phrase, not by how often "in" and "the" occur: Genesis 1 opens with it
+    assert ids[0] == genesis, [h["snippet"][:60] for h in phrase[:3]]
+    assert _hits(kjv, '"in the beginning"', "--where", "source = 'kjv'")[0]["id"] == genesis
     # unquoted, it is three words: articles about "the beginning of" come first
     words = _hits(kjv, "in the beginning")
     assert [h["id"] for h in words[:5]] != ids[:5]
@@ -90,3 +93,15 @@ def test_index_options_choose_stemming_and_stop_words(tmp_path: Path) -> None:
     assert sorted(h["id"] for h in _hits(uri, "river")) == [0, 1]
     bad = _run("index", "--table", uri, "--no-vector", "--language", "Klingon")
     assert bad.returncode == 1 and "Klingon" in bad.stderr
+
+
+def test_phrase_stats_count_occurrences_and_the_opening() -> None:
+    from tokenloom.search.phrase import lead_end, phrase_stats, words
+
+    text = "Genesis 1\n\n1 In the beginning God created. 2 And in the Beginning was light."
+    stats = phrase_stats(text, words("in the beginning"))
+    assert (stats.occurrences, stats.in_lead) == (2, 1)
+    assert text[: lead_end(text)].endswith("created.")
+    # a row Lance matched through a stemmed form still counts once, outside the opening
+    stemmed = phrase_stats("Of rivers. In the beginnings of rivers.", words("in the beginning"))
+    assert (stemmed.occurrences, stemmed.in_lead) == (1, 0)

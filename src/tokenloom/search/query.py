@@ -19,8 +19,9 @@ with the newest index restricted to that version's rows (see :func:`_fts_source`
 
 Phrases: the index keeps stop words by default (``tokenloom index --remove-stop-words`` drops
 them), so ``"in the beginning"`` matches those three words in order, not ``beginning`` alone;
-stemming (on by default) lets it match ``in the beginnings`` too. Phrase hits are ranked by BM25
-over the phrase's words.
+stemming (on by default) lets it match ``in the beginnings`` too. Phrase hits are ranked by the
+phrase itself (BM25F over the opening sentence and the whole text, :mod:`tokenloom.search.phrase`),
+not by Lance's BM25 over its separate words.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from tokenloom.search.index import SearchError, index_info
+from tokenloom.search.phrase import PHRASE_POOL, phrase_scores, phrase_stats
+from tokenloom.search.phrase import words as phrase_words
 from tokenloom.table import Table
 from tokenloom.table.filters import validate_filter
 
@@ -164,22 +167,63 @@ def _fts(
 
     table, where, allowed = _fts_source(table, column, where, notes)
     q = query.strip()
-    if len(q) > 1 and q.startswith('"') and q.endswith('"'):
-        fts_query = PhraseQuery(q[1:-1], column)
-    else:
-        fts_query = MatchQuery(q, column)
+    phrase = q[1:-1] if len(q) > 1 and q.startswith('"') and q.endswith('"') else None
+    fts_query = PhraseQuery(phrase, column) if phrase is not None else MatchQuery(q, column)
+    depth = max(k, PHRASE_POOL) if phrase is not None else k
     data = table.dataset.to_table(
         columns=["id", "source", column, "_score"],
         full_text_query=fts_query,
         filter=where,
         prefilter=True,
-        limit=k,
+        limit=depth,
     )
     rows = data.to_pylist()
     if allowed is not None:  # the filter on the newer version must select what it did on V
         rows = [r for r in rows if r["id"] in allowed]
+    if phrase is not None:
+        _rank_phrase_hits(table, phrase, rows, where, depth, column, notes)
     rows.sort(key=lambda r: (-r["_score"], r["id"]))
-    return rows
+    return rows[:k]
+
+
+def _rank_phrase_hits(
+    table: Table,
+    phrase: str,
+    rows: list[dict],
+    where: str | None,
+    depth: int,
+    column: str,
+    notes: list[str],
+) -> None:
+    """Replace Lance's score of each phrase hit by the phrase's own (:mod:`.phrase`)."""
+    import pyarrow.compute as pc
+    from lance.query import PhraseQuery
+
+    if not rows:
+        return
+    matches = len(rows)
+    if matches == depth:  # the pool is full: count every match for the idf
+        matches = table.dataset.to_table(
+            columns=["id", "_score"],
+            full_text_query=PhraseQuery(phrase, column),
+            filter=where,
+            prefilter=True,
+        ).num_rows
+        notes.append(
+            f"{matches:,} rows hold the phrase; the {depth:,} best by BM25 over its words were "
+            "re-ranked by the phrase"
+        )
+    if "n_chars" in table.schema().names:
+        avg_length = pc.mean(table.dataset.to_table(columns=["n_chars"]).column(0)).as_py()
+    else:
+        avg_length = sum(len(r[column] or "") for r in rows) / len(rows)
+    words = phrase_words(phrase)
+    stats = [phrase_stats(r[column], words) for r in rows]
+    scores = phrase_scores(
+        stats, avg_length=avg_length or 1.0, rows=table.count_rows(where), matches=matches
+    )
+    for row, score in zip(rows, scores, strict=True):
+        row["_score"] = score
 
 
 def _vector_column_check(table: Table, column: str) -> None:
