@@ -17,6 +17,7 @@ Examples:
   tokenloom ingest dump.jsonl.zst --table corpus.lance --source web --text-field content
   tokenloom ingest books/ --glob '**/*.txt' --table corpus.lance --source books
   tokenloom ingest data.parquet --table corpus.lance --errors replace --json
+  tokenloom ingest crawl.jsonl --table corpus.lance --text-field doc.text
   tokenloom ingest s3://raw/dump.jsonl.zst --table s3://bucket/corpus.lance \
       --storage-options aws_endpoint=http://127.0.0.1:8333
   tokenloom ingest caps.parquet --table img.lance --columns score:float,lang:string,image:blob
@@ -42,7 +43,8 @@ nothing could be ingested, 2 on a usage error.""",
     "--text-field",
     default="text",
     show_default=True,
-    help="JSON key or Parquet column holding the document text.",
+    help="JSON key or Parquet column holding the document text; a dotted path (doc.text) "
+    "reaches into nested objects and structs.",
 )
 @click.option(
     "--glob",

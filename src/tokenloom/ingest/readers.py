@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenloom.ingest.columns import BadColumnValue, ColumnSpec, convert
+from tokenloom.ingest.fieldpath import Missing, ParquetPath, drop_path, parquet_path, take_path
 from tokenloom.ingest.inputs import InputFile, open_regular
 from tokenloom.ingest.rejects import Note, Reason, Reject, excerpt_of
 from tokenloom.ingest.streams import StreamError, open_lines
@@ -36,7 +37,8 @@ class ReadOptions:
     """How records are read and validated."""
 
     text_field: str = "text"
-    """Field (JSONL key or Parquet column) holding the document text."""
+    """Field (JSONL key or Parquet column) holding the document text; a dotted path
+    (``doc.text``) reaches into nested objects and structs (:mod:`tokenloom.ingest.fieldpath`)."""
     source: str | None = None
     """Source name forced on every row; default: the record's ``source`` field, else the file
     stem (or the directory name for text directories)."""
@@ -184,12 +186,10 @@ def _parse_line(
         obj = load_json(decoded, notes)
         if not isinstance(obj, dict):
             return reject(Reason.NOT_AN_OBJECT, f"line is a JSON {type(obj).__name__}")
-        if field not in obj:
-            keys = ", ".join(sorted(obj)[:8])
-            return reject(
-                Reason.MISSING_TEXT, f"no {field!r} key (keys: {keys}); pass --text-field"
-            )
-        text, reason, detail = check_text(obj.pop(field), opts)
+        value = take_path(obj, field)
+        if isinstance(value, Missing):
+            return reject(Reason.MISSING_TEXT, value.detail)
+        text, reason, detail = check_text(value, opts)
         if text is None:
             return reject(reason, detail)
         text = clean_string(text, opts.errors, f"the {field!r} field", notes)
@@ -257,17 +257,11 @@ def read_parquet(
             detail = f"{type(exc).__name__}: {str(exc)[:300]}"
             yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=detail)
             return
-        field = opts.text_field
-        where = [i for i, name in enumerate(names) if name == field]
-        if len(where) != 1:
+        path = parquet_path(names, pf.schema_arrow.types, opts.text_field)
+        if not isinstance(path, ParquetPath):
             tally.records += max(n_rows, 1)
-            if where:
-                reason = Reason.DUPLICATE_TEXT_FIELD
-                detail = f"{len(where)} columns are named {field!r}; rename all but one"
-            else:
-                reason = Reason.MISSING_TEXT
-                detail = f"no {field!r} column (columns: {', '.join(names[:8])}); pass --text-field"
-            yield Reject(file=inp.path, reason=reason, count=max(n_rows, 1), detail=detail)
+            reason = Reason.DUPLICATE_TEXT_FIELD if "rename" in path else Reason.MISSING_TEXT
+            yield Reject(file=inp.path, reason=reason, count=max(n_rows, 1), detail=path)
             return
         tally.records += n_rows
         size = _file_size(fh)
@@ -291,7 +285,7 @@ def read_parquet(
                     break
                 if batch is None:
                     break
-                yield from _parquet_batch(batch, where[0], inp, opts, row + done)
+                yield from _parquet_batch(batch, path, inp, opts, row + done)
                 done += batch.num_rows
             row += group_rows
             progress(int(size * group_rows / max(n_rows, 1)))
@@ -336,22 +330,31 @@ def _cell(value: bytes | None) -> Any:
 
 
 def _parquet_batch(
-    batch: Any, text_index: int, inp: InputFile, opts: ReadOptions, first_row: int
+    batch: Any, path: ParquetPath, inp: InputFile, opts: ReadOptions, first_row: int
 ) -> Iterator[Doc | Reject]:
-    values = _py_values(batch.column(text_index))
+    import pyarrow.compute as pc
+
+    text_index = path.column
+    if path.children:  # a struct's field; a null parent makes a null text
+        values = _py_values(pc.struct_field(batch.column(text_index), list(path.children)))
+    else:
+        values = _py_values(batch.column(text_index))
     others: list[tuple[str, list[Any]]] = []
     seen: dict[str, int] = {}
     typed_names = {c.name for c in opts.columns}
     typed: dict[str, list[Any]] = {}
     for i, name in enumerate(batch.schema.names):
-        if i == text_index:
+        if i == text_index and not path.children:
             continue
         if name in typed_names and name not in typed:
             typed[name] = _py_values(batch.column(i))
             continue
         seen[name] = seen.get(name, 0) + 1
         key = name if seen[name] == 1 else f"{name}#{seen[name]}"  # duplicate column names
-        others.append((key, _py_values(batch.column(i))))
+        cells = _py_values(batch.column(i))
+        if i == text_index:  # the struct holding the text: the rest of it goes to meta
+            cells = [drop_path(cell, path.children) for cell in cells]
+        others.append((key, cells))
     for i, value in enumerate(values):
         notes: set[str] = set()
         item = _parquet_row(value, inp, opts, first_row + i, others, typed, i, notes)
