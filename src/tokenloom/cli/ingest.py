@@ -18,6 +18,8 @@ Examples:
   tokenloom ingest books/ --glob '**/*.txt' --table corpus.lance --source books
   tokenloom ingest data.parquet --table corpus.lance --errors replace --json
   tokenloom ingest crawl.jsonl --table corpus.lance --text-field doc.text
+  tokenloom ingest hf://downloads/wikitext --table corpus.lance --split train
+  tokenloom ingest saved/ --table corpus.lance     # a folder datasets.save_to_disk wrote
   tokenloom ingest s3://raw/dump.jsonl.zst --table s3://bucket/corpus.lance \
       --storage-options aws_endpoint=http://127.0.0.1:8333
   tokenloom ingest caps.parquet --table img.lance --columns score:float,lang:string,image:blob
@@ -45,6 +47,13 @@ nothing could be ingested, 2 on a usage error.""",
     show_default=True,
     help="JSON key or Parquet column holding the document text; a dotted path (doc.text) "
     "reaches into nested objects and structs.",
+)
+@click.option(
+    "--split",
+    default=None,
+    metavar="NAME",
+    help="Hugging Face dataset folders (hf://DIR, or a save_to_disk folder): read only this "
+    "split [default: every split, named in meta._split].",
 )
 @click.option(
     "--glob",
@@ -97,6 +106,7 @@ def command(
     storage_options: dict,
     source: str | None,
     text_field: str,
+    split: str | None,
     glob_: str,
     errors: str,
     force: bool,
@@ -106,7 +116,7 @@ def command(
     rejects_path: str | None,
     as_json: bool,
 ) -> None:
-    """Ingest JSONL (.gz/.zst), Parquet and text directories into a table."""
+    """Ingest JSONL (.gz/.zst), Parquet, text directories and HF dataset folders into a table."""
     from tokenloom.ingest import ingest
     from tokenloom.ingest.rejects import printable
 
@@ -129,6 +139,7 @@ def command(
         follow_symlinks=follow_symlinks,
         storage_options=storage_options,
         columns=columns,
+        split=split,
     )
     if as_json:
         emit_json(result.to_json())

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from tokenloom.ingest.hf import HF_SCHEME, hf_inputs, is_saved_dataset
 from tokenloom.ingest.rejects import Reason, Reject, printable
 from tokenloom.table.storage import filesystem, is_remote
 
@@ -32,11 +33,13 @@ __all__ = [
     "open_regular",
     "JSONL_SUFFIXES",
     "PARQUET_SUFFIXES",
+    "ARROW_SUFFIXES",
 ]
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 COMPRESSIONS = ("", ".gz", ".zst")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+ARROW_SUFFIXES = (".arrow",)
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 
 
@@ -47,7 +50,8 @@ class InputFile:
     path: str
     """Path as found (absolute; may hold surrogate escapes of a non-UTF-8 name)."""
     kind: str
-    """``jsonl``, ``parquet`` or ``text`` (one document per file)."""
+    """``jsonl``, ``parquet``, ``arrow`` (Arrow IPC, as ``datasets`` saves) or ``text`` (one
+    document per file)."""
     compression: str = ""
     """``""``, ``".gz"`` or ``".zst"`` (JSONL only)."""
     default_source: str = ""
@@ -61,6 +65,8 @@ class InputFile:
     """Object-store options for an ``s3://``-style ``path`` (never written anywhere)."""
     size: int = -1
     """Size in bytes when known from the listing (object-store inputs), else -1."""
+    split: str = ""
+    """The split of a file of a Hugging Face dataset folder (:mod:`tokenloom.ingest.hf`)."""
 
 
 class NotRegularFile(OSError):
@@ -145,6 +151,8 @@ def _classify(name: str) -> tuple[str, str] | None:
                 return "jsonl", comp
     if name.endswith(PARQUET_SUFFIXES):
         return "parquet", ""
+    if name.endswith(ARROW_SUFFIXES):
+        return "arrow", ""
     if name.endswith(TEXT_SUFFIXES):
         return "text", ""
     return None
@@ -194,6 +202,7 @@ def discover(
     glob: str = "**/*.txt",
     follow_symlinks: bool = False,
     storage_options: Mapping[str, str] | None = None,
+    split: str | None = None,
 ) -> tuple[list[InputFile], list[Reject]]:
     """Expand and classify input paths.
 
@@ -204,6 +213,8 @@ def discover(
         follow_symlinks: Inside directories, follow symlinks that point outside the directory.
         storage_options: Options for object-store URIs among ``paths`` (``s3://bucket/x.jsonl``,
             or a prefix ``s3://bucket/dir/`` read like a directory of text files).
+        split: The split read from Hugging Face dataset folders (``hf://DIR``, or a folder
+            ``save_to_disk`` wrote); ``None``: every split. See :mod:`tokenloom.ingest.hf`.
 
     Returns:
         The input files in a deterministic order (arguments in order, directory entries sorted),
@@ -214,6 +225,9 @@ def discover(
     seen: set[tuple[int, int]] = set()
     pattern = glob_regex(glob)
     for raw in paths:
+        if os.fspath(raw).startswith(HF_SCHEME):
+            _discover_hf(os.fspath(raw), split, seen, files, rejects)
+            continue
         if is_remote(os.fspath(raw)):
             _discover_remote(os.fspath(raw), glob, pattern, storage_options, files, rejects)
             continue
@@ -222,6 +236,9 @@ def discover(
             st = os.stat(path)
         except OSError as exc:
             rejects.append(_stat_reject(path, exc))
+            continue
+        if stat.S_ISDIR(st.st_mode) and is_saved_dataset(path):
+            _discover_hf(path, split, seen, files, rejects)
             continue
         if stat.S_ISDIR(st.st_mode):
             found = _walk(path, st, pattern, follow_symlinks, seen, rejects)
@@ -247,7 +264,7 @@ def discover(
                     file=path,
                     reason=Reason.UNSUPPORTED_FORMAT,
                     detail="expected .jsonl/.ndjson/.json (optionally .gz/.zst), .parquet, "
-                    ".txt or a directory of text files",
+                    ".arrow, .txt, a directory of text files or an hf:// dataset folder",
                 )
             )
             continue
@@ -329,6 +346,47 @@ def _discover_remote(
                 storage_options=storage_options, size=size,
             )
         )  # fmt: skip
+
+
+def _discover_hf(
+    raw: str,
+    split: str | None,
+    seen: set[tuple[int, int]],
+    files: list[InputFile],
+    rejects: list[Reject],
+) -> None:
+    """The data files of a local Hugging Face dataset folder (:mod:`tokenloom.ingest.hf`)."""
+    root = os.path.abspath(os.path.expanduser(raw.removeprefix(HF_SCHEME)))
+    if not os.path.isdir(root):
+        detail = (
+            "hf:// takes a local dataset folder (no download); fetch one with `huggingface-cli "
+            "download --repo-type dataset NAME --local-dir DIR`, then ingest hf://DIR"
+        )
+        rejects.append(Reject(file=raw, reason=Reason.UNREADABLE_FILE, detail=detail))
+        return
+    found, problems = hf_inputs(root, split)
+    rejects.extend(problems)
+    name = printable(os.path.basename(root.rstrip(os.sep)) or root)
+    for path, rel, file_split in found:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            rejects.append(_stat_reject(path, exc))
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        kind = _classify(os.path.basename(path)) or ("arrow", "")
+        shown = printable(rel)
+        files.append(
+            InputFile(
+                path=path, kind=kind[0], compression=kind[1], default_source=name,
+                relpath=shown, escaped_name=shown != rel, split=file_split,
+            )
+        )  # fmt: skip
+    if not found and not problems:
+        detail = "no .parquet, .arrow or .jsonl data file in this dataset folder"
+        rejects.append(Reject(file=root, reason=Reason.UNREADABLE_FILE, detail=detail))
 
 
 def _stat_reject(path: str, exc: OSError) -> Reject:
@@ -422,7 +480,7 @@ def _walk(
         shown = printable(relpath)
         # Data shards (JSONL, Parquet) selected by --glob are read as data, not as one text each.
         kind = _classify(os.path.basename(path))
-        data = kind is not None and kind[0] in ("jsonl", "parquet")
+        data = kind is not None and kind[0] in ("jsonl", "parquet", "arrow")
         out.append(
             InputFile(
                 path=path,

@@ -205,6 +205,8 @@ def _parse_line(
         typed = tuple(_typed_value(obj.pop(c.name, None), c, opts, notes) for c in opts.columns)
         obj["_file"] = inp.relpath
         obj["_line"] = line_no
+        if inp.split:
+            obj["_split"] = inp.split
         return text, source, meta_json(obj, opts.errors, notes), typed
     except BadValue as bad:
         return reject(bad.reason, bad.detail)
@@ -289,6 +291,75 @@ def read_parquet(
                 done += batch.num_rows
             row += group_rows
             progress(int(size * group_rows / max(n_rows, 1)))
+
+
+def read_arrow(
+    inp: InputFile, opts: ReadOptions, progress: Progress, tally: Tally
+) -> Iterator[Doc | Reject]:
+    """Read an Arrow IPC file (the stream format ``datasets.save_to_disk`` writes, or the file
+    format) one record batch at a time, as Parquet rows are read.
+
+    A batch that cannot be read ends the file as ``read_error`` (a stream has no index to skip
+    to); the rows before it are kept.
+    """
+    import pyarrow as pa
+
+    try:
+        fh = open_regular(inp.path, inp.storage_options)
+    except OSError as exc:
+        tally.records += 1
+        yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=str(exc))
+        return
+    with fh:
+        size = _file_size(fh)
+        try:
+            reader = pa.ipc.open_stream(fh)
+        except pa.ArrowInvalid:
+            try:
+                fh.seek(0)
+                reader = pa.ipc.open_file(fh)
+            except Exception as exc:  # noqa: BLE001 - neither IPC format: the file is unreadable
+                tally.records += 1
+                detail = f"not an Arrow IPC stream or file: {type(exc).__name__}: {exc}"[:300]
+                yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=detail)
+                return
+        except Exception as exc:  # noqa: BLE001 - a broken header
+            tally.records += 1
+            detail = f"{type(exc).__name__}: {str(exc)[:300]}"
+            yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=detail)
+            return
+        schema = reader.schema
+        path = parquet_path(schema.names, schema.types, opts.text_field)
+        batches = (
+            (reader.get_batch(i) for i in range(reader.num_record_batches))
+            if isinstance(reader, pa.ipc.RecordBatchFileReader)
+            else iter(reader)
+        )
+        row = 0
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException, ValueError) as exc:
+                tally.records += 1
+                yield Reject(
+                    file=inp.path,
+                    reason=Reason.READ_ERROR,
+                    row=row,
+                    detail=f"{type(exc).__name__}: {str(exc)[:200]}; rows before it were kept",
+                )
+                break
+            if batch is None:
+                break
+            tally.records += batch.num_rows
+            if not isinstance(path, ParquetPath):
+                reason = Reason.DUPLICATE_TEXT_FIELD if "rename" in path else Reason.MISSING_TEXT
+                yield Reject(
+                    file=inp.path, reason=reason, row=row, count=batch.num_rows, detail=path
+                )
+            elif batch.num_rows:
+                yield from _parquet_batch(batch, path, inp, opts, row)
+            row += batch.num_rows
+        progress(size)
 
 
 class _BadCell(bytes):
@@ -412,6 +483,8 @@ def _parquet_row(
         )
         meta["_file"] = inp.relpath
         meta["_row"] = row
+        if inp.split:
+            meta["_split"] = inp.split
         return text, source, meta_json(meta, opts.errors, notes), values
     except BadValue as bad:
         return _row_reject(inp, row, bad.reason, bad.detail, value)
@@ -502,6 +575,8 @@ def read_input(
         return read_jsonl(inp, opts, progress, tally)
     if inp.kind == "parquet":
         return read_parquet(inp, opts, progress, tally)
+    if inp.kind == "arrow":
+        return read_arrow(inp, opts, progress, tally)
     if inp.kind == "text":
         assert data is not None, "text files are read (and fingerprinted) by the caller"
         return read_text_file(inp, opts, data, progress, tally)

@@ -53,6 +53,8 @@ class Reason:
     """A symlink inside an input directory pointing outside it (``--follow-symlinks`` allows)."""
     SYMLINK_LOOP = "symlink_loop"
     """A symlink that loops, or a directory reached a second time through a symlink."""
+    MISSING_SPLIT = "missing_split"
+    """``--split`` names a split the Hugging Face dataset folder does not have."""
     BAD_COLUMN_VALUE = "bad_column_value"
     """A field promoted to a typed column (``--columns``) whose value does not convert."""
 

@@ -231,11 +231,13 @@ def ingest(
     follow_symlinks: bool = False,
     storage_options: Mapping[str, str] | None = None,
     columns: str | Sequence[str] | None = None,
+    split: str | None = None,
 ) -> IngestResult:
     """Ingest files into a tokenloom table as one new version.
 
     Args:
-        paths: JSONL (also .gz/.zst), Parquet, .txt files and directories of text files.
+        paths: JSONL (also .gz/.zst), Parquet, Arrow IPC, .txt files, directories of text files
+            and Hugging Face dataset folders (``hf://DIR``, or a ``save_to_disk`` folder).
         table: Table URI; created (with stable row ids) when absent.
         source: Source name for every row (default: the record's ``source``, else the file stem).
         text_field: Key/column holding the text.
@@ -252,6 +254,8 @@ def ingest(
         columns: Fields stored as typed columns instead of in ``meta``, e.g.
             ``"score:float,lang:string,image:binary"`` (see :mod:`tokenloom.ingest.columns`);
             a Parquet file's binary columns are always typed columns.
+        split: The split taken from Hugging Face dataset folders (default: every split; see
+            :mod:`tokenloom.ingest.hf`).
 
     Returns:
         What was written, rejected and skipped, and the new version.
@@ -269,7 +273,11 @@ def ingest(
     declared = parse_columns(columns)
     so = resolve_storage_options(uri, storage_options) or None
     files, path_rejects = discover(
-        paths, glob=glob, follow_symlinks=follow_symlinks, storage_options=storage_options
+        paths,
+        glob=glob,
+        follow_symlinks=follow_symlinks,
+        storage_options=storage_options,
+        split=split,
     )
     existing = (
         Table.open(uri, storage_options=so) if Table.exists(uri, storage_options=so) else None
@@ -412,16 +420,24 @@ def _run(
 
 
 def _parquet_schemas(files: list[InputFile]) -> Iterator[pa.Schema]:
-    """The Arrow schema of each readable Parquet input (footers only; unreadable ones are
-    rejected later by the reader)."""
+    """The Arrow schema of each readable Parquet or Arrow IPC input (footers or stream headers
+    only; unreadable ones are rejected later by the reader)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for inp in files:
-        if inp.kind != "parquet":
+        if inp.kind not in ("parquet", "arrow"):
             continue
         try:
             with open_regular(inp.path, inp.storage_options) as fh:
-                yield pq.ParquetFile(fh).schema_arrow
+                if inp.kind == "parquet":
+                    yield pq.ParquetFile(fh).schema_arrow
+                    continue
+                try:
+                    yield pa.ipc.open_stream(fh).schema
+                except pa.ArrowInvalid:
+                    fh.seek(0)
+                    yield pa.ipc.open_file(fh).schema
         except Exception:  # noqa: BLE001, S112 - the reader rejects it with the reason
             continue
 
