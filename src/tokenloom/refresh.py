@@ -10,7 +10,7 @@ backfill is incremental) and the new values equal what a full run gives:
 recorded UDF                    job run again
 ==============================  ==============================================================
 ``TextHash``, ``ExactLookup``   exact dedup (new rows hashed and flagged against every row)
-``MinHash``, ``NearLookup``     near dedup at the recorded threshold (new rows clustered)
+``MinHash``, ``NearLookup``     near dedup at the recorded threshold and keep policy
 ``Quality``                     quality scores
 ``Encode``                      tokenize with the recorded tokenizer (vocabulary hash checked)
 ``LineBoundaries``              the cut points of the recorded token column
@@ -119,8 +119,9 @@ def _run(uri: str, name: str, ident: dict, cols: list[str], workers: int | None,
         from tokenloom.curate.lsh import DEFAULT_THRESHOLD
 
         threshold = kwargs.get("threshold", DEFAULT_THRESHOLD)
-        res = dedup_near(uri, threshold=threshold, workers=workers, progress=progress)
-        return f"dedup --near --threshold {threshold}", res.versions
+        keep = kwargs.get("keep", "first")
+        res = dedup_near(uri, threshold=threshold, keep=keep, workers=workers, progress=progress)
+        return f"dedup --near --threshold {threshold} --keep {keep}", res.versions
     if name == "Quality":
         from tokenloom.curate.jobs import score_quality
 

@@ -35,11 +35,13 @@ Examples:
   tokenloom dedup --table corpus.lance                   # exact: is_dup, dup_of
   tokenloom dedup --table corpus.lance --near            # near: near_dup_cluster, is_near_dup
   tokenloom dedup --table corpus.lance --near --threshold 0.7 --recompute
+  tokenloom dedup --table corpus.lance --near --keep source-priority:wiki_en,web
 
 \b
 Exact: BLAKE2b of the NFC, whitespace-collapsed text; the first occurrence by id
 is kept. Near: MinHash (3-word shingles of spelling-folded text, 128 permutations)
-+ LSH, every candidate pair verified against the threshold. Filter with SQL:
++ LSH, every candidate pair verified against the threshold; --keep picks the member
+kept (near_dup_cluster = its id). Filter with SQL:
   --filter "NOT is_dup AND NOT is_near_dup" """,
 )
 @table_option
@@ -52,6 +54,14 @@ is kept. Near: MinHash (3-word shingles of spelling-folded text, 128 permutation
     show_default=True,
     help="Estimated Jaccard similarity that joins two documents.",
 )
+@click.option(
+    "--keep",
+    default="first",
+    show_default=True,
+    metavar="first|longest|source-priority:A,B",
+    help="Near: the member of each cluster kept (first = smallest id; longest = most "
+    "characters; source-priority = sources in the order listed; ties: smallest id).",
+)
 @click.option("--recompute", is_flag=True, help="Drop and rebuild the near-dup clusters.")
 @workers_option
 @json_option
@@ -60,6 +70,7 @@ def dedup(
     storage_options: dict,
     near: bool,
     threshold: float,
+    keep: str,
     recompute: bool,
     workers: int | None,
     as_json: bool,
@@ -67,10 +78,13 @@ def dedup(
     """Flag exact or near-duplicate documents as added columns."""
     from tokenloom.curate.jobs import dedup_exact, dedup_near
 
+    if keep != "first" and not near:
+        raise click.UsageError("--keep chooses among near duplicates; pass it with --near")
     if near:
         result = dedup_near(
             table,
             threshold=threshold,
+            keep=keep,
             workers=workers,
             recompute=recompute,
             storage_options=storage_options,

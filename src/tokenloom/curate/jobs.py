@@ -6,6 +6,7 @@ duplicates of which) reads only the small stored columns (``id`` + hash or signa
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ import pyarrow.compute as pc
 
 from tokenloom.backfill import add_column, default_checkpoint_root
 from tokenloom.curate.exact import exact_duplicates
+from tokenloom.curate.inputs import CurateError
+from tokenloom.curate.keep import KeepPolicy, keep_representatives
 from tokenloom.curate.lsh import DEFAULT_THRESHOLD, lsh_clusters
 from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
 from tokenloom.table import Table
@@ -128,38 +131,59 @@ def dedup_near(
     uri: str,
     *,
     threshold: float = DEFAULT_THRESHOLD,
+    keep: str | KeepPolicy = "first",
     workers: int | None = None,
     recompute: bool = False,
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> CurationResult:
-    """``minhash`` per row, then LSH clusters → ``near_dup_cluster`` (smallest id in the cluster)
-    and ``is_near_dup`` (true for every member but the kept one).
+    """``minhash`` per row, then LSH clusters → ``near_dup_cluster`` (the id of the cluster's
+    kept row, chosen by ``keep``: :mod:`tokenloom.curate.keep`) and ``is_near_dup`` (true for
+    every member but the kept one).
 
-    A changed threshold needs ``recompute=True`` (the cluster columns are dropped and rebuilt).
-    After an append, new rows are clustered against everything; old rows keep their cluster
-    unless ``recompute=True``.
+    A changed threshold or keep policy needs ``recompute=True`` (the cluster columns are dropped
+    and rebuilt). After an append, new rows are clustered against everything; old rows keep
+    their cluster, and a row kept before stays kept, unless ``recompute=True``.
     """
+    policy = keep if isinstance(keep, KeepPolicy) else KeepPolicy.parse(keep)
     started = time.perf_counter()
     res = CurationResult(columns=["minhash", "near_dup_cluster", "is_near_dup"])
     table = Table.open(uri, storage_options=storage_options)
     if recompute:
         table = _drop(table, ["near_dup_cluster", "is_near_dup"])
+    else:
+        _check_same_clustering(table, threshold, policy)
     minhash = MinHash.bind()
     r1 = add_column(table, None, minhash, workers=workers, progress=progress)
     table = table.checkout()
-    data = table.dataset.to_table(columns=["id", "minhash"])
+    names = table.schema().names
+    extra = [c for c in (policy.column, "is_near_dup") if c is not None and c in names]
+    data = table.dataset.to_table(columns=["id", "minhash", *extra])
     ids = data.column("id").to_numpy()
     flat = pc.list_flatten(data.column("minhash")).to_numpy()
     sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
-    cluster, is_near = lsh_clusters(ids, sigs, threshold=threshold)
+    labels, _ = lsh_clusters(ids, sigs, threshold=threshold)
+    values = data.column(policy.column).to_numpy(zero_copy_only=False) if policy.column else None
+    kept_before = (
+        pc.equal(data.column("is_near_dup"), False).fill_null(False).to_numpy(zero_copy_only=False)
+        if "is_near_dup" in extra
+        else None
+    )  # rows an earlier run kept (false, not null)
+    cluster = keep_representatives(labels, ids, policy.preference(values, len(ids)), kept_before)
+    is_near = cluster != ids
     path = _lookup_path(table, "near")
     so = table.storage_options or None
     write_lookup(
         path, ids, {"near_dup_cluster": cluster, "is_near_dup": is_near}, storage_options=so
     )
+    # `first` is left out of the identity: columns made before policies existed still match.
+    chosen = {"keep": policy.spec()} if policy.kind != "first" else {}
     lookup = NearLookup.bind(
-        _path=path, _storage_options=so, threshold=threshold, minhash=minhash.fingerprint()
+        _path=path,
+        _storage_options=so,
+        threshold=threshold,
+        minhash=minhash.fingerprint(),
+        **chosen,
     )
     try:
         r2 = add_column(table, None, lookup, workers=workers, progress=progress)
@@ -171,6 +195,21 @@ def dedup_near(
     res.examples = _examples(table, cluster, ids)
     res.seconds = time.perf_counter() - started
     return res
+
+
+def _check_same_clustering(table: Table, threshold: float, policy: KeepPolicy) -> None:
+    """Refuse, naming ``--recompute``, to fill new rows under another threshold or policy."""
+    if "near_dup_cluster" not in table.schema().names:
+        return
+    raw = (table.schema().field("near_dup_cluster").metadata or {}).get(b"tokenloom.udf")
+    made = (json.loads(raw).get("kwargs") or {}) if raw else {}
+    had = (made.get("threshold", DEFAULT_THRESHOLD), made.get("keep", "first"))
+    if raw and had != (threshold, policy.spec()):
+        raise CurateError(
+            f"the near-duplicate columns were made with --threshold {had[0]} --keep {had[1]}; "
+            f"pass --recompute to rebuild them with --threshold {threshold} "
+            f"--keep {policy.spec()}, or run with the recorded values"
+        )
 
 
 def score_quality(

@@ -116,13 +116,15 @@ class ExactLookup(_Lookup):
     version="near-1",
 )
 class NearLookup(_Lookup):
-    """Near-duplicate clusters computed by the dedup job (the smallest id is kept)."""
+    """Near-duplicate clusters computed by the dedup job (the row kept by the recorded ``keep``
+    policy, :mod:`tokenloom.curate.keep`, names its cluster)."""
 
     def __init__(
         self,
         _path: str,
         threshold: float = 0.5,
         minhash: str = "",
+        keep: str = "first",
         _storage_options: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(_path, _storage_options)
