@@ -20,7 +20,7 @@ average text length is the table's mean ``n_chars`` (a collection statistic, as 
 average opening length is the hits' (every row's opening would cost a scan of the text). ``idf``
 is BM25's for a term held by ``matches`` of ``rows`` rows; it is the same for every hit of a query.
 
-Occurrences are counted on lower-cased, ASCII-folded words (``\\w+``), as the index splits
+Occurrences are counted on lower-cased, accent-folded words (``\\w+``), as the index splits
 them. A row that Lance matched only through a stemmed form (``"in the beginnings"``) counts one
 occurrence, outside the opening. Only the :data:`PHRASE_POOL` best hits by Lance's score are
 re-ranked; a query with more matches says so in a note.
@@ -43,6 +43,7 @@ __all__ = [
     "PhraseStats",
     "words",
     "lead_end",
+    "phrase_pattern",
     "phrase_stats",
     "phrase_scores",
 ]
@@ -75,7 +76,11 @@ class PhraseStats:
 
 
 def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    """Lower-cased, accents removed (``café`` → ``cafe``); other scripts kept."""
+    if text.isascii():
+        return text.lower()
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
 
 
 def words(text: str) -> list[str]:
@@ -97,19 +102,25 @@ def lead_end(text: str) -> int:
     return end
 
 
-def phrase_stats(text: str, phrase: Sequence[str]) -> PhraseStats:
-    """Occurrences of ``phrase`` (its :func:`words`) in ``text``, in all and in the opening."""
+def phrase_pattern(phrase: Sequence[str]) -> re.Pattern[str]:
+    """The phrase's words in order, whole words, anything but word characters between them."""
+    body = r"\W+".join(map(re.escape, phrase))
+    return re.compile(rf"(?<!\w){body}(?!\w)")
+
+
+def phrase_stats(text: str, phrase: Sequence[str] | re.Pattern[str]) -> PhraseStats:
+    """Occurrences of ``phrase`` (its :func:`words`, or their :func:`phrase_pattern`) in
+    ``text``, in all and in the opening."""
     text = text or ""
-    n = len(phrase)
-    folded = _fold(text)
-    spans = [(m.group(), m.end()) for m in _WORD.finditer(folded)]
-    toks = [w for w, _ in spans]
-    starts = [i for i in range(len(toks) - n + 1) if n and toks[i : i + n] == list(phrase)]
-    # NFKD folding can shift offsets; measure the opening on the folded text too.
+    pattern = phrase if isinstance(phrase, re.Pattern) else phrase_pattern(phrase)
+    folded = _fold(text)  # offsets may shift: the opening is measured on the folded text too
+    ends = [m.end() for m in pattern.finditer(folded)]
     end = lead_end(folded)
-    in_lead = sum(1 for i in starts if spans[i + n - 1][1] <= end)
     return PhraseStats(
-        occurrences=max(1, len(starts)), in_lead=in_lead, length=len(text), lead_length=end
+        occurrences=max(1, len(ends)),
+        in_lead=sum(1 for e in ends if e <= end),
+        length=len(text),
+        lead_length=end,
     )
 
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from tokenloom.search.index import SearchError, index_info
-from tokenloom.search.phrase import PHRASE_POOL, phrase_scores, phrase_stats
+from tokenloom.search.phrase import PHRASE_POOL, phrase_pattern, phrase_scores, phrase_stats
 from tokenloom.search.phrase import words as phrase_words
 from tokenloom.table import Table
 from tokenloom.table.filters import validate_filter
@@ -217,8 +217,8 @@ def _rank_phrase_hits(
         avg_length = pc.mean(table.dataset.to_table(columns=["n_chars"]).column(0)).as_py()
     else:
         avg_length = sum(len(r[column] or "") for r in rows) / len(rows)
-    words = phrase_words(phrase)
-    stats = [phrase_stats(r[column], words) for r in rows]
+    pattern = phrase_pattern(phrase_words(phrase))
+    stats = [phrase_stats(r[column], pattern) for r in rows]
     scores = phrase_scores(
         stats, avg_length=avg_length or 1.0, rows=table.count_rows(where), matches=matches
     )
