@@ -26,6 +26,7 @@ bench: install  ## every benchmark, printed as ratios measured side by side
 	$(BIN)/tokenloom bench ingest
 	$(BIN)/tokenloom bench backfill
 	$(BIN)/tokenloom bench tokenize
+	$(BIN)/tokenloom bench components
 	$(BIN)/tokenloom bench loader
 	$(BIN)/tokenloom bench search
 	$(BIN)/tokenloom bench rows --workload image

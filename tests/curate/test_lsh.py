@@ -112,6 +112,39 @@ def test_components_label_each_node_with_its_smallest_member(case):
     assert labels.tolist() == [min(g) for g in groups]
 
 
+def _bfs_components(n: int, u: np.ndarray, v: np.ndarray) -> list[int]:
+    """The slow reference: breadth-first search from each unvisited node, in index order."""
+    adjacent: list[list[int]] = [[] for _ in range(n)]
+    for a, b in zip(u.tolist(), v.tolist(), strict=True):
+        adjacent[a].append(b)
+        adjacent[b].append(a)
+    label = [-1] * n
+    for start in range(n):  # the first unvisited node is its component's smallest
+        if label[start] < 0:
+            label[start], queue = start, [start]
+            while queue:
+                x = queue.pop()
+                for y in adjacent[x]:
+                    if label[y] < 0:
+                        label[y] = start
+                        queue.append(y)
+    return label
+
+
+@pytest.mark.parametrize("edges", [0, 300, 1000, 1500, 3000, 8000])
+def test_components_equal_bfs_and_scipy_on_random_graphs(edges):
+    from tokenloom.bench.curate import component_graphs, scipy_components
+
+    n = 3000  # below, at and above the giant component's threshold (n / 2 edges)
+    rng = np.random.default_rng(edges)
+    u, v = rng.integers(0, n, edges), rng.integers(0, n, edges)
+    labels = connected_components(n, u, v)
+    assert labels.tolist() == _bfs_components(n, u, v)
+    np.testing.assert_array_equal(labels, scipy_components(n, u, v))
+    lu, lv = component_graphs(n, edges or 1, seed=edges)["lsh"]  # the benchmark's LSH-like pairs
+    np.testing.assert_array_equal(connected_components(n, lu, lv), _bfs_components(n, lu, lv))
+
+
 @pytest.fixture(scope="module")
 def play_signatures(plays):
     return minhash_signatures([r["text"] for r in plays])

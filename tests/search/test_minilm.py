@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.conftest import real_paragraphs
 from tokenloom.errors import MissingDependencyError
 from tokenloom.search import minilm
-from tokenloom.search.minilm import DIM, MiniLM, load_safetensors, model_dir
+from tokenloom.search.minilm import DIM, MiniLM, model_dir
 
 SENTENCES = [
     "A man is eating food.",
@@ -68,11 +69,42 @@ def test_backends_agree_and_long_texts_are_truncated():
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_safetensors_reader_reads_every_weight():
-    w = load_safetensors(model_dir() / "model.safetensors")
+def test_weights_load_as_numpy_through_safetensors():
+    w = MiniLM("numpy").weights
     assert w["embeddings.word_embeddings.weight"].shape == (30522, DIM)
     assert w["encoder.layer.5.output.dense.weight"].shape == (DIM, 1536)
     assert len([k for k in w if k.startswith("encoder.layer.")]) == 6 * 16
+    dtypes = {k: v.dtype for k, v in w.items() if v.dtype != np.float32}
+    assert dtypes == {"embeddings.position_ids": np.int64}  # a buffer the forward pass ignores
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("torch"), reason="torch is not installed")
+def test_numpy_gelu_equals_torch_on_the_models_activations(monkeypatch):
+    import torch
+
+    seen: list[np.ndarray] = []
+    real = minilm._gelu
+
+    def record(h: np.ndarray) -> np.ndarray:
+        seen.append(h)
+        return real(h)
+
+    monkeypatch.setattr(minilm, "_gelu", record)
+    MiniLM("numpy").encode(SENTENCES + real_paragraphs(4))
+    assert len(seen) == 6  # one batch, six layers
+    rng = np.random.default_rng(0)
+    for h in seen:  # (B, T, 1536) float32 pre-activations of the intermediate dense layers
+        assert h.dtype == np.float32 and h.shape[-1] == 1536 and h.min() < -3 < 3 < h.max()
+        ours = real(h)
+        assert ours.dtype == np.float32
+        theirs = torch.nn.functional.gelu(torch.from_numpy(h)).numpy()
+        # torch's float32 CPU kernel is itself up to 1.1e-6 off near x = -3.5 (measured
+        # against float64), where 1 + erf(x / sqrt 2) cancels; elsewhere both round alike.
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-6)
+        pick = np.concatenate([[h.argmin(), h.argmax()], rng.integers(0, h.size, 2000)])
+        x = h.reshape(-1)[pick].astype(np.float64)
+        exact = [0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x]  # float64 truth
+        np.testing.assert_allclose(ours.reshape(-1)[pick], exact, rtol=0, atol=5e-7)
 
 
 def test_missing_model_package_names_the_install_line(monkeypatch):

@@ -4,6 +4,13 @@ Tokenize: the backfill (``tokenize_table``: plan, spawn N workers, read text fro
 checkpoint, assemble, commit) next to the raw encoder on the same texts with the same number of
 spawned workers (each reads its slice of the table and calls the tokenizer's batch encoder,
 nothing written). Runs alternate; medians are compared.
+
+Components: the near-dedup clustering's union-find (:func:`~tokenloom.curate.lsh.
+connected_components`) next to ``scipy.sparse.csgraph.connected_components`` (plus the step that
+turns scipy's labels into the smallest member index, which clustering needs) on the same pairs:
+uniform random pairs, and LSH-like pairs (heavy-tailed clusters, each band linking a cluster's
+members in a chain of its own random order, as buckets are visited). Both must give identical
+labels; runs alternate; medians are compared.
 """
 
 from __future__ import annotations
@@ -14,7 +21,16 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-__all__ = ["TokenizeBench", "run_tokenize_bench", "run_dedup_bench"]
+import numpy as np
+
+__all__ = [
+    "TokenizeBench",
+    "run_tokenize_bench",
+    "run_dedup_bench",
+    "scipy_components",
+    "component_graphs",
+    "run_components_bench",
+]
 
 
 @dataclass(kw_only=True)
@@ -125,3 +141,78 @@ def run_dedup_bench(uri: str, *, workers: int = 2) -> dict:
         "exact_seconds": exact,
         "near_seconds": near,
     }
+
+
+def scipy_components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The baseline: ``scipy.sparse.csgraph.connected_components``, labelled as ours are.
+
+    Returns:
+        ``(n,) int64``, the smallest node index of each node's component.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    index = np.int32 if n < 2**31 else np.int64
+    graph = coo_matrix(
+        (np.ones(len(u), dtype=np.int8), (np.asarray(u, index), np.asarray(v, index))),
+        shape=(n, n),
+    ).tocsr()
+    count, label = connected_components(graph, directed=False)
+    smallest = np.full(count, n, dtype=np.int64)
+    np.minimum.at(smallest, label, np.arange(n, dtype=np.int64))
+    return smallest[label]
+
+
+def component_graphs(
+    nodes: int, pairs: int, *, seed: int = 0
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The benchmark's edge sets over ``nodes`` ids, ``pairs`` edges each: ``{name: (u, v)}``.
+
+    ``random``: uniform pairs. ``lsh``: a fifth of the ids (random ones) in clusters of Zipf(2)
+    sizes capped at 10,000 (many pairs, a few large boilerplate clusters), the rest alone; each
+    band joins every cluster's members in a chain of its own random order (what the bucket walk
+    emits), bands repeat until ``pairs`` edges, so later bands mostly repeat connections.
+    """
+    rng = np.random.default_rng(seed)
+    graphs = {"random": (rng.integers(0, nodes, pairs), rng.integers(0, nodes, pairs))}
+    sizes = np.minimum(rng.zipf(2.0, nodes), 10_000)
+    sizes = sizes[: np.searchsorted(np.cumsum(sizes), nodes // 5, side="right")]
+    label = np.repeat(np.arange(sizes.size), sizes)  # (M,) cluster of each clustered id
+    ids = rng.permutation(nodes)[: label.size]
+    us, vs, total = [], [], 0
+    while total < pairs:
+        order = np.lexsort((rng.random(label.size), label))  # clusters, each shuffled
+        same = np.flatnonzero(label[order][1:] == label[order][:-1])
+        us.append(ids[order[same]])
+        vs.append(ids[order[same + 1]])
+        total += same.size
+    graphs["lsh"] = (np.concatenate(us)[:pairs], np.concatenate(vs)[:pairs])
+    return graphs
+
+
+def run_components_bench(
+    *, nodes: int = 2_000_000, pairs: int = 1_000_000, repeats: int = 5, seed: int = 0
+) -> dict:
+    """Seconds (median of alternating runs) of ours vs scipy on each graph; labels compared."""
+    from tokenloom.curate.lsh import connected_components
+
+    out: dict = {"nodes": nodes, "pairs": pairs, "repeats": repeats, "graphs": {}}
+    for name, (u, v) in component_graphs(nodes, pairs, seed=seed).items():
+        ours = connected_components(nodes, u, v)
+        if not np.array_equal(ours, scipy_components(nodes, u, v)):
+            raise AssertionError(f"{name}: union-find and scipy disagree on the components")
+        times: dict[str, list[float]] = {"tokenloom": [], "scipy": []}
+        for _ in range(repeats):
+            for key, fn in (("tokenloom", connected_components), ("scipy", scipy_components)):
+                t0 = time.perf_counter()
+                fn(nodes, u, v)
+                times[key].append(time.perf_counter() - t0)
+        med = {k: statistics.median(t) for k, t in times.items()}
+        out["graphs"][name] = {
+            "components": int(np.unique(ours).size),
+            "largest": int(np.bincount(ours).max()),
+            "tokenloom_seconds": round(med["tokenloom"], 4),
+            "scipy_seconds": round(med["scipy"], 4),
+            "ratio_tokenloom_scipy": round(med["tokenloom"] / med["scipy"], 3),
+        }
+    return out

@@ -4,9 +4,10 @@ reader wrapped for a spawn-context torch DataLoader.
 ``mosaicml-streaming`` 0.13 pins ``numpy<2.2`` (tokenloom pins numpy 2.4), so it is installed
 with ``pip install --no-deps`` plus the few packages its MDS code imports (Brotli, python-snappy,
 zstd, xxhash, catalogue). Its package ``__init__`` files also import its text/vision datasets and
-``StreamingDataLoader``, which need ``transformers``; the MDS reader and writer do not. When
-``transformers`` is absent, :func:`import_streaming` registers the two packages without running
-those ``__init__`` files, so no stub of ``transformers`` is ever created. Importing this module
+``StreamingDataLoader``, which need ``transformers`` and ``torchvision``; the MDS reader and
+writer do not. :func:`import_streaming` registers the two packages without running those
+``__init__`` files (whether or not ``transformers`` is installed: with it, ``torchvision`` is
+still missing), so no stub of either is ever created. Importing this module
 does that first, which is why the dataset crosses into DataLoader workers wrapped in
 :class:`MDSBlocks`: unpickling the wrapper imports this module before the MDS dataset's class.
 """
@@ -45,7 +46,7 @@ def import_streaming() -> None:
     spec = importlib.util.find_spec("streaming")
     if spec is None or not spec.submodule_search_locations:
         raise TokenloomError(f"the MDS baseline needs mosaicml-streaming: `{_INSTALL}`")
-    if importlib.util.find_spec("transformers") is None and "streaming" not in sys.modules:
+    if "streaming" not in sys.modules:
         root = list(spec.submodule_search_locations)
         for name, path in (("streaming", root), ("streaming.base", [f"{p}/base" for p in root])):
             module = types.ModuleType(name)

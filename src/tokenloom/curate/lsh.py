@@ -120,6 +120,11 @@ def _needed(threshold: float, num_perm: int) -> int:
 def connected_components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Label each of ``n`` nodes with the smallest node index of its component.
 
+    The same union-find that :func:`lsh_clusters` runs incrementally (components so far decide
+    which candidates are verified). On a finished edge list ``scipy.sparse.csgraph`` is as fast
+    or faster (``tokenloom bench components``, figures in ``docs/curation.md``) but cannot be
+    updated chunk by chunk, which that pruning needs.
+
     Args:
         n: Number of nodes.
         u: ``(E,)`` edge endpoints.

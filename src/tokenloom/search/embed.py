@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from tokenloom.backfill import UDF, add_column
 from tokenloom.search.minilm import DIM, MAX_TOKENS, MODEL_NAME, MiniLM, model_dir
+from tokenloom.search.st import SentenceTransformerMiniLM, check_encoder, load_encoder
 from tokenloom.table.names import validate_column_name
 
 __all__ = [
@@ -58,18 +59,22 @@ def model_identity(max_tokens: int = MAX_TOKENS) -> dict:
 class _Embedder:
     """The UDF body (a plain class, importable by name, so workers can unpickle it).
 
-    ``max_tokens`` is the identity; ``_backend`` and ``_threads`` are run-time plumbing.
+    ``max_tokens`` is the identity; ``_encoder``, ``_backend`` and ``_threads`` are run-time
+    plumbing (every encoder computes the same vectors, so a run may resume with another).
     """
 
     def __init__(
         self,
         max_tokens: int = MAX_TOKENS,
         _column: str = "text",
+        _encoder: str = "builtin",
         _backend: str = "auto",
         _threads: int = 0,
     ) -> None:
         self.column = _column
-        self.model = MiniLM(_backend, max_tokens=max_tokens, threads=_threads or None)
+        self.model = load_encoder(
+            _encoder, backend=_backend, max_tokens=max_tokens, threads=_threads or None
+        )
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Array:
         texts = batch.column(self.column).to_pylist()
@@ -82,6 +87,7 @@ def embed_udf(
     output: str = EMBEDDING_COLUMN,
     *,
     max_tokens: int = MAX_TOKENS,
+    encoder: str = "builtin",
     backend: str = "auto",
     threads: int = 0,
 ) -> UDF:
@@ -97,6 +103,7 @@ def embed_udf(
         kwargs={
             "max_tokens": max_tokens,
             "_column": column,
+            "_encoder": encoder,
             "_backend": backend,
             "_threads": threads,
         },
@@ -135,6 +142,7 @@ def embed_table(
     output: str = EMBEDDING_COLUMN,
     workers: int | None = None,
     max_tokens: int = MAX_TOKENS,
+    encoder: str = "builtin",
     backend: str = "auto",
     unit_rows: int = 2048,
     where: str | None = None,
@@ -150,7 +158,9 @@ def embed_table(
         workers: Backfill workers (default: CPU count, at most 8; 0 = in this process). Each
             worker gets ``cpu_count // workers`` torch threads so they do not oversubscribe.
         max_tokens: Word pieces per text (longer texts are truncated, as the model was trained).
-        backend: ``auto`` (torch when installed), ``numpy`` or ``torch``.
+        encoder: ``builtin`` (tokenloom's MiniLM) or ``sentence-transformers`` (the library,
+            an optional extra); both compute the same vectors.
+        backend: The builtin encoder's ``auto`` (torch when installed), ``numpy`` or ``torch``.
         unit_rows: Rows per checkpointed unit (small: the model is the expensive part).
         where: SQL; only matching rows are embedded (the others get null, which vector
             search skips).
@@ -158,11 +168,17 @@ def embed_table(
     """
     validate_column_name(output)
     model_dir()  # fail early, naming the install line, before any worker starts
+    check_encoder(encoder, backend)
     started = time.perf_counter()
     cpus = os.cpu_count() or 1
     n = (min(8, cpus) if workers is None else workers) or 1
     udf = embed_udf(
-        column, output, max_tokens=max_tokens, backend=backend, threads=max(1, cpus // n)
+        column,
+        output,
+        max_tokens=max_tokens,
+        encoder=encoder,
+        backend=backend,
+        threads=max(1, cpus // n),
     )
     from tokenloom.table import Table
 
@@ -189,17 +205,23 @@ def embed_table(
 
 
 def embed_texts(
-    texts: list[str], *, max_tokens: int = MAX_TOKENS, backend: str = "auto"
+    texts: list[str],
+    *,
+    max_tokens: int = MAX_TOKENS,
+    encoder: str = "builtin",
+    backend: str = "auto",
 ) -> np.ndarray:
     """Embed texts in this process (queries): (N, 384) float32, unit rows."""
-    return _cached_model(max_tokens, backend).encode(list(texts))
+    return _cached_model(max_tokens, encoder, backend).encode(list(texts))
 
 
-_MODELS: dict[tuple[int, str], MiniLM] = {}
+_MODELS: dict[tuple[int, str, str], MiniLM | SentenceTransformerMiniLM] = {}
 
 
-def _cached_model(max_tokens: int, backend: str) -> MiniLM:
-    key = (max_tokens, backend)
-    if key not in _MODELS:
-        _MODELS[key] = MiniLM(backend, max_tokens=max_tokens, threads=1)  # see MiniLM
+def _cached_model(
+    max_tokens: int, encoder: str, backend: str
+) -> MiniLM | SentenceTransformerMiniLM:
+    key = (max_tokens, encoder, backend)
+    if key not in _MODELS:  # one thread: see MiniLM
+        _MODELS[key] = load_encoder(encoder, backend=backend, max_tokens=max_tokens, threads=1)
     return _MODELS[key]

