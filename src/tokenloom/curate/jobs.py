@@ -18,6 +18,7 @@ from tokenloom.backfill import add_column, default_checkpoint_root
 from tokenloom.curate.exact import exact_duplicates
 from tokenloom.curate.lsh import DEFAULT_THRESHOLD, lsh_clusters
 from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
+from tokenloom.progress import progress as show_progress
 from tokenloom.table import Table
 from tokenloom.table.storage import delete, is_remote, join
 
@@ -152,7 +153,9 @@ def dedup_near(
     ids = data.column("id").to_numpy()
     flat = pc.list_flatten(data.column("minhash")).to_numpy()
     sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
-    cluster, is_near = lsh_clusters(ids, sigs, threshold=threshold)
+    with show_progress("near-dedup clusters", total=len(ids), unit="rows", show=progress) as bar:
+        cluster, is_near = lsh_clusters(ids, sigs, threshold=threshold)
+        bar.update(len(ids))
     path = _lookup_path(table, "near")
     so = table.storage_options or None
     write_lookup(
