@@ -107,7 +107,7 @@ _cli = run_cli
         # The UDF, tokenizer and model named here do not exist: the name is checked first.
         ["backfill", "run", "--udf", "no_such_module:f", "--column", "../x"],
         ["tokenize", "--tokenizer", "no-such-tokenizer", "--column", "a/b"],
-        ["embed", "--output", "has space"],
+        ["embed", "--column", "has space"],
     ],
     ids=["backfill", "tokenize", "embed"],
 )

@@ -267,7 +267,7 @@ def _check_request(ds: lance.LanceDataset, udf: UDF) -> None:
 
 
 def _run_units(ds, handle, udf, units, where, store, root, runner, result, progress) -> None:  # noqa: ANN001, PLR0913
-    from tqdm import tqdm
+    from tokenloom.progress import progress as show_progress
 
     todo = [u for u in units if not store.has(u)]
     result.units_reused = len(units) - len(todo)
@@ -288,13 +288,12 @@ def _run_units(ds, handle, udf, units, where, store, root, runner, result, progr
         )
         for u in todo
     ]
-    bar = tqdm(
+    bar = show_progress(
+        f"backfill {'+'.join(udf.columns)}",
         total=sum(u.rows for u in todo),
         unit="rows",
         unit_scale=True,
-        desc=f"backfill {'+'.join(udf.columns)}",
-        disable=None if progress is None else not progress,
-        leave=False,
+        show=progress,
     )
     by_name = {u.name: u for u in todo}
 

@@ -43,6 +43,7 @@ from tokenloom.bench.loader_report import (
     format_report,
 )
 from tokenloom.bench.loader_rss import TreeSampler, tree_pids
+from tokenloom.progress import progress
 
 __all__ = [
     "ALL_LOADERS",
@@ -335,15 +336,20 @@ def run_loader_bench(
     bench = LoaderBench(config=config)
     bench.builds = build_inputs(config, log)
     paths = {name: built.path for name, built in bench.builds.items()}
-    for spec in plan_cases(config, paths):
-        log(f"measuring {spec.label} ...")
-        result = run_case(spec, config)
-        bench.results.append(result)
-        if result.ok:
-            log(
-                f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
-                f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
-            )
-        else:
-            log(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
+    cases = plan_cases(config, paths)
+    with progress("bench loader", total=len(cases), unit="loaders") as bar:
+        say = bar.logger(log)
+        for spec in cases:
+            bar.note(spec.label)
+            say(f"measuring {spec.label} ...")
+            result = run_case(spec, config)
+            bench.results.append(result)
+            bar.update()
+            if result.ok:
+                say(
+                    f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
+                    f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
+                )
+            else:
+                say(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
     return bench

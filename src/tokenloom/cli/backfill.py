@@ -8,6 +8,7 @@ import click
 
 from tokenloom.cli.options import (
     emit_json,
+    filter_option,
     json_option,
     storage_options_option,
     table_option,
@@ -105,14 +106,7 @@ computes the column for the new rows only.""",
     callback=lambda _ctx, _param, value: _custom_resources(value),
     help="""Ray: custom resources each work unit needs, e.g. '{"a100": 1}' [default: the UDF's].""",
 )
-@click.option(
-    "--filter",
-    "--where",
-    "where",
-    default=None,
-    metavar="SQL",
-    help="Compute only these rows; others null (--where is the same option).",
-)
+@filter_option("Compute only these rows; others null.")
 @click.option(
     "--unit-rows",
     type=click.IntRange(min=1),
@@ -142,7 +136,7 @@ def run(
     num_gpus: float | None,
     memory: int | None,
     custom_resources: dict[str, float] | None,
-    where: str | None,
+    filter: str | None,
     unit_rows: int,
     lock_timeout: float,
     as_json: bool,
@@ -175,7 +169,7 @@ def run(
         udf,
         workers=workers,
         executor=executor,
-        where=where,
+        where=filter,
         unit_rows=unit_rows,
         ray_address=ray_address,
         lock_timeout=lock_timeout,

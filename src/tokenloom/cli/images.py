@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    filter_option,
+    json_option,
+    table_option,
+    version_option,
+)
 
 __all__ = ["command"]
 
@@ -37,12 +43,17 @@ Examples:
     type=click.IntRange(min=0),
     help="Extra rows with a truncated JPEG (to see skips counted).",
 )
-def build(out: str, max_side: int, bad_images: int) -> None:
+@json_option
+def build(out: str, max_side: int, bad_images: int, as_json: bool) -> None:
     """Write the bundled image+text set (photographs from the scikit-image wheel) as Parquet."""
     from tokenloom.vision.images import IMAGES, build_image_set
 
     path = build_image_set(out, max_side=max_side, bad_images=bad_images)
-    click.echo(f"wrote {3 * len(IMAGES) + bad_images} samples ({len(IMAGES)} images) to {path}")
+    samples = 3 * len(IMAGES) + bad_images
+    if as_json:
+        emit_json({"path": str(path), "samples": samples, "images": len(IMAGES)})
+        return
+    click.echo(f"wrote {samples} samples ({len(IMAGES)} images) to {path}")
 
 
 @command.command(
@@ -56,7 +67,8 @@ Examples:
 @click.option("--image-cap", default=4, show_default=True, type=click.IntRange(min=1))
 @click.option("--patch", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-side", default=64, show_default=True, type=click.IntRange(min=1))
-@click.option("--filter", "filter_", default=None, help="SQL selecting the samples.")
+@filter_option("The samples to pack.")
+@version_option()
 @click.option("--plot", default=None, metavar="PNG", help="Write a bar chart of the waste.")
 @json_option
 def pack_stats(
@@ -65,7 +77,8 @@ def pack_stats(
     image_cap: int,
     patch: int,
     max_side: int,
-    filter_: str | None,
+    filter: str | None,
+    table_version: int | None,
     plot: str | None,
     as_json: bool,
 ) -> None:
@@ -77,7 +90,7 @@ def pack_stats(
 
     blocks = ImageTextBlocks(
         table, budget=budget, image_cap=image_cap, grid=PatchGrid(patch=patch, max_side=max_side),
-        filter=filter_, global_batch=1,
+        filter=filter, version=table_version, global_batch=1,
     )  # fmt: skip
     order = blocks.plan(0)[0]
     ledgers = plan_padding(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    storage_options_option,
+    table_option,
+    version_option,
+)
 
 __all__ = ["command", "format_info", "format_versions"]
 
@@ -68,20 +74,15 @@ Examples:
 )
 @table_option
 @storage_options_option
-@click.option(
-    "--version",
-    "version",
-    type=int,
-    default=None,
-    help="Describe this version instead of the latest.",
-)
+@version_option("Describe this version instead of the latest.")
 @json_option
-def command(table: str, storage_options: dict, version: int | None, as_json: bool) -> None:
+def command(table: str, storage_options: dict, table_version: int | None, as_json: bool) -> None:
     """Summarise a table: rows, versions and what made them, column sizes and how many rows
     each column is computed for, sources."""
     from tokenloom.table import Table, table_info
 
-    info = table_info(Table.open(table, version=version, storage_options=storage_options))
+    opened = Table.open(table, version=table_version, storage_options=storage_options)
+    info = table_info(opened)
     if as_json:
         emit_json(info.to_json())
     else:

@@ -22,6 +22,7 @@ import sys
 import click
 
 from tokenloom import __version__
+from tokenloom.cli.options import quiet_option
 from tokenloom.errors import TokenloomError
 
 __all__ = ["EXIT_BUG", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "cli", "main"]
@@ -58,10 +59,14 @@ Examples:
   tokenloom ingest corpus/*.jsonl --table corpus.lance
   tokenloom info --table corpus.lance
   tokenloom demo
+  tokenloom --quiet train --table corpus.lance --out runs/tiny --json
 
-Set TOKENLOOM_DEBUG=1 to see tracebacks.""",
+Long jobs show a progress bar on a terminal and a progress line every
+TOKENLOOM_PROGRESS_SECONDS (30) on stderr otherwise; --quiet or
+TOKENLOOM_QUIET=1 turns both off. Set TOKENLOOM_DEBUG=1 to see tracebacks.""",
 )
 @click.version_option(__version__, prog_name="tokenloom")
+@quiet_option
 def cli() -> None:
     """tokenloom: an LLM pretraining corpus on one versioned Lance table."""
 

@@ -13,6 +13,9 @@ __all__ = [
     "storage_options_option",
     "json_option",
     "workers_option",
+    "filter_option",
+    "version_option",
+    "quiet_option",
     "emit_json",
     "loader_options",
     "loader_spec",
@@ -60,6 +63,53 @@ workers_option = click.option(
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of text."
 )
+"""``--json`` of every command that prints figures (progress and warnings stay on stderr)."""
+
+
+def filter_option(help: str = "Rows to read.") -> Any:
+    """``--filter SQL`` (``--where`` is the same option) of every command that selects rows,
+    as the keyword argument ``filter``; ``help`` says what the rows are for."""
+    return click.option(
+        "--filter",
+        "--where",
+        "filter",
+        default=None,
+        metavar="SQL",
+        help=f"{help} A SQL filter; --where is the same option.",
+    )
+
+
+def version_option(help: str = "Read this table version [default: latest].") -> Any:
+    """``--version N`` of every command that reads a table: pin a table version (keyword
+    argument ``table_version``); ``help`` says what is done with it."""
+    return click.option(
+        "--version",
+        "table_version",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help=help,
+    )
+
+
+def _silence(ctx: click.Context, param: click.Parameter, value: bool) -> bool:  # noqa: ARG001
+    if value:
+        from tokenloom.progress import silenced
+
+        ctx.with_resource(silenced())
+    return value
+
+
+quiet_option = click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_silence,
+    help="Show no progress bars or progress lines (also TOKENLOOM_QUIET=1).",
+)
+"""``tokenloom --quiet CMD``: silences :mod:`tokenloom.progress` for the command."""
 
 
 def emit_json(obj: Any) -> None:
@@ -125,7 +175,7 @@ def loader_options(func=None, *, epoch: bool = False):  # noqa: ANN001, ANN201
             show_default=True,
             help="Token column.",
         ),
-        click.option("--filter", default=None, metavar="SQL", help="Rows to read (SQL)."),
+        filter_option(),
         click.option(
             "--seq-len",
             type=click.IntRange(min=1),
@@ -217,13 +267,7 @@ def loader_options(func=None, *, epoch: bool = False):  # noqa: ANN001, ANN201
             default=None,
             help="Separator id [default: the token column's tokenizer's EOS].",
         ),
-        click.option(
-            "--version",
-            "table_version",
-            type=click.IntRange(min=0),
-            default=None,
-            help="Pin a table version [default: latest].",
-        ),
+        version_option("Pin a table version [default: latest]."),
         click.option(
             "--allow-missing",
             is_flag=True,

@@ -6,21 +6,15 @@ import click
 
 from tokenloom.cli.options import (
     emit_json,
+    filter_option,
     json_option,
     storage_options_option,
     table_option,
+    version_option,
     workers_option,
 )
 
 __all__ = ["commands"]
-
-version_option = click.option(
-    "--version",
-    "table_version",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Search the table as of this version [default: latest].",
-)
 
 
 @click.command(
@@ -29,7 +23,7 @@ version_option = click.option(
 Examples:
   tokenloom embed --table corpus.lance                  # embedding: 384 floats per row
   tokenloom embed --table corpus.lance --workers 2 --json
-  tokenloom embed --table corpus.lance --column text --output embedding
+  tokenloom embed --table corpus.lance --text-column text --column embedding
   tokenloom embed --table corpus.lance --encoder sentence-transformers
 
 \b
@@ -39,10 +33,10 @@ an append only the new rows are embedded.""",
 )
 @table_option
 @storage_options_option
-@click.option("--column", default="text", show_default=True, help="Text column to embed.")
 @click.option(
-    "--output", default="embedding", show_default=True, help="Name of the embedding column."
+    "--column", default="embedding", show_default=True, help="Name of the embedding column."
 )
+@click.option("--text-column", default="text", show_default=True, help="Text column to embed.")
 @workers_option
 @click.option(
     "--encoder",
@@ -65,7 +59,7 @@ def embed(
     table: str,
     storage_options: dict,
     column: str,
-    output: str,
+    text_column: str,
     workers: int | None,
     encoder: str,
     backend: str,
@@ -74,9 +68,10 @@ def embed(
     """Add a 384-d MiniLM embedding column (one new table version)."""
     from tokenloom.search.embed import embed_table
 
+    output = column
     result = embed_table(
         table,
-        column=column,
+        column=text_column,
         output=output,
         workers=workers,
         encoder=encoder,
@@ -230,15 +225,8 @@ fusion, score = sum of 1/(60 + rank) over the fts and vector lists.""",
 @click.option("--fts", "mode", flag_value="fts", default=True, help="Full-text, BM25 [default].")
 @click.option("--vector", "mode", flag_value="vector", help="Nearest embeddings (cosine).")
 @click.option("--hybrid", "mode", flag_value="hybrid", help="Reciprocal rank fusion of both.")
-@click.option(
-    "--filter",
-    "--where",
-    "where",
-    default=None,
-    metavar="SQL",
-    help="Filter applied before ranking (--where is the same option).",
-)
-@version_option
+@filter_option("Rows to search, selected before ranking.")
+@version_option("Search the table as of this version [default: latest].")
 @click.option("--limit", "-k", type=click.IntRange(min=1), default=10, show_default=True)
 @json_option
 def search(
@@ -246,7 +234,7 @@ def search(
     storage_options: dict,
     query: str,
     mode: str,
-    where: str | None,
+    filter: str | None,
     table_version: int | None,
     limit: int,
     as_json: bool,
@@ -258,7 +246,7 @@ def search(
         table,
         query,
         mode=mode,
-        where=where,
+        where=filter,
         version=table_version,
         limit=limit,
         storage_options=storage_options,
@@ -266,7 +254,7 @@ def search(
     if as_json:
         emit_json(result.to_json())
         return
-    where_txt = f" where {where}" if where else ""
+    where_txt = f" where {filter}" if filter else ""
     click.echo(
         f"{len(result.hits)} hits ({result.mode}, version {result.version}{where_txt}, "
         f"{result.seconds * 1000:.0f} ms)"
@@ -289,6 +277,7 @@ Examples:
   tokenloom contamination --table corpus.lance --eval questions.txt --n 8
   tokenloom contamination --table corpus.lance --eval eval.jsonl \\
       --filter "NOT is_dup AND id % 100 != 0" --version 12 --json
+  tokenloom contamination --table corpus.lance --eval eval.jsonl --text-column body
 
 \b
 A training row is contaminated for an eval item when both share a run of N words
@@ -300,9 +289,9 @@ A training row is contaminated for an eval item when both share a run of N words
 @click.option("--eval", "eval_path", required=True, metavar="FILE", help="The evaluation set.")
 @click.option("--eval-field", default="text", show_default=True, help="JSONL text field.")
 @click.option("--n", "n", type=click.IntRange(min=1), default=13, show_default=True)
-@click.option("--filter", default=None, metavar="SQL", help="The training rows (the run's).")
-@version_option
-@click.option("--column", default="text", show_default=True, help="Text column of the table.")
+@filter_option("The training rows (the run's --filter).")
+@version_option("The table version trained on [default: latest].")
+@click.option("--text-column", default="text", show_default=True, help="Text column of the table.")
 @click.option(
     "--show", type=click.IntRange(min=0), default=5, show_default=True, help="Rows per item."
 )
@@ -315,7 +304,7 @@ def contamination(
     n: int,
     filter: str | None,
     table_version: int | None,
-    column: str,
+    text_column: str,
     show: int,
     as_json: bool,
 ) -> None:
@@ -329,7 +318,7 @@ def contamination(
         n=n,
         filter=filter,
         version=table_version,
-        column=column,
+        column=text_column,
         storage_options=storage_options,
     )
     if as_json:

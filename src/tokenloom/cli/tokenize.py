@@ -6,9 +6,11 @@ import click
 
 from tokenloom.cli.options import (
     emit_json,
+    filter_option,
     json_option,
     storage_options_option,
     table_option,
+    version_option,
     workers_option,
 )
 
@@ -142,14 +144,8 @@ Examples:
 @storage_options_option
 @click.option("--vocab-size", type=click.IntRange(min=260), required=True)
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Where tokenizer.json goes.")
-@click.option("--filter", default=None, metavar="SQL", help="Train on these rows only.")
-@click.option(
-    "--version",
-    "table_version",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Read this table version [default: latest].",
-)
+@filter_option("Train on these rows only.")
+@version_option()
 @click.option("--min-frequency", type=click.IntRange(min=1), default=2, show_default=True)
 @json_option
 def train(

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tokenloom.cli.options import storage_options_option
+from tokenloom.cli.options import json_option, storage_options_option
 
 __all__ = ["command", "describe"]
 
@@ -74,7 +74,7 @@ Examples:
 @click.option("--row", "row_id", type=int, default=None, help="A row id.")
 @click.option("--rank", type=click.IntRange(min=0), default=None)
 @click.option("--chars", type=click.IntRange(min=0), default=60, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def command(
     checkpoint: str,
     storage_options: dict,

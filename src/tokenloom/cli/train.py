@@ -8,6 +8,8 @@ import click
 
 from tokenloom.cli.options import (
     LOADER_KEYS,
+    emit_json,
+    json_option,
     loader_options,
     loader_spec,
     parse_mixture_option,
@@ -31,8 +33,15 @@ Examples:
   tokenloom train --table corpus.lance --out runs/mix --mixture mix.json --budget-tokens 2000000
   tokenloom train --table corpus.lance --out runs/stage2 --init-from runs/mix \\
       --seq-len 512 --mixture stage2.json --budget-tokens 1000000 --steps 200
+  tokenloom train --table corpus.lance --out runs/tb --log-to csv,tensorboard --json
+  tensorboard --logdir runs/tb/tensorboard                 # loss, lr, tok/s; runs/tb/metrics.csv
   torchrun --nproc-per-node 2 -m tokenloom.cli.main train --table corpus.lance \\
-      --out runs/ddp --global-batch-size 16 --micro-batch-size 4 --epochs 1""",
+      --out runs/ddp --global-batch-size 16 --micro-batch-size 4 --epochs 1
+
+\b
+A progress bar (steps, ETA, loss) is shown on a terminal, a progress line every
+TOKENLOOM_PROGRESS_SECONDS on stderr otherwise (`tokenloom --quiet train` for none).
+With --json the log lines go to stderr and stdout holds one JSON object.""",
 )
 @click.option(
     "--table", default=None, metavar="PATH", help="The table [a resume reads it from the record]."
@@ -91,6 +100,14 @@ Examples:
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(
+    "--log-to",
+    default=None,
+    metavar="SINKS",
+    callback=lambda _ctx, _param, value: _log_to(value),
+    help="Also write the logged metrics to: csv (OUT/metrics.csv), tensorboard "
+    "(OUT/tensorboard/); comma-separated.",
+)
+@click.option(
     "--provenance-log",
     is_flag=True,
     help="Each rank appends OUT/provenance-rankR.jsonl (what `tokenloom trace` recomputes).",
@@ -105,6 +122,7 @@ Examples:
     "--keep-optimizer", is_flag=True, help="With --init-from: keep its optimizer moments too."
 )
 @click.option("--plot", default=None, metavar="FILE", help="Write loss curves (PNG) at the end.")
+@json_option
 @click.option("--resume", is_flag=True, help="Continue OUT's checkpoint exactly.")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in --out.")
 @click.option(
@@ -126,6 +144,7 @@ def train(
     reschedule: bool,
     allow_data_change: bool,
     plot: str | None,
+    as_json: bool,
     **options,  # noqa: ANN003
 ) -> None:
     """Train GPT-2 straight from the table with document-isolated attention.
@@ -143,20 +162,24 @@ def train(
         overwrite=overwrite,
         reschedule=reschedule,
         allow_data_change=allow_data_change,
-        log=click.echo,
+        log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
+        warn=lambda msg: click.echo(msg, err=True),
     )
     if int(os.environ.get("RANK") or 0) != 0:
         if result.interrupted:
             raise click.exceptions.Exit(128 + result.interrupted)
         return
+    say = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
     val = f", last val loss {result.val_losses[-1][1]:.4f}" if result.val_losses else ""
     last = f"{result.losses[-1]:.4f}" if result.losses else "n/a"
-    click.echo(
+    say(
         f"done: step {result.step}, last loss {last}{val}, "
         f"{result.tokens / max(result.seconds, 1e-9):,.0f} tok/s, data wait "
         f"{100 * result.data_seconds / max(result.seconds, 1e-9):.1f}% of wall (+ "
         f"{result.startup_seconds:.1f} s loader start-up); checkpoint in {cfg.out}"
     )
+    if as_json:
+        emit_json(_summary(cfg, result, plot))
     if plot:
         from tokenloom.train.plot import plot_losses
 
@@ -166,9 +189,41 @@ def train(
             result.history["val"],
             title=f"{cfg.model} on {os.path.basename(cfg.loader.table.rstrip('/'))}",
         )
-        click.echo(f"loss curves: {plot}")
+        say(f"loss curves: {plot}")
     if result.interrupted:  # checkpointed, but the run is not done: say so in the status
         raise click.exceptions.Exit(128 + result.interrupted)
+
+
+def _log_to(value: str | None) -> tuple[str, ...] | None:
+    """``--log-to csv,tensorboard`` as a tuple (``None`` when not given)."""
+    from tokenloom.train.metrics import parse_log_to
+
+    if value is None:
+        return None
+    try:
+        return parse_log_to(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-to") from exc
+
+
+def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
+    """``train --json``: the run, this invocation's figures and the files it wrote."""
+    from tokenloom.train.metrics import CSV_NAME, TB_DIR
+
+    files = {"checkpoint": os.path.join(cfg.out, "last.pt")}
+    if "csv" in cfg.log_to:
+        files["metrics_csv"] = os.path.join(cfg.out, CSV_NAME)
+    if "tensorboard" in cfg.log_to:
+        files["tensorboard"] = os.path.join(cfg.out, TB_DIR)
+    if plot:
+        files["plot"] = plot
+    return {
+        "out": cfg.out,
+        "model": cfg.model,
+        "table": cfg.loader.table,
+        **result.to_json(),
+        "files": files,
+    }
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -197,6 +252,8 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
             options["out"] = os.path.join("runs", options["model"])
         if options["steps"] is None and options["epochs"] is None:
             options["steps"] = 100
+        if options["log_to"] is None:
+            options["log_to"] = ()
         return TrainConfig(
             loader=loader_spec(table, options), storage_options=storage_options, **options
         )

@@ -47,13 +47,13 @@ def _write_source(
     out_dir: Path, spec: SourceSpec, origin: Origin, max_docs: int | None
 ) -> SourceManifest:
     """Write ``<out_dir>/<name>.jsonl`` from the source's reader and describe it."""
-    from tqdm import tqdm  # lazily: `import tokenloom.corpus` stays light
+    from tokenloom.progress import progress  # lazily: `import tokenloom.corpus` stays light
 
     file_name = f"{spec.name}.jsonl"
     digest = hashlib.sha256()
     docs = chars = size = 0
     reasons: Counter[str] = Counter()
-    bar = tqdm(desc=spec.name, total=max_docs, unit="doc", leave=False, disable=None)
+    bar = progress(f"corpus {spec.name}", total=max_docs, unit="docs")
     with bar, atomic_writer(out_dir / file_name) as f:
         records = spec.read()
         try:

@@ -21,6 +21,7 @@ from tokenloom.curate.inputs import CurateError
 from tokenloom.curate.keep import KeepPolicy, keep_representatives
 from tokenloom.curate.lsh import DEFAULT_THRESHOLD, lsh_clusters
 from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
+from tokenloom.progress import progress as show_progress
 from tokenloom.table import Table
 from tokenloom.table.storage import delete, is_remote, join
 
@@ -162,7 +163,9 @@ def dedup_near(
     ids = data.column("id").to_numpy()
     flat = pc.list_flatten(data.column("minhash")).to_numpy()
     sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
-    labels, _ = lsh_clusters(ids, sigs, threshold=threshold)
+    with show_progress("near-dedup clusters", total=len(ids), unit="rows", show=progress) as bar:
+        labels, _ = lsh_clusters(ids, sigs, threshold=threshold)
+        bar.update(len(ids))
     values = data.column(policy.column).to_numpy(zero_copy_only=False) if policy.column else None
     kept_before = (
         pc.equal(data.column("is_near_dup"), False).fill_null(False).to_numpy(zero_copy_only=False)

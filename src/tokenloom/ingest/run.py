@@ -325,18 +325,12 @@ def _run(
     n_paths: int,
     storage_options: Mapping[str, str] | None = None,
 ) -> IngestResult:
-    from tqdm import tqdm
+    from tokenloom.progress import progress as show_progress
 
     reports: list[FileReport] = []
     total_bytes = sum(_size(f) for f in files)
-    bar = tqdm(
-        total=total_bytes,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc="ingest",
-        disable=None if progress is None else not progress,
-        leave=False,
+    bar = show_progress(
+        "ingest", total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, show=progress
     )
     extra = pa.schema([arrow_field(c) for c in opts.columns]) if opts.columns else None
     batcher = _Batcher(extra)

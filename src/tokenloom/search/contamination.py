@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tokenloom.progress import progress as show_progress
 from tokenloom.search.index import SearchError
 from tokenloom.table import Table
 from tokenloom.table.filters import validate_filter
@@ -205,6 +206,7 @@ def find_contamination(
     column: str = "text",
     batch_size: int = 2048,
     storage_options: Mapping[str, str] | None = None,
+    progress: bool | None = None,
 ) -> ContaminationResult:
     """Training rows (under ``filter``, at ``version``) sharing an ``n``-word n-gram with an
     evaluation item.
@@ -217,6 +219,8 @@ def find_contamination(
         version: The table version trained on (default: the latest).
         column: The text column.
         batch_size: Rows per streamed batch.
+        progress: Show progress on stderr (see :mod:`tokenloom.progress`; ``None``: unless
+            silenced).
     """
     if n < 1:
         raise SearchError(f"--n must be at least 1, not {n}")
@@ -235,11 +239,14 @@ def find_contamination(
         batches = table.dataset.to_batches(
             columns=["id", "source", column], filter=filter, batch_size=batch_size
         )
-        for batch in batches:
-            res.rows_scanned += batch.num_rows
-            if not len(ev.hashes) or not batch.num_rows:
-                continue
-            _scan_batch(batch, column, n, hasher, ev, found, rows_hit)
+        total = table.dataset.count_rows(filter=filter)
+        with show_progress("contamination", total=total, unit="rows", show=progress) as bar:
+            for batch in batches:
+                res.rows_scanned += batch.num_rows
+                bar.update(batch.num_rows)
+                if not len(ev.hashes) or not batch.num_rows:
+                    continue
+                _scan_batch(batch, column, n, hasher, ev, found, rows_hit)
     except (ValueError, OSError) as exc:
         raise SearchError(f"cannot scan {uri} with filter {filter!r}: {exc}") from exc
     for item in sorted(found):

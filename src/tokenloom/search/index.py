@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tokenloom.errors import TokenloomError
+from tokenloom.progress import progress as show_progress
 from tokenloom.table import Table
 
 __all__ = [
@@ -160,6 +161,7 @@ def build_indexes(
     vector_index: str = "auto",
     storage_options: Mapping[str, str] | None = None,
     fts_options: FtsOptions | None = None,
+    progress: bool | None = None,
 ) -> IndexResult:
     """Build (or rebuild, covering every row) the full-text and vector indexes.
 
@@ -170,6 +172,8 @@ def build_indexes(
             column (it is optional: run ``tokenloom embed`` to add it).
         vector_index: ``auto`` (by table size), ``none``, ``ivf_flat`` or ``ivf_pq``.
         fts_options: Tokenizer, language, stemming and stop words of the BM25 index.
+        progress: Show progress on stderr (see :mod:`tokenloom.progress`; ``None``: unless
+            silenced).
 
     Raises:
         SearchError: when the text column is missing, or a forced vector index cannot be built.
@@ -177,7 +181,17 @@ def build_indexes(
     table = Table.open(uri, storage_options=storage_options)
     names = table.schema().names
     res = IndexResult(rows=table.count_rows())
+    todo = [c for c in (fts, vector if vector in names else None) if c is not None]
+    with show_progress("index", total=len(todo), unit="indexes", show=progress) as bar:
+        _build(table, res, uri, fts, vector, vector_index, fts_options, bar)
+    return res
+
+
+def _build(table, res, uri, fts, vector, vector_index, fts_options, bar) -> None:  # noqa: ANN001
+    """:func:`build_indexes`' work, one index after the other, into ``res``."""
+    names = table.schema().names
     if fts is not None:
+        bar.note(f"full-text on {fts}")
         if fts not in names:
             raise SearchError(f"no column {fts!r} to index for full-text search; have {names}")
         started = time.perf_counter()
@@ -198,7 +212,9 @@ def build_indexes(
         res.fts_options = opts.lance_params()
         table = table.checkout()
         res.versions.append(table.version)
+        bar.update()
     if vector is not None and vector in names:
+        bar.note(f"vectors on {vector}")
         res.vector_column = vector
         res.vector_rows = table.count_rows(f"{vector} IS NOT NULL")
         dim = table.schema().field(vector).type.list_size
@@ -221,11 +237,11 @@ def build_indexes(
             res.vector_seconds = time.perf_counter() - started
             table = table.checkout()
             res.versions.append(table.version)
+        bar.update()
     elif vector is not None and vector_index not in ("auto", "none"):
         raise SearchError(
             f"no column {vector!r} for a vector index; add it with `tokenloom embed --table {uri}`"
         )
-    return res
 
 
 def index_info(table: Table) -> dict[str, dict]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.train.metrics import parse_log_to
 from tokenloom.train.record import RunRecord
 
 __all__ = [
@@ -97,6 +98,9 @@ class TrainConfig:
     step start anew. The new run's record names it as its parent."""
     keep_optimizer: bool = False
     """With ``init_from``: also take its optimizer state (moments), not only the weights."""
+    log_to: tuple[str, ...] = ()
+    """Metric sinks beside the checkpoint besides the log lines: ``csv`` (``metrics.csv``) and
+    ``tensorboard`` (event files in ``tensorboard/``); see :mod:`tokenloom.train.metrics`."""
     storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
     """Object-store options for the table (credentials): passed to the loader, never written to
     the record or the checkpoint (a resume gives them again, or takes the ``AWS_*``
@@ -110,6 +114,10 @@ class TrainConfig:
             raise TrainError("give exactly one of steps and epochs")
         if self.keep_optimizer and not self.init_from:
             raise TrainError("keep_optimizer applies with init_from only")
+        try:
+            object.__setattr__(self, "log_to", parse_log_to(self.log_to))
+        except ValueError as exc:
+            raise TrainError(f"log_to: {exc}") from exc
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise TrainError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
 
@@ -158,3 +166,14 @@ class TrainResult:
     """Per pool, what the whole run was fed (the ledger's fields), at the last step."""
     interrupted: int = 0
     """The signal (SIGINT/SIGTERM) that ended the invocation after checkpointing, else 0."""
+
+    def to_json(self) -> dict[str, Any]:
+        """This invocation's figures as JSON values (the per-step timings and the whole run's
+        history left out: they are in the checkpoint)."""
+        out = dataclasses.asdict(self)
+        for key in ("history", "step_seconds", "wait_seconds"):
+            out.pop(key)
+        out["val_losses"] = [list(v) for v in self.val_losses]
+        out["tokens_per_second"] = self.tokens / self.seconds if self.seconds else None
+        out["data_wait_share"] = self.data_seconds / self.seconds if self.seconds else None
+        return out

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["flops_per_token", "peak_flops", "mfu"]
+__all__ = [
+    "SLOW_VOCAB_SHARE",
+    "flops_per_token",
+    "peak_flops",
+    "mfu",
+    "vocab_share",
+    "vocab_for_share",
+]
+
+SLOW_VOCAB_SHARE = 0.5
+"""Above this share of the parameters in the token embedding (tied with the LM head), the
+vocabulary, not the transformer, is what a training step mostly computes: ``train`` warns."""
 
 # Dense bf16 peak per device (datasheet figures, no sparsity), matched on the device name.
 _PEAK_BF16 = (
@@ -54,3 +65,20 @@ def mfu(tokens_per_second: float, per_token: float, peak: float | None) -> float
     if not peak:
         return None
     return tokens_per_second * per_token / peak
+
+
+def vocab_share(model: torch.nn.Module) -> float:
+    """Share of a :class:`~tokenloom.train.model.GPT`'s parameters in its token embedding (the
+    LM head is tied to it: the same ``V x C`` matrix, used twice per step)."""
+    return model.wte.weight.numel() / sum(p.numel() for p in model.parameters())
+
+
+def vocab_for_share(model: torch.nn.Module, share: float = 0.25) -> int:
+    """The largest power-of-two vocabulary (at least 512) whose embedding would be at most
+    ``share`` of the model's parameters, the rest of the model unchanged."""
+    rest = sum(p.numel() for p in model.parameters()) - model.wte.weight.numel()
+    limit = share * rest / ((1 - share) * model.cfg.n_embd)
+    size = 512
+    while size * 2 <= limit:
+        size *= 2
+    return size

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.spec import LoaderSpec
+from tokenloom.progress import progress as show_progress
 from tokenloom.train.checkpoint import (
     load_checkpoint,
     rng_state,
@@ -46,7 +47,15 @@ from tokenloom.train.config import (
 )
 from tokenloom.train.dist import Dist
 from tokenloom.train.fed import as_dicts, fed_totals, pool_line
-from tokenloom.train.flops import flops_per_token, mfu, peak_flops
+from tokenloom.train.flops import (
+    SLOW_VOCAB_SHARE,
+    flops_per_token,
+    mfu,
+    peak_flops,
+    vocab_for_share,
+    vocab_share,
+)
+from tokenloom.train.metrics import MetricsLog
 from tokenloom.train.model import GPT, attention_mask
 from tokenloom.train.record import RunRecord, write_record
 from tokenloom.train.runs import (
@@ -195,6 +204,8 @@ def train(
     reschedule: bool = False,
     allow_data_change: bool = False,
     log=print,  # noqa: ANN001
+    warn=None,  # noqa: ANN001
+    progress: bool | None = None,
 ) -> TrainResult:
     """Train (or continue from ``cfg.out`` when ``resume``) up to ``cfg.steps`` optimizer steps
     (or ``cfg.epochs`` epochs). Under ``torchrun`` every rank calls this.
@@ -207,13 +218,21 @@ def train(
         allow_data_change: Let a resume continue its cursor on other data (another table
             version, filter or tokenizer, or a table rebuilt at the same URI), knowingly.
         log: Where rank 0's log lines go.
+        warn: Where rank 0's warnings go (default: ``log``).
+        progress: Rank 0 shows a step bar or periodic lines on stderr (see
+            :mod:`tokenloom.progress`; ``None``: unless silenced).
     """
     dist = Dist.setup(cfg.device)
     try:
         prepare_out(cfg, resume, overwrite, dist)
-        with StopRequest() as stop:
-            quiet = log if dist.is_main else _quiet
-            return _train(cfg, dist, resume, reschedule, allow_data_change, stop, quiet)
+        with StopRequest() as stop, contextlib.ExitStack() as closing:
+            main = dist.is_main
+            say = log if main else _quiet
+            warns = (warn or log) if main else _quiet
+            show = progress if main else False
+            return _train(
+                cfg, dist, resume, reschedule, allow_data_change, stop, closing, say, warns, show
+            )
     finally:
         dist.close()
 
@@ -229,7 +248,10 @@ def _train(
     reschedule: bool,
     allow_data_change: bool,
     stop: StopRequest,
+    closing: contextlib.ExitStack,
     log,  # noqa: ANN001
+    warn,  # noqa: ANN001
+    show: bool | None,
 ) -> TrainResult:  # noqa: ANN001, C901, PLR0912, PLR0915
     from tokenloom.loader import DataLoader
 
@@ -293,8 +315,6 @@ def _train(
         model = DistributedDataParallel(
             model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None
         )
-    per_token = flops_per_token(raw, spec.seq_len)
-    peak = peak_flops(dist.device)
     G = spec.global_batch
     if state is None:
         origin = f"; weights from {cfg.init_from} (step {parent['step']})" if parent else ""
@@ -306,6 +326,9 @@ def _train(
             f"(B={run.micro}, K={run.accum}); {total} steps{origin}"
         )
         log(f"data: {spec.table} v{spec.version}, {spec.describe()}")
+        share = vocab_share(raw)
+        if share > SLOW_VOCAB_SHARE:
+            warn(_slow_vocab(cfg.model, raw, share, vocab, ds.inputs.tokenizer, spec))
     else:
         log(f"resuming at step {step} of {total} on {dist.world_size} process(es)")
     # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
@@ -317,16 +340,26 @@ def _train(
         }
     )
     result = TrainResult(step=step, world_size=dist.world_size, history=history)
+    end = min(total, cfg.stop_at) if cfg.stop_at else total
+    metrics = closing.enter_context(
+        MetricsLog(cfg.out, cfg.log_to if dist.is_main else (), start_step=step)
+    )
+    bar = closing.enter_context(
+        show_progress("train", total=end, unit="steps", initial=step, show=show)
+    )
+    log = bar.logger(log)
+    per_token = flops_per_token(raw, spec.seq_len)
+    peak = peak_flops(dist.device)
     if cfg.val_filter and step == 0:
         val = evaluate(run, raw, spec)
         result.val_losses.append((0, val))
         history["val"].append((0, val))
+        metrics.val(0, val)
         log(f"step {0:>6}  val loss {val:.4f}  (before training)")
     started = last_log = time.perf_counter()
     tokens_since = 0
     it, fresh = iter(loader), True
     model.train()
-    end = min(total, cfg.stop_at) if cfg.stop_at else total
     fed = None
     while step < end:
         wait = time.perf_counter()
@@ -378,6 +411,8 @@ def _train(
         n_tokens = G * spec.seq_len
         result.tokens += n_tokens
         tokens_since += n_tokens
+        bar.update()
+        bar.note(f"loss {value:.4f}")
         if step % cfg.log_every == 0 or step == end:
             fed = fed_totals(loader, dist)
             now = time.perf_counter()
@@ -390,11 +425,20 @@ def _train(
                 + f"  | {loader.stats.summary(now - started)}"
             )
             log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
+            metrics.train(
+                step,
+                loss=value,
+                lr=lr_at(step - 1, total, cfg),
+                tokens_per_second=rate,
+                mfu=util,
+                elapsed_seconds=now - started,
+            )
             last_log, tokens_since = now, 0
         if cfg.val_filter and (step % cfg.eval_every == 0 or step == end):
             val = evaluate(run, raw, spec)
             result.val_losses.append((step, val))
             history["val"].append((step, val))
+            metrics.val(step, val)
             log(f"step {step:>6}  val loss {val:.4f}")
         if step % cfg.checkpoint_every == 0 or step == end:
             if step % cfg.log_every and step != end:
@@ -407,6 +451,27 @@ def _train(
     result.loader_summary = loader.stats.summary(result.seconds)
     result.pools = as_dicts(fed) if fed is not None else []
     return result
+
+
+def _slow_vocab(model: str, raw: GPT, share: float, vocab: int, tokenizer: dict, spec) -> str:  # noqa: ANN001
+    """The warning for a vocabulary that dominates the model, with the commands to a smaller
+    tokenizer (tokenloom's own byte-level BPE, trained on the table)."""
+    size = vocab_for_share(raw)
+    rest = raw.num_params() - raw.wte.weight.numel()
+    smaller = size * raw.cfg.n_embd / (rest + size * raw.cfg.n_embd)
+    name = tokenizer.get("name") or "?"
+    column = f"{spec.token_column}_bpe{size}"
+    return (
+        f"warning: the vocabulary is {share:.0%} of the {model} model's "
+        f"{raw.num_params() / 1e6:.2f}M parameters ({vocab:,} ids of tokenizer {name}, in the "
+        "embedding and the tied LM head), so the LM head, not the transformer, takes most of "
+        f"each step. A {size:,}-id byte-level BPE trained on the table would be {smaller:.0%} of "
+        f"it: `tokenloom tokenizer train --table {spec.table} --vocab-size {size} --out "
+        f"bpe{size}/`, `tokenloom tokenize --table {spec.table} --tokenizer bpe{size}/ --column "
+        f"{column}`, then train with `--column {column}` (tokenloom's tokenizers: gpt2 with "
+        "50,257 ids, a BPE of any size from `tokenloom tokenizer train`, tiktoken encodings, "
+        "tokenizer.json files)"
+    )
 
 
 def _log_provenance(out: str, rank: int, step: int, spans) -> None:  # noqa: ANN001
