@@ -13,6 +13,7 @@ does that first, which is why the dataset crosses into DataLoader workers wrappe
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -50,6 +51,9 @@ def import_streaming() -> None:
         for name, path in (("streaming", root), ("streaming.base", [f"{p}/base" for p in root])):
             module = types.ModuleType(name)
             module.__path__ = path
+            # a spec, so that importlib.util.find_spec still answers for the package
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            module.__spec__.submodule_search_locations = path
             sys.modules[name] = module
     try:
         import streaming.base.dataset  # noqa: F401

@@ -134,7 +134,7 @@ class LoaderBench:
             "builds": {k: asdict(v) for k, v in self.builds.items()},
             "reference": ref.label if ref else None,
             "results": [
-                {**r.to_json(), "ratio_vs_reference": _round(self.ratio(r), 3)}
+                {**r.to_json(), "ratio_vs_reference": _significant(self.ratio(r), 4)}
                 for r in self.results
             ],
             "best_lancedb": self.best_lancedb.label if self.best_lancedb else None,
@@ -174,8 +174,9 @@ def _mb(value: float | None) -> str:
     return f"{value:,.0f} MB" if value is not None else "n/a"
 
 
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
+def _significant(value: float | None, digits: int) -> float | None:
+    """``value`` to ``digits`` significant digits (a tiny ratio must not round to 0)."""
+    return None if value is None else float(f"{value:.{digits}g}")
 
 
 def format_report(bench: LoaderBench) -> str:
