@@ -61,7 +61,8 @@ def markdown_report(bench: LoaderBench) -> str:
         lines += ["", *notes]
     lines += ["", "Goals:", ""]
     for g in bench.goals():
-        value = "n/a" if g.value is None else f"{g.value:,.2f}"
+        unit = " MB" if "RSS" in g.name else "x"
+        value = "n/a" if g.value is None else f"{g.value:,.{0 if unit == ' MB' else 2}f}{unit}"
         lines.append(f"- {g.status} {g.name}: {value}; {g.detail}")
     return "\n".join(lines) + "\n"
 
