@@ -13,17 +13,25 @@ from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
+from tests.conftest import run_cli  # noqa: E402
 from tokenloom.bench.loader import (  # noqa: E402
     LoaderBenchConfig,
     format_report,
     run_loader_bench,
 )
+from tokenloom.bench.loader_output import write_outputs  # noqa: E402
 
 
 def test_loader_bench_smoke(tmp_path):
-    """tokenloom (workers 2 and 0) and Parquet on 2,000 docs: every number is positive."""
+    """tokenloom (workers 2 and 0) and Parquet on 2,000 docs, page cache dropped first: every
+    number is positive; then the files a run leaves."""
     config = LoaderBenchConfig(
-        docs=2000, steps=4, workdir=str(tmp_path), only=("tokenloom", "parquet"), isolate=False
+        docs=2000,
+        steps=4,
+        workdir=str(tmp_path),
+        only=("tokenloom", "parquet"),
+        cache=("cold",),
+        isolate=False,
     )
     bench = run_loader_bench(config)
 
@@ -38,6 +46,9 @@ def test_loader_bench_smoke(tmp_path):
         assert r.tokens == 4 * 8 * 1024
         assert r.tokens_per_s > 0 and r.first_batch_s > 0
         assert r.peak_rss_mb > 0 and r.processes >= 1
+        assert r.cache == "cold"
+        assert r.resident is None or r.resident < 0.05 or "stayed cached" in r.cache_note
+    assert [r.data for r in bench.results] == ["table", "table", "parquet"]
     assert bench.builds["table"].docs == 2000 and bench.builds["parquet"].docs == 2000
     assert bench.builds["table"].tokens == bench.builds["parquet"].tokens > 0
 
@@ -51,9 +62,20 @@ def test_loader_bench_smoke(tmp_path):
     assert [r["ratio_vs_reference"] > 0 for r in doc["results"]] == [True] * 3
     assert "tokenloom (workers=2)" in format_report(bench)
 
-    # The second run reuses the cached corpus instead of rebuilding it.
-    again = run_loader_bench(dataclasses.replace(config, only=("parquet",)))
+    written = write_outputs(bench, str(tmp_path / "out"))
+    assert json.loads(open(written["json"]).read())["results"] == doc["results"]
+    table = [ln for ln in open(written["markdown"]).read().splitlines() if ln.startswith("| ")]
+    assert len(table) == 2 + len(bench.results)  # header, rule, one row per run
+    assert "| parquet | " in table[-1] and "cold" in table[-1]
+    with open(written["png"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    # The second run reuses the cached corpus (the same Parquet copy) instead of rebuilding it.
+    again = run_loader_bench(dataclasses.replace(config, only=("parquet-order",), cache=("warm",)))
     assert again.builds["parquet"].cached
+    (result,) = again.results
+    assert result.ok and result.label == "Parquet in original order (workers=2)"
+    assert result.cache == "warm" and result.resident in (None, 1.0)
 
 
 def test_cli_rejects_an_unknown_loader():
@@ -62,6 +84,34 @@ def test_cli_rejects_an_unknown_loader():
     result = CliRunner().invoke(cli, ["bench", "loader", "--only", "tokenloom,ray"])
     assert result.exit_code == 2
     assert "unknown loader(s) ray" in result.output
+
+
+def test_cli_rejects_an_unknown_cache_state(tmp_path):
+    result = run_cli("bench", "loader", "--cache", "warm,hot", "--workdir", str(tmp_path))
+    assert result.returncode == 2
+    assert "--cache" in result.stderr and "warm,cold" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # refused before anything was built
+
+
+def test_lancedb_streaming_dataset_reads_the_tokenloom_table(tmp_path):
+    """The LanceDB case reads the table itself (no metadata-free copy) and packs full blocks."""
+    pytest.importorskip("lancedb")
+    from tokenloom.bench.loader_cases import CaseSpec, measure_case
+    from tokenloom.bench.loader_data import CorpusSpec, build_table
+
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=400)).path
+    spec = CaseSpec(
+        label="lancedb",
+        kind="lancedb",
+        path=uri,
+        workers=0,
+        seq_len=256,
+        batch_size=4,
+        steps=3,
+        options=(("loader", "plain"), ("num_splits", 1)),
+    )
+    result = measure_case(spec)
+    assert result.error is None and result.steps == 3 and result.tokens == 3 * 4 * 256
 
 
 @pytest.mark.slow

@@ -108,3 +108,100 @@ def test_mds_copy_is_the_shuffled_stream(tmp_path):
     got = np.stack([s["input_ids"] for s in MDSBlocks(built.path, batch_size=2)])
     assert got.shape == (len(want) // 128, 128)
     assert np.array_equal(got.reshape(-1), want[: got.size])
+
+
+def _docs(spec: CorpusSpec) -> list[np.ndarray]:
+    lens = doc_lengths(spec)
+    values = np.concatenate([v for _f, _l, v in corpus_chunks(spec)])
+    return np.split(values, np.cumsum(lens)[:-1])
+
+
+def _stream(docs: list[np.ndarray], order) -> np.ndarray:
+    """Documents in ``order``, each followed by EOS, with a Python loop."""
+    return np.concatenate([np.append(docs[i], EOS_ID) for i in order])
+
+
+def test_packed_blocks_cut_the_stream_in_either_order():
+    from tokenloom.bench.loader_data import packed_blocks, shuffled_order
+
+    spec = CorpusSpec(docs=300, seed=6)
+    docs = _docs(spec)
+    for shuffled, order in ((False, range(300)), (True, shuffled_order(spec))):
+        blocks = np.concatenate(list(packed_blocks(spec, seq_len=100, shuffled=shuffled)))
+        want = _stream(docs, order)
+        assert blocks.shape == (len(want) // 100, 100) and blocks.dtype == np.uint16
+        assert np.array_equal(blocks.reshape(-1), want[: blocks.size])
+
+
+def test_parquet_in_order_preshuffled_and_single_rows(tmp_path):
+    pytest.importorskip("torch")
+    import pyarrow.parquet as pq
+
+    from tokenloom.bench.loader_data import shuffled_order
+    from tokenloom.bench.loader_parquet import ParquetBlocks, ParquetRows
+
+    spec = CorpusSpec(docs=2500, seed=7)
+    docs = _docs(spec)
+    plain = build_parquet(str(tmp_path / "c.parquet"), spec)
+    shuffled = build_parquet(str(tmp_path / "s.parquet"), spec, shuffled=True)
+    order = shuffled_order(spec)
+    stored = pq.read_table(shuffled.path)
+    assert stored.column("id").to_pylist() == order.tolist()
+    assert shuffled.tokens == plain.tokens and shuffled.docs == plain.docs
+    assert pq.ParquetFile(shuffled.path).num_row_groups == 3
+
+    def flat(ds) -> np.ndarray:
+        batches = list(ds)
+        assert batches[0].shape == (2, 64) and str(batches[0].dtype) == "torch.int64"
+        return np.concatenate([b.numpy().reshape(-1) for b in batches])
+
+    kw = {"seq_len": 64, "batch_size": 2, "eos_id": EOS_ID}
+    for path, want in ((plain.path, _stream(docs, range(2500))), (shuffled.path, None)):
+        want = _stream(docs, order) if want is None else want
+        got = flat(ParquetBlocks(path, order="sequential", **kw))
+        assert np.array_equal(got, want[: got.size]) and len(want) - got.size < 128
+
+    rows = np.random.default_rng([3, 1]).permutation(2500)  # ParquetRows' order: [seed, epoch]
+    got = flat(ParquetRows(plain.path, seed=3, epoch=1, **kw))
+    want = _stream(docs, rows)
+    assert np.array_equal(got, want[: got.size]) and len(want) - got.size < 128
+    with pytest.raises(ValueError, match="order must be one of"):
+        ParquetBlocks(plain.path, order="reverse", **kw)
+
+
+def test_webdataset_shards_hold_the_shuffled_blocks(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("webdataset")
+    from tokenloom.bench import loader_webdataset
+    from tokenloom.bench.loader_data import build_webdataset, packed_blocks
+
+    monkeypatch.setattr(loader_webdataset, "BLOCKS_PER_SHARD", 100)  # several shards
+    spec = CorpusSpec(docs=400, seed=8)
+    built = build_webdataset(str(tmp_path / "c.wds"), spec, seq_len=128)
+    want = np.concatenate(list(packed_blocks(spec, seq_len=128, shuffled=True)))
+    assert len(loader_webdataset.shard_urls(built.path)) == -(-len(want) // 100)
+    assert built.tokens == want.size
+    got = [b.numpy() for b in loader_webdataset.wds_blocks(built.path, batch_size=4)]
+    assert all(b.shape == (4, 128) and b.dtype == np.int64 for b in got)
+    assert np.array_equal(np.concatenate(got), want[: 4 * len(got)])
+    assert len(want) - 4 * len(got) < 4
+
+
+def test_mds_own_shuffle_permutes_the_ordered_blocks(tmp_path):
+    if importlib.util.find_spec("streaming") is None:
+        pytest.skip("mosaicml-streaming is not installed (see tokenloom.bench.loader_mds)")
+    pytest.importorskip("torch")
+    from tokenloom.bench.loader_data import build_mds, packed_blocks
+    from tokenloom.bench.loader_mds import MDSBlocks
+
+    spec = CorpusSpec(docs=300, seed=4)
+    built = build_mds(str(tmp_path / "o.mds"), spec, seq_len=128, shuffled=False)
+    want = np.concatenate(list(packed_blocks(spec, seq_len=128, shuffled=False)))
+    plain = np.stack([s["input_ids"] for s in MDSBlocks(built.path, batch_size=2)])
+    assert np.array_equal(plain, want)  # stored in document order
+    mixed = np.stack(
+        [s["input_ids"] for s in MDSBlocks(built.path, batch_size=2, shuffle_algo="py1e")]
+    )
+    assert mixed.shape == want.shape and not np.array_equal(mixed, want)
+    key = lambda a: sorted(map(bytes, a))  # noqa: E731 - blocks as a multiset
+    assert key(mixed) == key(want)

@@ -1,5 +1,7 @@
-"""Loader throughput next to LanceDB's StreamingDataset, a pre-packed MDS copy and random-access
-Parquet, on the same synthetic corpus, measured side by side in one run.
+"""Loader throughput next to LanceDB's StreamingDataset and baselines reading derived copies
+(pre-packed MDS and WebDataset, Parquet in several access orders; see
+:mod:`~tokenloom.bench.loader_baselines`), on the same synthetic corpus, measured side by side
+in one run, with the input's page cache warm or dropped (:mod:`~tokenloom.bench.loader_cache`).
 
 Every loader delivers ``(B, L) = (8, 1024)`` int64 torch tensors and nothing consumes them (no
 model). Each case runs in a fresh spawned process so that its peak memory (the process plus its
@@ -19,22 +21,19 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tokenloom.bench.loader_baselines import BASELINES, COPIES
+from tokenloom.bench.loader_cache import CACHE_MODES, prepare_cache
 from tokenloom.bench.loader_cases import CaseResult, CaseSpec
 from tokenloom.bench.loader_data import (
     EOS_ID,
     Built,
     CorpusSpec,
-    build_lancedb_view,
-    build_mds,
-    build_parquet,
     build_table,
 )
 from tokenloom.bench.loader_report import (
     _BESTFIT,
     _LONG,
-    _MDS,
     _MIXTURE,
-    _PARQUET,
     _TL0,
     _TL2,
     _TRANSPORT,
@@ -59,7 +58,7 @@ __all__ = [
     "format_report",
 ]
 
-ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "long", "recipes")
+ALL_LOADERS = ("tokenloom", "lancedb", *(b.name for b in BASELINES), "long", "recipes")
 """The default selection. ``transport`` (opt-in) adds the bench-only numpy-transport prototype."""
 KNOWN_LOADERS = (*ALL_LOADERS, "transport")
 
@@ -110,6 +109,8 @@ class LoaderBenchConfig:
     """Documents of the long-document table."""
     long_tokens: int = 2_000_000
     """Tokens of each long document."""
+    cache: tuple[str, ...] = ("warm",)
+    """Page-cache states each case is measured in (``warm``, ``cold``), one run per state."""
     isolate: bool = True
     """Run each case in a fresh process (its own memory); ``False`` runs in this process."""
     rss_cap_mb: float = 8192.0
@@ -126,6 +127,8 @@ class LoaderBenchConfig:
             raise ValueError("docs, long_docs and long_tokens must be >= 1")
         if self.steps is None and self.seconds <= 0:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
+        if not self.cache or set(self.cache) - set(CACHE_MODES):
+            raise ValueError(f"cache takes some of {','.join(CACHE_MODES)}; got {self.cache!r}")
 
     @property
     def corpus(self) -> CorpusSpec:
@@ -203,15 +206,18 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
                 CaseSpec(
                     label=_lancedb_label(options),
                     kind="lancedb",
-                    path=paths["lancedb"],
+                    path=paths["table"],
                     options=options,
                     **common,
                 )
             )
-    if "mds" in config.only:
-        cases.append(CaseSpec(label=_MDS, kind="mds", path=paths["mds"], **common))
-    if "parquet" in config.only:
-        cases.append(CaseSpec(label=_PARQUET, kind="parquet", path=paths["parquet"], **common))
+    for b in BASELINES:
+        if b.name in config.only:
+            cases.append(
+                CaseSpec(
+                    label=b.label, kind=b.kind, path=paths[b.copy], options=b.options, **common
+                )
+            )
     return cases
 
 
@@ -224,18 +230,14 @@ def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[
     if wanted & {"tokenloom", "lancedb", "long", "transport"}:
         path = os.path.join(root, corpus.name + ".lance")
         jobs.append(("table", lambda: build_table(path, corpus)))
-    if "lancedb" in wanted:
-        vpath = os.path.join(root, corpus.name + "-lancedb-view.lance")
-        jobs.append(("lancedb", lambda: build_lancedb_view(vpath, path, corpus)))
     if "long" in wanted:
         lpath = os.path.join(root, long_corpus.name + ".lance")
         jobs.append(("long", lambda: build_table(lpath, long_corpus)))
-    if "parquet" in wanted:
-        ppath = os.path.join(root, corpus.name + ".parquet")
-        jobs.append(("parquet", lambda: build_parquet(ppath, corpus)))
-    if "mds" in wanted:
-        mpath = os.path.join(root, f"{corpus.name}-L{config.seq_len}.mds")
-        jobs.append(("mds", lambda: build_mds(mpath, corpus, seq_len=config.seq_len)))
+    copies = dict.fromkeys(b.copy for b in BASELINES if b.name in wanted)
+    for name in copies:
+        copy = COPIES[name]
+        cpath = os.path.join(root, corpus.name + copy.suffix.replace("{L}", str(config.seq_len)))
+        jobs.append((name, lambda c=copy, p=cpath: c.build(p, corpus, config.seq_len)))
     builds = {}
     for name, job in jobs:
         log(f"preparing {name} ...")
@@ -336,20 +338,26 @@ def run_loader_bench(
     bench = LoaderBench(config=config)
     bench.builds = build_inputs(config, log)
     paths = {name: built.path for name, built in bench.builds.items()}
+    data = {path: name for name, path in paths.items()}
     cases = plan_cases(config, paths)
-    with progress("bench loader", total=len(cases), unit="loaders") as bar:
+    with progress("bench loader", total=len(cases) * len(config.cache), unit="loaders") as bar:
         say = bar.logger(log)
         for spec in cases:
-            bar.note(spec.label)
-            say(f"measuring {spec.label} ...")
-            result = run_case(spec, config)
-            bench.results.append(result)
-            bar.update()
-            if result.ok:
-                say(
-                    f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
-                    f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
-                )
-            else:
-                say(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
+            for mode in config.cache:
+                bar.note(f"{spec.label} [{mode}]")
+                say(f"measuring {spec.label} [{mode}] ...")
+                state = prepare_cache([spec.path], mode)
+                result = run_case(spec, config)
+                result.data = data.get(spec.path, "")
+                result.cache, result.resident, result.cache_note = mode, state.resident, state.note
+                bench.results.append(result)
+                bar.update()
+                if result.ok:
+                    say(
+                        f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
+                        f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
+                        f"{'; ' + state.note if state.note else ''}"
+                    )
+                else:
+                    say(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
     return bench

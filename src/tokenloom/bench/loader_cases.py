@@ -26,7 +26,7 @@ class CaseSpec:
     kind: str
     """A key of :data:`SOURCES`."""
     path: str
-    """The table, Parquet file or MDS directory read."""
+    """The table, Parquet file, MDS or WebDataset directory read."""
     workers: int = 2
     """DataLoader worker processes (0: in the measuring process)."""
     seq_len: int = 1024
@@ -73,6 +73,14 @@ class CaseResult:
     peak_pss_mb: float | None = None
     """Peak of PSS summed over the process tree (shared pages divided; ``None``: unknown)."""
     processes: int = 0
+    data: str = ""
+    """Which built input it read (a key of the run's builds: ``table``, ``mds``, ...)."""
+    cache: str = "warm"
+    """Page-cache state of that input when the case started (:mod:`.loader_cache`)."""
+    resident: float | None = None
+    """Share of the input's pages in the page cache at the start (``None``: not measurable)."""
+    cache_note: str = ""
+    """Why a ``cold`` run was not cold, when it was not."""
     notes: str = ""
     error: str | None = None
 
@@ -153,9 +161,8 @@ def lancedb_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     """``lancedb.streaming.StreamingDataset`` in its packed mode, through its own
     ``StreamingDataLoader`` (``loader="own"``) or a plain torch ``DataLoader``.
 
-    ``spec.path`` is the metadata-free shallow clone of the table
-    (:func:`~tokenloom.bench.loader_data.build_lancedb_view`): lancedb 0.40.0 panics on the
-    tokenloom table itself.
+    ``spec.path`` is the tokenloom table itself (its own metadata lives in the ``id`` field,
+    see :mod:`tokenloom.table.meta`, which LanceDB's reader accepts).
     """
     import os
 
@@ -197,12 +204,13 @@ def lancedb_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
 
 
 def mds_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
-    """MosaicML ``StreamingDataset(local=..., shuffle=False)`` over the pre-packed copy."""
+    """MosaicML ``StreamingDataset(local=...)`` over a pre-packed copy: ``shuffle=False`` on
+    the pre-shuffled one, or its own shuffle (``options=(("shuffle_algo", "py1e"),)``)."""
     from torch.utils.data import DataLoader
 
     from tokenloom.bench.loader_mds import MDSBlocks, collate_blocks
 
-    ds = MDSBlocks(spec.path, batch_size=spec.batch_size)
+    ds = MDSBlocks(spec.path, batch_size=spec.batch_size, shuffle_algo=spec.option("shuffle_algo"))
     dl = DataLoader(
         ds,
         batch_size=spec.batch_size,
@@ -215,7 +223,8 @@ def mds_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
 
 
 def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
-    """Parquet row groups in random order, packed with numpy (see ``loader_parquet``)."""
+    """Parquet row groups in random order (or ``options=(("order", "sequential"),)``: in file
+    order), packed with numpy (see ``loader_parquet``)."""
     from torch.utils.data import DataLoader
 
     from tokenloom.bench.loader_parquet import ParquetBlocks
@@ -228,9 +237,38 @@ def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             batch_size=spec.batch_size,
             eos_id=spec.eos_id,
             epoch=epoch,
+            order=spec.option("order", "random"),
         )
         yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **_spawn(spec.workers))
         epoch += 1
+
+
+def parquet_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """Parquet documents read one by one in a global random order, packed with numpy."""
+    from torch.utils.data import DataLoader
+
+    from tokenloom.bench.loader_parquet import ParquetRows
+
+    epoch = 0
+    while True:
+        ds = ParquetRows(
+            spec.path,
+            seq_len=spec.seq_len,
+            batch_size=spec.batch_size,
+            eos_id=spec.eos_id,
+            epoch=epoch,
+        )
+        yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **_spawn(spec.workers))
+        epoch += 1
+
+
+def webdataset_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """``webdataset.WebDataset`` over the pre-packed, pre-shuffled tar shards."""
+    from tokenloom.bench.loader_webdataset import batches
+
+    return batches(
+        spec.path, batch_size=spec.batch_size, workers=spec.workers, spawn=_spawn(spec.workers)
+    )
 
 
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
@@ -238,6 +276,8 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "lancedb": lancedb_batches,
     "mds": mds_batches,
     "parquet": parquet_batches,
+    "parquet-rows": parquet_rows_batches,
+    "webdataset": webdataset_batches,
 }
 
 _IMPORTS = {
@@ -245,6 +285,8 @@ _IMPORTS = {
     "lancedb": ("torch", "lance", "lancedb.streaming"),
     "mds": ("torch", "tokenloom.bench.loader_mds"),
     "parquet": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
+    "parquet-rows": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
+    "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
 }
 
 

@@ -4,11 +4,13 @@ Everything is a deterministic function of ``(docs, seed)``: the document lengths
 (median 450, mean 800 tokens, clipped to ``[1, 50_000]``) and the token ids uniform below the EOS
 id. The same documents are written as
 
-* a tokenloom table (base columns + ``input_ids`` list<uint16> + ``n_tokens``),
-* a Parquet file with row groups of ~1k rows (the random-access baseline),
-* a pre-packed, pre-shuffled MosaicML MDS copy (blocks of ``seq_len`` tokens),
-* a shallow clone of the table without schema metadata, for LanceDB (see
-  :func:`build_lancedb_view`),
+* a tokenloom table (base columns + ``input_ids`` list<uint16> + ``n_tokens``), which LanceDB's
+  ``StreamingDataset`` reads too,
+* Parquet files with row groups of ~1k rows: documents in id order (the random-access and
+  in-order baselines) and in a seeded random order (the pre-shuffled baseline),
+* pre-packed MosaicML MDS copies (blocks of ``seq_len`` tokens): pre-shuffled, and in id order
+  for MDS's own shuffle,
+* pre-packed, pre-shuffled WebDataset tar shards (the same blocks as the shuffled MDS copy),
 
 and a second table of a few multi-million-token documents tests the long-document path. Builds
 are cached under the work dir; a ``.done.json`` marker written last makes a killed build rerun.
@@ -38,15 +40,18 @@ __all__ = [
     "build_table",
     "build_parquet",
     "build_mds",
-    "build_lancedb_view",
+    "build_webdataset",
+    "packed_blocks",
+    "shuffled_order",
 ]
 
 VOCAB_SIZE = 50257
 """GPT-2's vocabulary size; ids ``0 .. VOCAB_SIZE - 2`` are text, the last one is EOS."""
 EOS_ID = 50256
 """EOS and padding id (as GPT-2); never drawn as a text token, so a stream can be checked."""
-DATA_RECIPE = "v1"
-"""Bumped when the generation recipe changes, so stale caches are not reused."""
+DATA_RECIPE = "v2"
+"""Bumped when the generation recipe changes, so stale caches are not reused (v2: the table's
+own metadata moved out of the schema level, where LanceDB's reader panicked on it)."""
 
 _CHUNK_DOCS = 16384  # documents generated per RNG chunk (~13M tokens, ~26 MB as uint16)
 _ROWS_PER_FRAGMENT = 131072  # as ingest: modest fragments
@@ -98,7 +103,7 @@ class Built:
     """True when this run reused an earlier build."""
     docs: int
     tokens: int
-    """Real tokens (EOS excluded); for the pre-packed MDS copy, positions stored (EOS included)."""
+    """Real tokens (EOS excluded); for the pre-packed copies, positions stored (EOS included)."""
     mbytes: float
     """Size on disk (MB)."""
 
@@ -214,7 +219,6 @@ def _table_schema() -> pa.Schema:
             pa.field("input_ids", pa.list_(pa.uint16()), metadata=meta),
             pa.field("n_tokens", pa.int64()),
         ],
-        metadata=BASE_SCHEMA.metadata,
     )
 
 
@@ -271,8 +275,64 @@ def build_table(path: str, spec: CorpusSpec, *, rebuild: bool = False) -> Built:
     return _cached(path, spec, build, rebuild=rebuild)
 
 
-def build_parquet(path: str, spec: CorpusSpec, *, rebuild: bool = False) -> Built:
-    """The same documents as ``(id, input_ids)`` in Parquet, row groups of ~1k rows."""
+def _corpus_in_memory(spec: CorpusSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(lengths (docs,), values (T,) uint16, starts (docs + 1,))`` of the whole corpus
+    (2 bytes per token)."""
+    lens_all, parts = [], []
+    for _first, lens, values in corpus_chunks(spec):
+        lens_all.append(lens)
+        parts.append(values)
+    lens = np.concatenate(lens_all)
+    starts = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=starts[1:])
+    return lens, np.concatenate(parts), starts
+
+
+def shuffled_order(spec: CorpusSpec) -> np.ndarray:
+    """The seeded document order of the pre-shuffled copies, shape ``(docs,)``."""
+    return np.random.default_rng([spec.seed, 2]).permutation(spec.docs)
+
+
+def _documents(
+    spec: CorpusSpec, *, shuffled: bool
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Chunks ``(ids (n,), lengths (n,), values (lengths.sum(),) uint16)`` in id order, or in
+    :func:`shuffled_order` (then the whole corpus is held in memory)."""
+    if not shuffled:
+        for first, lens, values in corpus_chunks(spec):
+            yield np.arange(first, first + lens.shape[0], dtype=np.int64), lens, values
+        return
+    lens, values, starts = _corpus_in_memory(spec)
+    order = shuffled_order(spec)
+    for lo in range(0, order.shape[0], _CHUNK_DOCS):
+        docs = order[lo : lo + _CHUNK_DOCS]
+        # (m,) gather of the chosen documents' tokens, in visiting order
+        seg = lens[docs]
+        out_start = np.repeat(np.cumsum(seg) - seg, seg)
+        src = np.arange(int(seg.sum())) - out_start + np.repeat(starts[docs], seg)
+        yield docs.astype(np.int64), seg, values[src]
+
+
+def packed_blocks(spec: CorpusSpec, *, seq_len: int, shuffled: bool) -> Iterator[np.ndarray]:
+    """The documents (in id order or :func:`shuffled_order`) joined with EOS and cut into
+    blocks; the tail shorter than a block is left out.
+
+    Yields:
+        ``(n, seq_len)`` uint16 arrays, consecutive blocks of the one stream.
+    """
+    carry = np.empty(0, dtype=np.uint16)
+    for _ids, lens, values in _documents(spec, shuffled=shuffled):
+        stream = np.concatenate([carry, packed_stream(values, lens, eos_id=EOS_ID)])
+        n = stream.shape[0] // seq_len
+        yield stream[: n * seq_len].reshape(n, seq_len)
+        carry = stream[n * seq_len :]
+
+
+def build_parquet(
+    path: str, spec: CorpusSpec, *, shuffled: bool = False, rebuild: bool = False
+) -> Built:
+    """The same documents as ``(id, input_ids)`` in Parquet, row groups of ~1k rows, in id
+    order or (``shuffled``) in :func:`shuffled_order`."""
 
     def build(out: str) -> tuple[int, int]:
         import pyarrow.parquet as pq
@@ -280,10 +340,9 @@ def build_parquet(path: str, spec: CorpusSpec, *, rebuild: bool = False) -> Buil
         schema = pa.schema([("id", pa.int64()), ("input_ids", pa.list_(pa.uint16()))])
         tokens = 0
         with pq.ParquetWriter(out + ".tmp", schema, compression="none") as writer:
-            for first, lens, values in corpus_chunks(spec):
+            for ids, lens, values in _documents(spec, shuffled=shuffled):
                 offsets = np.zeros(lens.shape[0] + 1, dtype=np.int32)
                 np.cumsum(lens, out=offsets[1:])
-                ids = np.arange(first, first + lens.shape[0], dtype=np.int64)
                 lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
                 table = pa.table([pa.array(ids), lists], schema=schema)
                 writer.write_table(table, row_group_size=_PARQUET_ROW_GROUP)
@@ -294,62 +353,34 @@ def build_parquet(path: str, spec: CorpusSpec, *, rebuild: bool = False) -> Buil
     return _cached(path, spec, build, rebuild=rebuild)
 
 
-def build_mds(path: str, spec: CorpusSpec, *, seq_len: int, rebuild: bool = False) -> Built:
-    """A pre-packed, pre-shuffled MDS copy: documents in a seeded random order joined with EOS,
-    cut into ``seq_len`` blocks (the tail shorter than a block is left out), one sample each.
-
-    Holds the corpus in memory while building (2 bytes per token).
-    """
+def build_mds(
+    path: str, spec: CorpusSpec, *, seq_len: int, shuffled: bool = True, rebuild: bool = False
+) -> Built:
+    """A pre-packed MDS copy: :func:`packed_blocks` (pre-shuffled by default; in id order for
+    MDS's own shuffle), one sample per block. Holds the corpus in memory when ``shuffled``."""
 
     def build(out: str) -> tuple[int, int]:
         from tokenloom.bench.loader_mds import mds_writer
 
-        lens_all, parts = [], []
-        for _first, lens, values in corpus_chunks(spec):
-            lens_all.append(lens)
-            parts.append(values)
-        lens = np.concatenate(lens_all)
-        values = np.concatenate(parts)
-        del parts
-        starts = np.zeros(lens.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lens, out=starts[1:])
-        order = np.random.default_rng([spec.seed, 2]).permutation(lens.shape[0])
-        carry = np.empty(0, dtype=np.uint16)
         blocks = 0
         with mds_writer(out, seq_len=seq_len) as writer:
-            for lo in range(0, order.shape[0], _CHUNK_DOCS):
-                docs = order[lo : lo + _CHUNK_DOCS]
-                # (m,) gather of the chosen documents' tokens, in visiting order
-                seg = lens[docs]
-                out_start = np.repeat(np.cumsum(seg) - seg, seg)
-                src = np.arange(int(seg.sum())) - out_start + np.repeat(starts[docs], seg)
-                stream = np.concatenate([carry, packed_stream(values[src], seg, eos_id=EOS_ID)])
-                n = stream.shape[0] // seq_len
-                for block in stream[: n * seq_len].reshape(n, seq_len):
+            for chunk in packed_blocks(spec, seq_len=seq_len, shuffled=shuffled):
+                for block in chunk:
                     writer.write({"input_ids": block})
-                blocks += n
-                carry = stream[n * seq_len :]
+                blocks += chunk.shape[0]
         return spec.docs, blocks * seq_len  # positions stored, EOS included
 
     return _cached(path, spec, build, rebuild=rebuild)
 
 
-def build_lancedb_view(path: str, table: str, spec: CorpusSpec, *, rebuild: bool = False) -> Built:
-    """A shallow clone of ``table`` (same data files, nothing copied) without schema metadata.
-
-    lancedb 0.40.0's permutation builder, which ``lancedb.streaming.StreamingDataset`` runs in
-    its constructor, panics on any table whose Arrow schema carries metadata ("target schema is
-    not superset of current schema", rust/lancedb/src/dataloader/permutation/builder.rs:230),
-    and every tokenloom table records ``tokenloom.schema_version`` there. The clone reads the
-    very same data files, so LanceDB is measured on the same bytes.
-    """
+def build_webdataset(path: str, spec: CorpusSpec, *, seq_len: int, rebuild: bool = False) -> Built:
+    """Pre-packed, pre-shuffled WebDataset tar shards: the blocks of the shuffled MDS copy, one
+    sample each (see :mod:`~tokenloom.bench.loader_webdataset`)."""
 
     def build(out: str) -> tuple[int, int]:
-        import lance
+        from tokenloom.bench.loader_webdataset import write_shards
 
-        source = lance.dataset(table)
-        clone = source.shallow_clone(out, source.version)
-        clone.update_schema_metadata({}, replace=True)
-        return clone.count_rows(), int(doc_lengths(spec).sum())
+        blocks = write_shards(out, packed_blocks(spec, seq_len=seq_len, shuffled=True))
+        return spec.docs, blocks * seq_len  # positions stored, EOS included
 
     return _cached(path, spec, build, rebuild=rebuild)

@@ -14,6 +14,7 @@ does that first, which is why the dataset crosses into DataLoader workers wrappe
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -51,6 +52,9 @@ def import_streaming() -> None:
         for name, path in (("streaming", root), ("streaming.base", [f"{p}/base" for p in root])):
             module = types.ModuleType(name)
             module.__path__ = path
+            # a spec, so that importlib.util.find_spec still answers for the package
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            module.__spec__.submodule_search_locations = path
             sys.modules[name] = module
     try:
         import streaming.base.dataset  # noqa: F401
@@ -82,20 +86,27 @@ def collate_blocks(samples: list[dict[str, np.ndarray]]) -> torch.Tensor:
 
 
 class MDSBlocks(IterableDataset):
-    """An IterableDataset over an MDS directory (``shuffle=False``: the copy is pre-shuffled).
+    """An IterableDataset over an MDS directory: in stored order (``shuffle_algo=None``, for
+    the pre-shuffled copy) or with MDS's own shuffle of the blocks (e.g. ``"py1e"``, its
+    default algorithm, for the copy packed in document order; a new order per epoch).
 
     Built in the parent process, as MosaicML documents (it sets up its shared memory there), and
     pickled into the DataLoader's workers.
     """
 
-    def __init__(self, local: str, *, batch_size: int) -> None:
+    def __init__(
+        self, local: str, *, batch_size: int, shuffle_algo: str | None = None, seed: int = 0
+    ) -> None:
         super().__init__()
         import_streaming()
         from streaming.base.dataset import StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
 
         clean_stale_shared_memory()
-        self.inner = StreamingDataset(local=local, shuffle=False, batch_size=batch_size)
+        shuffle = {"shuffle": False}
+        if shuffle_algo is not None:
+            shuffle = {"shuffle": True, "shuffle_algo": shuffle_algo, "shuffle_seed": seed}
+        self.inner = StreamingDataset(local=local, batch_size=batch_size, **shuffle)
 
     def __len__(self) -> int:
         return len(self.inner)

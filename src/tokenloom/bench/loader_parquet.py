@@ -1,10 +1,18 @@
-"""The random-access Parquet baseline: row groups in a seeded random order, packed with numpy.
+"""The Parquet baselines: whole row groups (in a seeded random order, or in file order) or
+single rows in a global random order, packed with numpy.
 
-Each DataLoader worker takes every ``W``-th row group of one random permutation, reads it with
-pyarrow, joins its documents with EOS (:func:`~tokenloom.bench.loader_data.packed_stream`),
-carries the tail shorter than a batch over to the next row group, and cuts ``(B, L)`` int64
-tensors out of the stream with one reshape. There is no shuffling inside a row group, no
-resume state and no per-document metadata: it is the floor of "read and pack" with plain tools.
+:class:`ParquetBlocks`: each DataLoader worker takes every ``W``-th row group of one random
+permutation (``order="random"``) or of the file order (``order="sequential"``: the file in
+document order, or the pre-shuffled file), reads it with pyarrow, joins its documents with EOS
+(:func:`~tokenloom.bench.loader_data.packed_stream`), carries the tail shorter than a batch over
+to the next row group, and cuts ``(B, L)`` int64 tensors out of the stream with one reshape.
+There is no shuffling inside a row group, no resume state and no per-document metadata: it is
+the floor of "read and pack" with plain tools.
+
+:class:`ParquetRows`: every document fetched by itself in one global random order — the access
+pattern of a row-level shuffle. Parquet has no cheaper way to one row than decoding the column
+chunk of its row group (``read_row_group`` + ``slice``; ``pyarrow.dataset.take`` of one row
+measured ~20x slower here), so each document costs a row group's decode.
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-__all__ = ["ParquetBlocks"]
+__all__ = ["ParquetBlocks", "ParquetRows", "ORDERS"]
+
+ORDERS = ("random", "sequential")
+"""Row-group orders of :class:`ParquetBlocks`."""
 
 
 class ParquetBlocks(IterableDataset):
@@ -30,6 +41,60 @@ class ParquetBlocks(IterableDataset):
         eos_id: Separator appended to each document.
         seed: Seed of the row-group order.
         epoch: Epoch number (a fresh order per epoch).
+        order: ``"random"`` (a seeded permutation of the row groups) or ``"sequential"``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        seq_len: int,
+        batch_size: int,
+        eos_id: int,
+        seed: int = 0,
+        epoch: int = 0,
+        order: str = "random",
+    ) -> None:
+        super().__init__()
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        self.path = path
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.eos_id = eos_id
+        self.seed = seed
+        self.epoch = epoch
+        self.order = order
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        from tokenloom.bench.loader_data import packed_stream
+
+        info = get_worker_info()
+        wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        pf = pq.ParquetFile(self.path, memory_map=True)
+        if self.order == "random":
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(pf.num_row_groups)
+        else:
+            order = np.arange(pf.num_row_groups)
+        per_batch = self.batch_size * self.seq_len
+        carry = np.empty(0, dtype=np.uint16)
+        for rg in order[wid::workers]:
+            col = pf.read_row_group(int(rg), columns=["input_ids"]).column(0)
+            values = pc.list_flatten(col).to_numpy()  # (T,) uint16
+            lengths = pc.list_value_length(col).to_numpy()  # (n,)
+            stream = np.concatenate([carry, packed_stream(values, lengths, eos_id=self.eos_id)])
+            n = stream.shape[0] // per_batch
+            batches = stream[: n * per_batch].reshape(n, self.batch_size, self.seq_len)
+            for batch in batches:
+                yield torch.from_numpy(batch.astype(np.int64))  # (B, L)
+            carry = stream[n * per_batch :]
+
+
+class ParquetRows(IterableDataset):
+    """``(B, L)`` int64 batches of a Parquet file, each document read alone, in one seeded
+    global random order of the rows (worker ``w`` of ``W`` takes every ``W``-th of it).
+
+    Args: as :class:`ParquetBlocks` (no ``order``).
     """
 
     def __init__(
@@ -51,21 +116,28 @@ class ParquetBlocks(IterableDataset):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        from tokenloom.bench.loader_data import packed_stream
-
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         pf = pq.ParquetFile(self.path, memory_map=True)
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(pf.num_row_groups)
+        meta = pf.metadata
+        first_row = np.zeros(meta.num_row_groups + 1, dtype=np.int64)  # (G + 1,)
+        np.cumsum(
+            [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], out=first_row[1:]
+        )
+        rows = np.random.default_rng([self.seed, self.epoch]).permutation(int(first_row[-1]))
         per_batch = self.batch_size * self.seq_len
-        carry = np.empty(0, dtype=np.uint16)
-        for rg in order[wid::workers]:
-            col = pf.read_row_group(int(rg), columns=["input_ids"]).column(0)
-            values = pc.list_flatten(col).to_numpy()  # (T,) uint16
-            lengths = pc.list_value_length(col).to_numpy()  # (n,)
-            stream = np.concatenate([carry, packed_stream(values, lengths, eos_id=self.eos_id)])
-            n = stream.shape[0] // per_batch
-            batches = stream[: n * per_batch].reshape(n, self.batch_size, self.seq_len)
-            for batch in batches:
-                yield torch.from_numpy(batch.astype(np.int64))  # (B, L)
-            carry = stream[n * per_batch :]
+        eos = np.array([self.eos_id], dtype=np.uint16)
+        parts: list[np.ndarray] = []
+        held = 0
+        for row in rows[wid::workers]:
+            group = int(np.searchsorted(first_row, row, side="right")) - 1
+            col = pf.read_row_group(group, columns=["input_ids"]).column(0)
+            doc = pc.list_flatten(col.slice(int(row - first_row[group]), 1)).to_numpy()
+            parts += [doc, eos]
+            held += doc.shape[0] + 1
+            if held >= per_batch:
+                stream = np.concatenate(parts)
+                n = stream.shape[0] // per_batch
+                for batch in stream[: n * per_batch].reshape(n, self.batch_size, self.seq_len):
+                    yield torch.from_numpy(batch.astype(np.int64))  # (B, L)
+                parts, held = [stream[n * per_batch :]], stream.shape[0] - n * per_batch

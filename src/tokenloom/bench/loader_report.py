@@ -13,7 +13,7 @@ from tokenloom.bench.loader_data import Built
 if TYPE_CHECKING:
     from tokenloom.bench.loader import LoaderBenchConfig
 
-__all__ = ["Goal", "LoaderBench", "format_report"]
+__all__ = ["Goal", "LoaderBench", "format_report", "cache_cell"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,8 +49,18 @@ class LoaderBench:
     builds: dict[str, Built] = field(default_factory=dict)
     results: list[CaseResult] = field(default_factory=list)
 
-    def find(self, label: str) -> CaseResult | None:
-        return next((r for r in self.results if r.label == label and r.ok), None)
+    @property
+    def cache(self) -> str:
+        """The page-cache state the goals are judged in: ``warm`` when it was measured."""
+        modes = tuple(self.config.cache)
+        return "warm" if "warm" in modes else modes[0]
+
+    def find(self, label: str, cache: str | None = None) -> CaseResult | None:
+        """The successful run of ``label`` in ``cache`` (default: :attr:`cache`)."""
+        cache = cache or self.cache
+        return next(
+            (r for r in self.results if r.label == label and r.cache == cache and r.ok), None
+        )
 
     @property
     def reference(self) -> CaseResult | None:
@@ -59,15 +69,19 @@ class LoaderBench:
 
     @property
     def best_lancedb(self) -> CaseResult | None:
-        runs = [r for r in self.results if r.kind == "lancedb" and r.ok]
+        runs = [r for r in self.results if r.kind == "lancedb" and r.cache == self.cache and r.ok]
         return max(runs, key=lambda r: r.tokens_per_s) if runs else None
 
     def ratio(self, result: CaseResult) -> float | None:
-        """tokenloom (workers=2) tokens/s over this result's."""
-        ref = self.reference
+        """tokenloom (workers=2) tokens/s, in the same page-cache state, over this result's."""
+        ref = self.find(_TL2, result.cache)
         if ref is None or not result.ok:
             return None
         return ref.tokens_per_s / result.tokens_per_s
+
+    def build_of(self, result: CaseResult) -> Built | None:
+        """The input (table or derived copy) a result read."""
+        return self.builds.get(result.data)
 
     def goals(self) -> list[Goal]:
         ref, lancedb = self.reference, self.best_lancedb
@@ -90,7 +104,11 @@ class LoaderBench:
             )
             for name, a, b, target in ratios
         ]
-        tl = [r for r in self.results if r.kind == "tokenloom" and r.ok and not r.options]
+        tl = [
+            r
+            for r in self.results
+            if r.kind == "tokenloom" and r.ok and not r.options and r.cache == self.cache
+        ]
         worst = max(tl, key=lambda r: r.peak_rss_mb) if tl else None
         out.append(
             Goal(
@@ -116,7 +134,7 @@ class LoaderBench:
             "builds": {k: asdict(v) for k, v in self.builds.items()},
             "reference": ref.label if ref else None,
             "results": [
-                {**r.to_json(), "ratio_vs_reference": _round(self.ratio(r), 3)}
+                {**r.to_json(), "ratio_vs_reference": _significant(self.ratio(r), 4)}
                 for r in self.results
             ],
             "best_lancedb": self.best_lancedb.label if self.best_lancedb else None,
@@ -131,7 +149,12 @@ _BESTFIT = "tokenloom best-fit (workers=2)"
 _MIXTURE = "tokenloom 70/30 mixture (workers=2)"
 _TRANSPORT = "tokenloom, numpy transport prototype (workers=2)"
 _MDS = "MDS pre-packed (workers=2)"
+_MDS_SHUFFLE = "MDS pre-packed in order, its py1e shuffle (workers=2)"
+_WEBDATASET = "WebDataset pre-packed shards (workers=2)"
 _PARQUET = "Parquet random row groups (workers=2)"
+_PARQUET_ORDER = "Parquet in original order (workers=2)"
+_PARQUET_PRESHUFFLED = "Parquet pre-shuffled, row groups in order (workers=2)"
+_PARQUET_ROWS = "Parquet random single rows (workers=2)"
 
 
 def _div(a: CaseResult | None, b: CaseResult | None) -> float | None:
@@ -151,8 +174,9 @@ def _mb(value: float | None) -> str:
     return f"{value:,.0f} MB" if value is not None else "n/a"
 
 
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
+def _significant(value: float | None, digits: int) -> float | None:
+    """``value`` to ``digits`` significant digits (a tiny ratio must not round to 0)."""
+    return None if value is None else float(f"{value:.{digits}g}")
 
 
 def format_report(bench: LoaderBench) -> str:
@@ -170,28 +194,41 @@ def format_report(bench: LoaderBench) -> str:
         f"batches of ({cfg.batch_size}, {cfg.seq_len}) int64, {budget} per loader after its "
         f"first batch, {os.cpu_count()} CPUs, each loader in a fresh process"
     )
-    for name in ("mds", "parquet", "long"):
-        b = bench.builds.get(name)
-        if b is not None:
+    for name, b in bench.builds.items():
+        if name != "table":
             lines.append(
                 f"{name} copy: {b.mbytes:,.0f} MB, built in {b.seconds:.1f}s"
                 f"{' (earlier run, reused)' if b.cached else ''}"
             )
-    head = f"{'loader':<62} {'tok/s':>9} {'ratio':>7} {'1st batch':>9} {'RSS MB':>8} {'PSS MB':>8}"
+    head = (
+        f"{'loader':<62} {'cache':>9} {'tok/s':>9} {'ratio':>7} {'1st batch':>9} "
+        f"{'RSS MB':>8} {'PSS MB':>8} {'data MB':>8} {'build':>7}"
+    )
     lines += ["", head, "-" * len(head)]
     best = bench.best_lancedb
     for r in bench.results:
+        cache = cache_cell(r)
         if not r.ok:
-            lines.append(f"{r.label:<62} FAILED: {(r.error or 'no batches').splitlines()[0]}")
+            lines.append(
+                f"{r.label:<62} {cache:>9} FAILED: {(r.error or 'no batches').splitlines()[0]}"
+            )
             continue
         ratio = bench.ratio(r)
         mark = " *" if r is best else ""
+        built = bench.build_of(r)
         lines.append(
-            f"{(r.label + mark):<62} {r.tokens_per_s / 1e6:>8.2f}M {_fmt_ratio(ratio):>7} "
-            f"{r.first_batch_s:>8.2f}s {r.peak_rss_mb:>8,.0f} "
-            f"{(f'{r.peak_pss_mb:,.0f}' if r.peak_pss_mb is not None else 'n/a'):>8}"
+            f"{(r.label + mark):<62} {cache:>9} {r.tokens_per_s / 1e6:>8.2f}M "
+            f"{_fmt_ratio(ratio):>7} {r.first_batch_s:>8.2f}s {r.peak_rss_mb:>8,.0f} "
+            f"{(f'{r.peak_pss_mb:,.0f}' if r.peak_pss_mb is not None else 'n/a'):>8} "
+            f"{(f'{built.mbytes:,.0f}' if built else 'n/a'):>8} "
+            f"{(f'{built.seconds:.1f}s' if built else 'n/a'):>7}"
         )
-    lines.append("ratio = tokenloom (workers=2) tok/s / this loader's; * = best LanceDB setting")
+    lines.append(
+        "ratio = tokenloom (workers=2) tok/s / this loader's, same cache state; * = best LanceDB "
+        "setting; cache = page-cache state (share of the input resident) at the start; data MB "
+        "/ build = the input read (table or derived copy): bytes on disk and build time"
+    )
+    lines += [f"  [{r.label}, {r.cache}] {r.cache_note}" for r in bench.results if r.cache_note]
     lines += ["", "goals:"]
     for g in bench.goals():
         rss = "RSS" in g.name
@@ -203,6 +240,13 @@ def format_report(bench: LoaderBench) -> str:
         if r.ok and r.notes:
             lines.append(f"  [{r.label}] {r.notes}")
     return "\n".join(lines)
+
+
+def cache_cell(result: CaseResult) -> str:
+    """``warm 100%`` / ``cold 0%``: the state asked for and the share of the input resident."""
+    if result.resident is None:
+        return result.cache
+    return f"{result.cache} {result.resident:.0%}"
 
 
 def _fmt_ratio(value: float | None) -> str:

@@ -209,7 +209,9 @@ Examples:
   tokenloom bench loader --docs 50000 --seconds 5     # a quick look
   tokenloom bench loader --only tokenloom,parquet --json
   tokenloom bench loader --only tokenloom,transport   # + the numpy-transport prototype
-The corpus and its copies are built once under --workdir and reused.""",
+  tokenloom bench loader --docs 50000 --seconds 4 --cache warm,cold --out /tmp/lb
+The corpus and its copies are built once under --workdir and reused; the results are written
+as loader-bench.json, .md and .png under --out (default: --workdir).""",
 )
 @click.option(
     "--docs",
@@ -240,22 +242,50 @@ The corpus and its copies are built once under --workdir and reused.""",
 )
 @click.option(
     "--only",
-    default="tokenloom,lancedb,mds,parquet,long",
+    default=(
+        "tokenloom,lancedb,mds,mds-shuffle,webdataset,parquet,parquet-order,"
+        "parquet-preshuffled,parquet-rows,long"
+    ),
     show_default=True,
     metavar="LIST",
-    help="Comma-separated loaders: tokenloom, lancedb, mds, parquet, long, transport.",
+    help=(
+        "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
+        "parquet-order, parquet-preshuffled, parquet-rows, long, recipes, transport."
+    ),
+)
+@click.option(
+    "--cache",
+    default="warm",
+    show_default=True,
+    metavar="LIST",
+    help="Page-cache states to measure each loader in: warm, cold (posix_fadvise) or both.",
+)
+@click.option(
+    "--out",
+    default=None,
+    metavar="DIR",
+    help="Folder for loader-bench.json/.md/.png (default: --workdir).",
 )
 @json_option
 def loader_bench(
-    docs: int, seconds: float, steps: int | None, workdir: str, only: str, as_json: bool
+    docs: int,
+    seconds: float,
+    steps: int | None,
+    workdir: str,
+    only: str,
+    cache: str,
+    out: str | None,
+    as_json: bool,
 ) -> None:
-    """Loader tokens/s next to LanceDB, pre-packed MDS and Parquet, as ratios, with goals."""
+    """Loader tokens/s next to LanceDB, pre-packed MDS/WebDataset and Parquet, as ratios."""
     from tokenloom.bench.loader import (
         KNOWN_LOADERS,
         LoaderBenchConfig,
         format_report,
         run_loader_bench,
     )
+    from tokenloom.bench.loader_cache import CACHE_MODES
+    from tokenloom.bench.loader_output import write_outputs
 
     names = tuple(n.strip() for n in only.split(",") if n.strip())
     unknown = sorted(set(names) - set(KNOWN_LOADERS))
@@ -265,8 +295,18 @@ def loader_bench(
             f"choose from {','.join(KNOWN_LOADERS)}",
             param_hint="--only",
         )
-    config = LoaderBenchConfig(docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names)
+    modes = tuple(m.strip() for m in cache.split(",") if m.strip())
+    if not modes or set(modes) - set(CACHE_MODES):
+        raise click.BadParameter(
+            f"{cache!r}: choose from {','.join(CACHE_MODES)}", param_hint="--cache"
+        )
+    config = LoaderBenchConfig(
+        docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names, cache=modes
+    )
     bench = run_loader_bench(config, log=lambda msg: click.echo(msg, err=True))
+    written = write_outputs(bench, out or workdir)
+    for kind, path in written.items():
+        click.echo(f"{kind}: {path}", err=True)
     if as_json:
         emit_json(bench.to_json())
         return

@@ -1,9 +1,9 @@
 """Append rows whose ids are assigned at commit time, safely under concurrent writers.
 
 Rows are staged as uncommitted data files holding every base column but ``id``. At commit the
-latest version is read, its id high-water mark (:data:`NEXT_ID_KEY`, in the schema metadata)
+latest version is read, its id high-water mark (:data:`NEXT_ID_KEY`, in the table metadata)
 gives the first id, and one small ``id`` file per staged fragment is written. The commit is a
-Lance ``Merge`` of that version's fragments plus the new ones, with the schema metadata's mark
+Lance ``Merge`` of that version's fragments plus the new ones, with the table metadata's mark
 advanced: Lance refuses a ``Merge`` when anything else committed since the version it was planned
 on (another ingest, a backfill, a delete, a compaction), so two writers can never both claim one
 id range. The loser re-reads the new version, rewrites only its ``id`` files (8 bytes a row) when
@@ -13,7 +13,6 @@ name (path, ``file://``, symlink, object-store URI) each writer used.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -27,9 +26,10 @@ import pyarrow as pa
 
 from tokenloom.errors import TableError
 from tokenloom.table.core import NEXT_ID_KEY, Table, is_local
+from tokenloom.table.meta import with_table_metadata
 from tokenloom.table.schema import BASE_SCHEMA
 
-__all__ = ["StagedRows", "CONTENT_SCHEMA", "with_schema_metadata", "with_new_fields", "is_conflict"]
+__all__ = ["StagedRows", "CONTENT_SCHEMA", "with_new_fields", "is_conflict"]
 
 #: The base columns written while rows stream in (``id`` comes at commit).
 CONTENT_SCHEMA = pa.schema([f for f in BASE_SCHEMA if f.name != "id"])
@@ -41,26 +41,6 @@ def is_conflict(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return "conflict" in text or "retryable" in text or "preempted" in text
-
-
-def with_schema_metadata(table: Table, updates: Mapping[str, str], *, schema: Any = None) -> Any:
-    """The Lance schema of ``table`` (or ``schema``; field ids unchanged) with its metadata
-    updated.
-
-    Raises:
-        TableError: when this pylance cannot rebuild a schema (its pickle form changed).
-    """
-    schema = schema if schema is not None else table.dataset.lance_schema
-    try:
-        rebuild, args = schema.__reduce__()  # (metadata JSON, field protos): its pickle form
-        meta = {k: list(v) for k, v in json.loads(args[0]).items()}
-        meta.update({k: list(v.encode()) for k, v in updates.items()})
-        return rebuild(json.dumps(meta), *args[1:])
-    except Exception as exc:  # noqa: BLE001 - name the cause, not a Lance internal
-        raise TableError(
-            f"cannot update the schema metadata of {table.uri} with this pylance ({exc}); "
-            "install the pylance version pinned in tokenloom's requirements"
-        ) from exc
 
 
 def with_new_fields(table: Table, fields: pa.Schema) -> Any:
@@ -280,7 +260,7 @@ class StagedRows:
         """(Re)write each staged fragment's ``id`` file for ids starting at ``base``."""
         from lance.file import LanceFileWriter
 
-        schema = pa.schema([BASE_SCHEMA.field("id")])
+        schema = pa.schema([BASE_SCHEMA.field("id").remove_metadata()])  # table keys: schema only
         start = base
         for staged in self._staged:
             old = staged.id_file
@@ -315,7 +295,7 @@ class StagedRows:
         Args:
             op, message, properties: As for :meth:`Table.commit`; ``tokenloom.first_id`` and
                 :data:`NEXT_ID_KEY` are added.
-            metadata: Given the latest schema metadata, returns more keys to set in it (read
+            metadata: Given the latest table metadata, returns more keys to set in it (read
                 again on every attempt, so it can extend lists other writers extended).
             max_attempts: Commits tried, each on the then-latest version, before giving up.
 
@@ -357,7 +337,11 @@ class StagedRows:
             try:
                 committed = latest.commit(
                     lance.LanceOperation.Merge(
-                        fragments, with_schema_metadata(latest, updates, schema=schema)
+                        fragments,
+                        with_table_metadata(
+                            schema if schema is not None else latest.dataset.lance_schema,
+                            updates,
+                        ),
                     ),
                     op=op,
                     message=message,

@@ -24,9 +24,9 @@ from tokenloom.table.storage import resolve_storage_options
 
 __all__ = ["Table", "VersionInfo", "normalize_uri", "is_local", "NEXT_ID_KEY"]
 
-#: Schema metadata (and, on older tables, transaction property): the smallest id no row has ever
-#: had, the id high-water mark. Kept in the schema so every later version carries it, whatever
-#: operation made it, and ``cleanup_old_versions`` cannot forget it.
+#: Table metadata (:mod:`tokenloom.table.meta`; on older tables, a transaction property): the
+#: smallest id no row has ever had, the id high-water mark. Kept in the schema so every later
+#: version carries it, whatever operation made it, and ``cleanup_old_versions`` cannot forget it.
 NEXT_ID_KEY = "tokenloom.next_id"
 
 
@@ -261,16 +261,16 @@ class Table:
         return type(txn.operation).__name__.lower()
 
     def metadata(self) -> dict[str, str]:
-        """The schema metadata of this version (``tokenloom.*`` keys among others)."""
-        return {
-            k.decode(errors="replace"): v.decode(errors="replace")
-            for k, v in (self._ds.schema.metadata or {}).items()
-        }
+        """The table metadata of this version (``tokenloom.*`` keys among others), wherever
+        it is kept (:func:`~tokenloom.table.meta.table_metadata`)."""
+        from tokenloom.table.meta import table_metadata
+
+        return table_metadata(self._ds.schema)
 
     def next_id(self) -> int:
         """The smallest id never used by any row of any version (as of this handle's version).
 
-        The high-water mark in the schema metadata is authoritative (it survives deletes of the
+        The high-water mark in the table metadata is authoritative (it survives deletes of the
         newest rows and the cleanup of old versions); tables written before it existed fall
         back on the transaction properties; the stored ids are a floor in every case.
         """

@@ -21,6 +21,7 @@ import uuid
 from typing import IO
 
 from tokenloom.table.core import Table, is_local
+from tokenloom.table.meta import table_metadata
 
 __all__ = [
     "RunJournal",
@@ -83,7 +84,7 @@ class RunJournal:
 
 def referenced_files(table: Table) -> set[str]:
     """Paths (relative to the table, normalised) of every data and deletion file any version
-    references, and of every side file any version's schema metadata lists (under
+    references, and of every side file any version's table metadata lists (under
     ``tokenloom.*_files`` keys). The one answer to "may this file go?" (cleaners and ``gc``)."""
     refs: set[str] = set()
     ds = table.dataset
@@ -94,9 +95,8 @@ def referenced_files(table: Table) -> set[str]:
             refs.update(os.path.normpath(f"data/{f.path}") for f in meta.files)
             if meta.deletion_file is not None:
                 refs.add(os.path.normpath(meta.deletion_file.path(frag.fragment_id)))
-        schema_meta = version.schema.metadata or {}
-        for key, value in schema_meta.items():
-            if key.startswith(b"tokenloom.") and key.endswith(b"_files"):
+        for key, value in table_metadata(version.schema).items():
+            if key.startswith("tokenloom.") and key.endswith("_files"):
                 with contextlib.suppress(ValueError):
                     refs.update(json.loads(value))
     return refs

@@ -2,7 +2,8 @@
 
 They are single Lance files (so they work on every store Lance does) under ``_tokenloom/``, which
 Lance's ``cleanup_old_versions`` leaves alone; a side file counts only once a committed version's
-schema metadata lists it, so one written by a run that never committed is just an orphan.
+table metadata (:mod:`tokenloom.table.meta`) lists it, so one written by a run that never
+committed is just an orphan.
 """
 
 from __future__ import annotations
