@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["flops_per_token", "peak_flops", "mfu"]
+__all__ = ["flops_per_token", "peak_flops", "peak_flops_named", "mfu"]
 
 # Dense bf16 peak per device (datasheet figures, no sparsity), matched on the device name.
 _PEAK_BF16 = (
@@ -42,7 +42,11 @@ def peak_flops(device: torch.device) -> float | None:
     """The device's dense bf16 peak in FLOP/s, or ``None`` when unknown (e.g. CPU)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    return peak_flops_named(torch.cuda.get_device_name(device))
+
+
+def peak_flops_named(name: str) -> float | None:
+    """Dense bf16 peak in FLOP/s of a device by its name (e.g. ``"NVIDIA H100 80GB HBM3"``)."""
     for key, value in _PEAK_BF16:
         if key in name:
             return value
