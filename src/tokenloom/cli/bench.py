@@ -178,6 +178,7 @@ Examples:
   tokenloom bench loader --docs 50000 --seconds 5     # a quick look
   tokenloom bench loader --only tokenloom,parquet --json
   tokenloom bench loader --only tokenloom,transport   # + the numpy-transport prototype
+  tokenloom bench loader --only tokenloom --gpu-sim 124M,354M   # data stall feeding an H100
 The corpus and its copies are built once under --workdir and reused.""",
 )
 @click.option(
@@ -214,9 +215,22 @@ The corpus and its copies are built once under --workdir and reused.""",
     metavar="LIST",
     help="Comma-separated loaders: tokenloom, lancedb, mds, parquet, long, transport.",
 )
+@click.option(
+    "--gpu-sim",
+    default=None,
+    metavar="MODELS",
+    help="Also feed simulated GPT-2 training steps (124M, 354M) on one H100 at 40% MFU from "
+    "tokenloom (workers=2) and report the data stall %.",
+)
 @json_option
 def loader_bench(
-    docs: int, seconds: float, steps: int | None, workdir: str, only: str, as_json: bool
+    docs: int,
+    seconds: float,
+    steps: int | None,
+    workdir: str,
+    only: str,
+    gpu_sim: str | None,
+    as_json: bool,
 ) -> None:
     """Loader tokens/s next to LanceDB, pre-packed MDS and Parquet, as ratios, with goals."""
     from tokenloom.bench.loader import (
@@ -225,6 +239,8 @@ def loader_bench(
         format_report,
         run_loader_bench,
     )
+    from tokenloom.bench.loader_gpusim import format_gpu_sims, run_gpu_sims
+    from tokenloom.loader.profile import parse_gpu_sims
 
     names = tuple(n.strip() for n in only.split(",") if n.strip())
     unknown = sorted(set(names) - set(KNOWN_LOADERS))
@@ -235,11 +251,19 @@ def loader_bench(
             param_hint="--only",
         )
     config = LoaderBenchConfig(docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names)
-    bench = run_loader_bench(config, log=lambda msg: click.echo(msg, err=True))
+    try:
+        sims = parse_gpu_sims(gpu_sim, config.seq_len) if gpu_sim is not None else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--gpu-sim") from None
+    log = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    bench = run_loader_bench(config, log=log)
+    simulated = run_gpu_sims(config, sims, log=log) if sims else []
     if as_json:
-        emit_json(bench.to_json())
+        emit_json({**bench.to_json(), "gpu_sim": [r.to_json() for r in simulated]})
         return
     click.echo(format_report(bench))
+    if simulated:
+        click.echo("\n" + format_gpu_sims(simulated, sims))
 
 
 @command.command(

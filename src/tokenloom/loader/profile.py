@@ -20,6 +20,7 @@ About 463k tokens/s for GPT-2 124M (``N`` = 124M without the position embedding,
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -68,27 +69,39 @@ class GpuSim:
     def gpt2(cls, size: str, seq_len: int, *, device: str = DEVICE, mfu: float = MFU) -> GpuSim:
         """GPT-2 ``124M`` or ``354M`` at block length ``seq_len`` on ``device`` (e.g. H100).
 
-        The model is built on torch's ``meta`` device (shapes only, no memory, no init cost).
+        The model is built on torch's ``meta`` device (shapes only, no memory), once per size.
         """
-        import torch
+        from tokenloom.train.flops import peak_flops_named
 
-        from tokenloom.train.flops import flops_per_token, peak_flops_named
-        from tokenloom.train.model import GPT
-
-        name = _ALIASES.get(size, size)
-        if name not in GPT2_SIZES:
-            raise ValueError(
-                f"unknown GPT-2 size {size!r}; choose from {', '.join(GPT2_SIZES)} "
-                "(or the presets small, medium)"
-            )
+        name = _gpt2_name(size)
         peak = peak_flops_named(device)
         if peak is None:
             raise ValueError(f"no known bf16 peak for device {device!r} (see train/flops.py)")
-        with torch.device("meta"):
-            model = GPT.preset(GPT2_SIZES[name], block_size=max(seq_len, 1024))
-        return cls(
-            model=name, flops_per_token=flops_per_token(model, seq_len), peak_flops=peak, mfu=mfu
+        flops = _gpt2_flops_per_token(GPT2_SIZES[name], int(seq_len))
+        return cls(model=name, flops_per_token=flops, peak_flops=peak, mfu=mfu)
+
+
+def _gpt2_name(size: str) -> str:
+    name = _ALIASES.get(size, size)
+    if name not in GPT2_SIZES:
+        raise ValueError(
+            f"unknown GPT-2 size {size!r}; choose from {', '.join(GPT2_SIZES)} "
+            "(or the presets small, medium)"
         )
+    return name
+
+
+@functools.cache
+def _gpt2_flops_per_token(preset: str, seq_len: int) -> float:
+    """Training FLOPs per token of a GPT-2 preset, built on torch's ``meta`` device."""
+    import torch
+
+    from tokenloom.train.flops import flops_per_token
+    from tokenloom.train.model import GPT
+
+    with torch.device("meta"):
+        model = GPT.preset(preset, block_size=max(seq_len, 1024))
+    return flops_per_token(model, seq_len)
 
 
 def parse_gpu_sims(text: str, seq_len: int) -> list[GpuSim]:
@@ -96,6 +109,8 @@ def parse_gpu_sims(text: str, seq_len: int) -> list[GpuSim]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise ValueError(f"no model given; choose from {', '.join(GPT2_SIZES)}")
+    for name in names:
+        _gpt2_name(name)  # every name checked before torch is imported
     return [GpuSim.gpt2(n, seq_len) for n in names]
 
 

@@ -387,8 +387,8 @@ def _train(
                 f"step {step:>6}  loss {value:.4f}  lr {lr_at(step - 1, total, cfg):.2e}  "
                 f"{rate:,.0f} tok/s"
                 + (f"  MFU {100 * util:.1f}%" if util is not None else "")
-                + f"  | {loader.stats.summary(now - started)}"
             )
+            log(f"{'':>13}{loader.stats.summary(now - started)}")
             log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
             last_log, tokens_since = now, 0
         if cfg.val_filter and (step % cfg.eval_every == 0 or step == end):
