@@ -10,7 +10,7 @@ plain-words verdict of the bottleneck (:func:`~tokenloom.loader.bottleneck.bottl
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 __all__ = ["LoaderStats", "STAGES"]
 
@@ -79,25 +79,23 @@ class LoaderStats:
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
-        items = other.items() if isinstance(other, dict) else asdict(other).items()
-        for key, value in items:
+        mine = self.__dict__  # per batch: plain dict work, no dataclass machinery
+        for key, value in (other if isinstance(other, dict) else other.__dict__).items():
             if key in _MAXIMA:
-                setattr(self, key, max(getattr(self, key), value))
+                if value > mine[key]:
+                    mine[key] = value
             elif key not in _NOT_SUMMED:
-                setattr(self, key, getattr(self, key) + value)
+                mine[key] += value
 
     def delta(self, since: LoaderStats) -> dict:
         """The increments since a snapshot, as a dict (what a batch carries); maxima as is."""
-        return {
-            f.name: getattr(self, f.name)
-            if f.name in _MAXIMA
-            else getattr(self, f.name) - getattr(since, f.name)
-            for f in fields(self)
-            if f.name not in _NOT_SUMMED
-        }
+        now, then = self.__dict__, since.__dict__
+        return {k: now[k] if k in _MAXIMA else now[k] - then[k] for k in _CARRIED}
 
     def copy(self) -> LoaderStats:
-        return replace(self)
+        snapshot = object.__new__(LoaderStats)
+        snapshot.__dict__.update(self.__dict__)
+        return snapshot
 
     def occupancy(self, elapsed: float | None = None) -> dict[str, tuple[float, int]]:
         """``stage -> (mean, max)`` steps in each queue: per pipeline for the worker-side
@@ -146,3 +144,6 @@ class LoaderStats:
                 mean, top = occ["transit"]
                 line += f"; in transit {mean:.1f}/{top}"
         return f"{line}; {bottleneck(self, elapsed).text}"
+
+
+_CARRIED = tuple(f.name for f in fields(LoaderStats) if f.name not in _NOT_SUMMED)
