@@ -37,7 +37,7 @@ def test_increments_from_workers_add_up_and_maxima_merge_by_max():
 
 def test_pipeline_gauge_moves_steps_through_the_queues():
     gauge, stats, pool = PipelineGauge(), LoaderStats(), _Inline()
-    gauge.start(6, capacity=4)
+    gauge.start(capacity=4)
 
     def group(n):  # noqa: ANN001, ANN202 - a read group: rows fetched, then packed
         gauge.fetched()
@@ -55,7 +55,7 @@ def test_pipeline_gauge_moves_steps_through_the_queues():
     gauge.fetched()  # outside a group: ignored
 
     again = pickle.loads(pickle.dumps(gauge))  # what a DataLoader worker receives
-    again.start(2, capacity=4)
+    again.start(capacity=4)
     again.take(again.submit(pool, group, 2, steps=2))
     again.handed_out(stats)
     assert stats.pipelines == 2 and stats.packed_max == 4

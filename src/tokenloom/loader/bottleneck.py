@@ -6,8 +6,8 @@ Fractions of known clocks decide, so the verdict holds for any number of workers
   awaited batch had left its worker is the **transfer**'s;
 * **starved**: the read pipelines' time blocked on their oldest group (the packed queue empty
   while reads were in flight) over their lifetime;
-* **full**: the pipelines' time with every submitted group built and more to read (the I/O
-  threads waiting for the consumer) over their lifetime.
+* **full**: the pipelines' time with every submitted group built and waiting to be handed out
+  (the I/O threads idle until the consumer takes more) over their lifetime.
 
 The rule: a consumer that waits less than :data:`STALL_OK` of its time is the bottleneck itself.
 Otherwise the loader is: the transfer from the workers when it holds at least

@@ -292,7 +292,7 @@ class PackedDataset(IterableDataset):
         threads = self.io_threads or (1 if info is not None else 2)
         depth = max(self.read_ahead, threads)
         gauge = self.gauge
-        gauge.start(len(steps), capacity=depth * size)
+        gauge.start(capacity=depth * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
             ahead = deque(
                 gauge.submit(pool, self._build_group, view, g, steps=len(g)) for g in groups[:depth]

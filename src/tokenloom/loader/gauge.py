@@ -14,10 +14,10 @@ through three queues, then hands it out::
 :class:`PipelineGauge` integrates each queue's length over time (an *area* in step-seconds, so the
 mean occupancy is ``area / seconds``, Little's law), keeps each maximum, and times two conditions:
 *starved* (the pipeline blocked on its oldest group: the packed queue was empty while reads were
-in flight) and *full* (every group submitted is built and more remain: the I/O threads wait for
-the consumer). Areas and times add up over workers, so they travel as increments like every other
-counter of :class:`~tokenloom.loader.stats.LoaderStats`. Events are per group or per step, never
-per row: a ``perf_counter`` and one uncontended lock each.
+in flight) and *full* (every group submitted is built and waits to be handed out: the I/O threads
+have nothing to do until the consumer takes more). Areas and times add up over workers, so they
+travel as increments like every other counter of :class:`~tokenloom.loader.stats.LoaderStats`.
+Events are per group or per step, never per row: a ``perf_counter`` and one uncontended lock each.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ class PipelineGauge:
         self._lock = threading.Lock()
         self._local = threading.local()  # which group the current I/O thread runs
         self._counts = [0, 0, 0]  # planned, read, packed (steps)
-        self._unsubmitted = 0
         self._last: float | None = None
         self.pipelines = 0
         self.seconds = 0.0
@@ -68,11 +67,10 @@ class PipelineGauge:
 
     # -- events --------------------------------------------------------------------------------
 
-    def start(self, steps: int, capacity: int) -> None:
-        """A pipeline starts: ``steps`` to deliver, at most ``capacity`` steps submitted ahead."""
+    def start(self, capacity: int) -> None:
+        """A pipeline starts, submitting at most ``capacity`` steps ahead."""
         with self._lock:
             self._counts = [0, 0, 0]
-            self._unsubmitted = int(steps)
             self._last = time.perf_counter()
             self.pipelines += 1
             self.capacity = max(self.capacity, int(capacity))
@@ -82,7 +80,6 @@ class PipelineGauge:
         with self._lock:
             self._advance()
             self._counts[0] += steps
-            self._unsubmitted -= steps
             self._peak()
 
         def run() -> Any:
@@ -149,7 +146,7 @@ class PipelineGauge:
         self.areas[0] += planned * dt
         self.areas[1] += read * dt
         self.areas[2] += packed * dt
-        if planned == 0 and read == 0 and packed > 0 and self._unsubmitted > 0:
+        if planned == 0 and read == 0 and packed > 0:
             self.full += dt
 
     def _peak(self) -> None:

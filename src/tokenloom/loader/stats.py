@@ -74,8 +74,8 @@ class LoaderStats:
     starved_seconds: float = 0.0
     """Pipeline time blocked on the oldest group: packed queue empty, reads in flight."""
     full_seconds: float = 0.0
-    """Pipeline time with every submitted group built and more to read: I/O waits on the
-    consumer."""
+    """Pipeline time with every submitted group built, waiting to be handed out (the I/O
+    threads idle until the consumer takes more)."""
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
