@@ -36,7 +36,8 @@ _ALIASES = {"small": "124M", "medium": "354M", "350M": "354M"}
 DEVICE = "H100"
 """The simulated accelerator (its dense bf16 peak from :mod:`tokenloom.train.flops`)."""
 MFU = 0.4
-"""Model FLOPs utilisation assumed: what a well-tuned GPT-2 run reaches on one H100."""
+"""Model FLOPs utilisation assumed (an assumption for well-tuned dense bf16 training, not a
+figure measured by tokenloom)."""
 
 
 @dataclass(frozen=True, kw_only=True)
