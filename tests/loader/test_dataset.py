@@ -256,16 +256,29 @@ def test_changed_table_or_filter_is_refused_with_the_override(tmp_path):
 
 
 def test_stats_add_up_across_workers(table):
-    for workers in (0, 2):
-        ds = PackedDataset(table, seq_len=L, global_batch=4, seed=0, block_order="sequential")
+    """Each worker's counters travel with its batches: the merged totals are the epoch's,
+    neither multiplied nor lost, and the queue gauges come from every pipeline."""
+    for workers in (0, 1, 2):
+        ds = PackedDataset(
+            table, seq_len=L, global_batch=4, seed=0, block_order="sequential", read_group=2
+        )
         dl = DataLoader(ds, num_workers=workers)
         batches = list(dl)
         info = ds.epoch_info(0)
-        assert dl.stats.steps == len(batches) == info["steps"]
-        assert dl.stats.tokens == info["tokens"]
-        assert dl.stats.padding == info["padding_positions"]
-        assert dl.stats.wait_seconds > 0
-        assert "stall" in dl.stats.summary()
+        s = dl.stats
+        assert s.steps == len(batches) == info["steps"]
+        assert s.tokens == info["tokens"]
+        assert s.padding == info["padding_positions"]
+        assert s.rows_packed == sum(len(b["spans"]) for b in batches)
+        assert s.loss_positions == sum(int((b["labels"] != -100).sum()) for b in batches)
+        assert s.rows_read >= s.rows_planned == len(_rows(table))
+        # one pipeline per worker, each submitting at most read_ahead (4) groups of 2 steps
+        assert s.pipelines == max(workers, 1) and s.capacity == 8
+        assert 0 < s.planned_max <= 8 and 0 < s.packed_max
+        assert s.pipeline_seconds > 0 and s.planned_area > 0
+        assert (s.transit_max > 0) == (workers > 0)
+        assert s.startup_seconds > 0 and s.wall_seconds >= s.wait_seconds > 0
+        assert "stall" in s.summary() and "is the bottleneck" in s.summary()
 
 
 def test_rank_and_world_from_torchrun_environment(table, monkeypatch):

@@ -210,6 +210,7 @@ Examples:
   tokenloom bench loader --only tokenloom,parquet --json
   tokenloom bench loader --only tokenloom,transport   # + the numpy-transport prototype
   tokenloom bench loader --docs 50000 --seconds 4 --cache warm,cold --out /tmp/lb
+  tokenloom bench loader --only tokenloom --gpu-sim 124M,354M   # data stall feeding an H100
 The corpus and its copies are built once under --workdir and reused; the results are written
 as loader-bench.json, .md and .png under --out (default: --workdir).""",
 )
@@ -266,6 +267,13 @@ as loader-bench.json, .md and .png under --out (default: --workdir).""",
     metavar="DIR",
     help="Folder for loader-bench.json/.md/.png (default: --workdir).",
 )
+@click.option(
+    "--gpu-sim",
+    default=None,
+    metavar="MODELS",
+    help="Also feed simulated GPT-2 training steps (124M, 354M) on one H100 at 40% MFU from "
+    "tokenloom (workers=2) and report the data stall %.",
+)
 @json_option
 def loader_bench(
     docs: int,
@@ -275,6 +283,7 @@ def loader_bench(
     only: str,
     cache: str,
     out: str | None,
+    gpu_sim: str | None,
     as_json: bool,
 ) -> None:
     """Loader tokens/s next to LanceDB, pre-packed MDS/WebDataset and Parquet, as ratios."""
@@ -285,7 +294,9 @@ def loader_bench(
         run_loader_bench,
     )
     from tokenloom.bench.loader_cache import CACHE_MODES
+    from tokenloom.bench.loader_gpusim import format_gpu_sims, run_gpu_sims
     from tokenloom.bench.loader_output import write_outputs
+    from tokenloom.loader.profile import parse_gpu_sims
 
     names = tuple(n.strip() for n in only.split(",") if n.strip())
     unknown = sorted(set(names) - set(KNOWN_LOADERS))
@@ -303,14 +314,22 @@ def loader_bench(
     config = LoaderBenchConfig(
         docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names, cache=modes
     )
-    bench = run_loader_bench(config, log=lambda msg: click.echo(msg, err=True))
+    try:
+        sims = parse_gpu_sims(gpu_sim, config.seq_len) if gpu_sim is not None else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--gpu-sim") from None
+    log = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    bench = run_loader_bench(config, log=log)
+    simulated = run_gpu_sims(config, sims, log=log) if sims else []
     written = write_outputs(bench, out or workdir)
     for kind, path in written.items():
         click.echo(f"{kind}: {path}", err=True)
     if as_json:
-        emit_json(bench.to_json())
+        emit_json({**bench.to_json(), "gpu_sim": [r.to_json() for r in simulated]})
         return
     click.echo(format_report(bench))
+    if simulated:
+        click.echo("\n" + format_gpu_sims(simulated, sims))
 
 
 @command.command(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.dataset import _META, PackedDataset, as_tensors
+from tokenloom.loader.gauge import TransitGauge
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
@@ -55,6 +56,7 @@ class DataLoader(torch.utils.data.DataLoader):
             )
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+        self._transit = TransitGauge(2 * num_workers * (self.prefetch_factor or 2))
         self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.universes())
         """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
 
@@ -65,14 +67,16 @@ class DataLoader(torch.utils.data.DataLoader):
             return
         total = len(ds)
         it = super().__iter__()
+        last: float | None = None
         while True:
-            started = time.perf_counter()
+            asked = time.monotonic()
             try:
                 batch = next(it)
             except StopIteration:
                 return
-            self.stats.wait_seconds += time.perf_counter() - started
+            first, last = last is None, self._clock(asked, last)
             meta = batch.pop(_META)
+            self._transit.arrive(meta["sent"], asked, last, first=first, stats=self.stats)
             self.stats.add(meta["stats"])
             self.ledger.add(meta["counts"])
             ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
@@ -83,17 +87,31 @@ class DataLoader(torch.utils.data.DataLoader):
     def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
         snapshot = ds.stats.copy()
         it = iter(ds)
+        last: float | None = None
         while True:
-            started = time.perf_counter()
+            asked = time.monotonic()
             try:
                 batch = next(it)
             except StopIteration:
                 return
-            self.stats.wait_seconds += time.perf_counter() - started
+            last = self._clock(asked, last)
             self.stats.add(ds.stats.delta(snapshot))
             self.ledger.add(ds.last_counts)
             snapshot = ds.stats.copy()
             yield batch
+
+    def _clock(self, asked: float, last: float | None) -> float:
+        """A batch arrived: the wait since ``asked`` is stall and the time since the previous
+        arrival is wall time, except for a pass's first batch (``last`` is ``None``), whose
+        wait is start-up (workers spawned, plan built). Returns now (``time.monotonic()``, the
+        clock the workers stamp batches with)."""
+        now = time.monotonic()
+        if last is None:
+            self.stats.startup_seconds += now - asked
+        else:
+            self.stats.wait_seconds += now - asked
+            self.stats.wall_seconds += now - last
+        return now
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered to the consumer."""

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tokenloom.loader.gauge import PipelineGauge
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
 from tokenloom.loader.spec import LoaderSpec
@@ -127,6 +128,8 @@ class PackedDataset(IterableDataset):
             self.uri, self.version, self.spec.token_column, storage_options=storage_options
         )
         self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
+        self.gauge = PipelineGauge()
+        """Queue occupancy of this process's read pipeline (written into :attr:`stats`)."""
         self.last_counts: StepCounts | None = None
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
         self._epoch = int(epoch)
@@ -241,6 +244,7 @@ class PackedDataset(IterableDataset):
         if any(len(lay.spans) for lay in layouts):
             lens = np.concatenate([lay.spans.doc_len for lay in layouts])
             docs = self.reader.read(np.concatenate(stable), lens, self.seq_len)
+        self.gauge.fetched()
         pools = len(self.spec.pool_names)
         out = []
         for lay, r in zip(layouts, stable, strict=True):
@@ -287,15 +291,20 @@ class PackedDataset(IterableDataset):
         groups = [steps[i : i + size] for i in range(0, len(steps), size)]
         threads = self.io_threads or (1 if info is not None else 2)
         depth = max(self.read_ahead, threads)
+        gauge = self.gauge
+        gauge.start(capacity=depth * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
-            ahead = deque(pool.submit(self._build_group, view, g) for g in groups[:depth])
+            ahead = deque(
+                gauge.submit(pool, self._build_group, view, g, steps=len(g)) for g in groups[:depth]
+            )
             built: deque[_Built] = deque()
             next_group = len(ahead)
             for step in steps:
                 if not built:
-                    built.extend(ahead.popleft().result())
+                    built.extend(gauge.take(ahead.popleft()))
                     if next_group < len(groups):
-                        ahead.append(pool.submit(self._build_group, view, groups[next_group]))
+                        g = groups[next_group]
+                        ahead.append(gauge.submit(pool, self._build_group, view, g, steps=len(g)))
                         next_group += 1
                 item = built.popleft()
                 assert item.step == step  # groups are consumed in order
@@ -310,12 +319,14 @@ class PackedDataset(IterableDataset):
                     r.read_seconds,
                 )
                 s.steps += 1
+                gauge.handed_out(s)
                 if info is not None:
                     batch[_META] = {
                         "epoch": epoch,
                         "step": step,
                         "stats": s.delta(snapshot),
                         "counts": item.counts,
+                        "sent": time.monotonic(),  # for the consumer's in-transit gauge
                     }
                     snapshot = s.copy()
                     yield batch  # numpy: one pickle to the main process, not one fd per tensor

@@ -1,15 +1,24 @@
 """Loader profiling: counters that add up correctly across DataLoader workers.
 
 Each batch carries the *increments* its worker made since its previous batch; the consumer sums
-them, so totals are exact whatever the number of workers. The consumer adds its own wait time
-(stall): the seconds it spent blocked in ``next()`` per step.
+them, so totals are exact whatever the number of workers. The consumer adds its own clock: the
+seconds it spent blocked in ``next()`` (the stall) and its wall time, and the batches' time in
+transit from the workers. Queue occupancies (:mod:`~tokenloom.loader.gauge`) travel as areas in
+step-seconds, which add up too; maxima merge by ``max``. :meth:`LoaderStats.summary` ends with a
+plain-words verdict of the bottleneck (:func:`~tokenloom.loader.bottleneck.bottleneck`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
-__all__ = ["LoaderStats"]
+__all__ = ["LoaderStats", "STAGES"]
+
+STAGES = ("planned", "read", "packed", "transit")
+"""The pipeline's queues, in order (see :mod:`tokenloom.loader.gauge`)."""
+
+_NOT_SUMMED = frozenset({"rows_planned"})
+_MAXIMA = frozenset({"planned_max", "read_max", "packed_max", "transit_max", "capacity"})
 
 
 @dataclass(kw_only=True)
@@ -31,42 +40,110 @@ class LoaderStats:
     loss_positions: int = 0
     bytes_read: int = 0
     read_seconds: float = 0.0
+    """I/O-thread time spent fetching rows (``take``)."""
     pack_seconds: float = 0.0
+    """I/O-thread time spent packing fetched rows into blocks."""
     wait_seconds: float = 0.0
-    """Time the consumer spent waiting for batches (the data stall)."""
+    """Time the consumer spent waiting for batches after each pass's first (the data stall)."""
+    wall_seconds: float = 0.0
+    """The consumer's time iterating, from each pass's first batch to its last."""
+    transfer_seconds: float = 0.0
+    """The part of the stall after the awaited batch had left its worker (moving it across)."""
+    startup_seconds: float = 0.0
+    """Time the consumer waited for each pass's first batch (workers spawned, plan built)."""
+    pipelines: int = 0
+    """Read pipelines run (one per DataLoader worker per epoch, or one per in-process pass)."""
+    pipeline_seconds: float = 0.0
+    """Their lifetimes, summed: the clock of the queue areas below."""
+    planned_area: float = 0.0
+    """Step-seconds of steps submitted for reading, rows not fetched yet."""
+    read_area: float = 0.0
+    """Step-seconds of steps fetched, being packed."""
+    packed_area: float = 0.0
+    """Step-seconds of batches built, not yet handed out."""
+    transit_area: float = 0.0
+    """Step-seconds of batches handed out by a worker, not yet received by the consumer."""
+    planned_max: int = 0
+    read_max: int = 0
+    packed_max: int = 0
+    """Largest length of each queue in one pipeline."""
+    transit_max: int = 0
+    """Largest number of batches in transit to the consumer, all workers together."""
+    capacity: int = 0
+    """Steps a pipeline submits ahead at most (read-ahead groups x steps per group)."""
+    starved_seconds: float = 0.0
+    """Pipeline time blocked on the oldest group: packed queue empty, reads in flight."""
+    full_seconds: float = 0.0
+    """Pipeline time with every submitted group built, waiting to be handed out (the I/O
+    threads idle until the consumer takes more)."""
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
-        items = other.items() if isinstance(other, dict) else asdict(other).items()
-        for key, value in items:
-            if key != "rows_planned":
-                setattr(self, key, getattr(self, key) + value)
+        mine = self.__dict__  # per batch: plain dict work, no dataclass machinery
+        for key, value in (other if isinstance(other, dict) else other.__dict__).items():
+            if key in _MAXIMA:
+                if value > mine[key]:
+                    mine[key] = value
+            elif key not in _NOT_SUMMED:
+                mine[key] += value
 
     def delta(self, since: LoaderStats) -> dict:
-        """The increments since a snapshot, as a dict (what a batch carries)."""
-        return {
-            f.name: getattr(self, f.name) - getattr(since, f.name)
-            for f in fields(self)
-            if f.name != "rows_planned"
-        }
+        """The increments since a snapshot, as a dict (what a batch carries); maxima as is."""
+        now, then = self.__dict__, since.__dict__
+        return {k: now[k] if k in _MAXIMA else now[k] - then[k] for k in _CARRIED}
 
     def copy(self) -> LoaderStats:
-        return replace(self)
+        snapshot = object.__new__(LoaderStats)
+        snapshot.__dict__.update(self.__dict__)
+        return snapshot
+
+    def occupancy(self, elapsed: float | None = None) -> dict[str, tuple[float, int]]:
+        """``stage -> (mean, max)`` steps in each queue: per pipeline for the worker-side
+        queues, all workers together for ``transit`` (over ``elapsed`` or the consumer's wall).
+        """
+        per = max(self.pipeline_seconds, 1e-12)
+        wall = max(elapsed or self.wall_seconds, 1e-12)
+        return {
+            "planned": (self.planned_area / per, self.planned_max),
+            "read": (self.read_area / per, self.read_max),
+            "packed": (self.packed_area / per, self.packed_max),
+            "transit": (self.transit_area / wall, self.transit_max),
+        }
 
     def to_json(self) -> dict:
-        return asdict(self)
+        from tokenloom.loader.bottleneck import bottleneck
+
+        verdict = bottleneck(self)
+        return {**asdict(self), "bottleneck": verdict.stage, "verdict": verdict.text}
 
     def summary(self, elapsed: float | None = None) -> str:
-        """One line for a training log."""
-        per_step = self.wait_seconds / max(self.steps, 1)
+        """One line for a training log: totals, per-step times, queues and the verdict."""
+        from tokenloom.loader.bottleneck import bottleneck
+
+        n = max(self.steps, 1)
+        wall = elapsed or self.wall_seconds
         line = (
             f"loader: {self.steps} steps, {self.tokens / 1e6:.2f}M tok, "
-            f"read {self.rows_read} rows/{self.bytes_read / 1e6:.1f} MB "
-            f"in {self.read_seconds:.2f}s, "
-            f"pack {self.pack_seconds:.2f}s, stall {per_step * 1e3:.1f} ms/step"
+            f"read {self.rows_read} rows/{self.bytes_read / 1e6:.1f} MB; per step "
+            f"fetch {1e3 * self.read_seconds / n:.2f} ms, pack {1e3 * self.pack_seconds / n:.2f} "
+            f"ms, stall {1e3 * self.wait_seconds / n:.2f} ms"
         )
-        if elapsed:
-            line += f" ({100 * self.wait_seconds / elapsed:.1f}% of wall)"
+        if wall:
+            line += f" ({100 * self.wait_seconds / wall:.1f}% of wall)"
+        if self.startup_seconds:
+            line += f", start-up {self.startup_seconds:.2f}s"
         if self.padding:
             line += f", pad {self.padding}"
-        return line
+        if self.pipelines:
+            occ = self.occupancy(elapsed)
+            queues = ", ".join(
+                f"{s} {m:.1f}/{top}" for s, (m, top) in occ.items() if s in STAGES[:3]
+            )
+            line += f"; queue mean/max per pipeline (submits <= {self.capacity} ahead): {queues}"
+            if self.transit_max:
+                mean, top = occ["transit"]
+                line += f"; in transit {mean:.1f}/{top}"
+        return f"{line}; {bottleneck(self, elapsed).text}"
+
+
+_CARRIED = tuple(f.name for f in fields(LoaderStats) if f.name not in _NOT_SUMMED)

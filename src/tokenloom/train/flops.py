@@ -13,6 +13,7 @@ __all__ = [
     "SLOW_VOCAB_SHARE",
     "flops_per_token",
     "peak_flops",
+    "peak_flops_named",
     "mfu",
     "vocab_share",
     "vocab_for_share",
@@ -53,7 +54,11 @@ def peak_flops(device: torch.device) -> float | None:
     """The device's dense bf16 peak in FLOP/s, or ``None`` when unknown (e.g. CPU)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    return peak_flops_named(torch.cuda.get_device_name(device))
+
+
+def peak_flops_named(name: str) -> float | None:
+    """Dense bf16 peak in FLOP/s of a device by its name (e.g. ``"NVIDIA H100 80GB HBM3"``)."""
     for key, value in _PEAK_BF16:
         if key in name:
             return value

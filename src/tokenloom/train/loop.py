@@ -420,10 +420,9 @@ def _train(
             util = mfu(rate / dist.world_size, per_token, peak)
             log(
                 f"step {step:>6}  loss {value:.4f}  lr {lr_at(step - 1, total, cfg):.2e}  "
-                f"{rate:,.0f} tok/s"
-                + (f"  MFU {100 * util:.1f}%" if util is not None else "")
-                + f"  | {loader.stats.summary(now - started)}"
+                f"{rate:,.0f} tok/s" + (f"  MFU {100 * util:.1f}%" if util is not None else "")
             )
+            log(f"{'':>13}{loader.stats.summary(now - started)}")
             log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
             metrics.train(
                 step,
