@@ -23,6 +23,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
+from tokenloom.loader.readahead import ReadAhead, available_cores, log, size_read_ahead, timed
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
@@ -53,9 +54,10 @@ class PackedDataset(IterableDataset):
         epoch: The epoch to start in.
         storage_options: Object-store options for Lance.
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
-        io_threads: Threads reading and packing ahead (not part of the stream; default 2
-            in-process, 1 per DataLoader worker).
-        read_ahead: Read groups in flight.
+        io_threads: Threads reading and packing ahead (not part of the stream; default:
+            sized from the first read group's measured wall and CPU time, see
+            :mod:`~tokenloom.loader.readahead`; at least 2 in-process, 1 per DataLoader worker).
+        read_ahead: Read groups in flight (default: sized with ``io_threads``).
         read_group: Steps per ``take`` (default: sized to ~256 rows per call).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
     """
@@ -71,7 +73,7 @@ class PackedDataset(IterableDataset):
         storage_options: dict | None = None,
         allow_data_change: bool = False,
         io_threads: int | None = None,
-        read_ahead: int = 4,
+        read_ahead: int | None = None,
         read_group: int | None = None,
         **options: Any,
     ) -> None:
@@ -108,7 +110,7 @@ class PackedDataset(IterableDataset):
         self.allow_data_change = allow_data_change
         if (
             (io_threads is not None and io_threads < 1)
-            or read_ahead < 1
+            or (read_ahead is not None and read_ahead < 1)
             or (read_group is not None and read_group < 1)
         ):
             raise LoaderError(
@@ -117,10 +119,12 @@ class PackedDataset(IterableDataset):
             )
         self.io_threads = io_threads
         """Threads reading and packing ahead (``take`` and the packer release the GIL);
-        ``None``: 2 in the training process, 1 in each DataLoader worker (the workers already
-        run in parallel; more threads there only contend for the cores)."""
-        self.read_ahead = int(read_ahead)
-        """Read groups in flight (at least ``io_threads``)."""
+        ``None``: sized from a measured read group, at least 2 in the training process and 1
+        in each DataLoader worker (the workers already run in parallel)."""
+        self.read_ahead = read_ahead
+        """Read groups in flight (at least ``io_threads``); ``None``: sized with them."""
+        self.sizing: ReadAhead | None = None
+        """How the last iteration sized its reads (in this process)."""
         self.read_group = read_group
         """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
         self.reader = TokenReader(
@@ -285,12 +289,17 @@ class PackedDataset(IterableDataset):
         snapshot = self.stats.copy()
         size = self._group_steps(view)
         groups = [steps[i : i + size] for i in range(0, len(steps), size)]
-        threads = self.io_threads or (1 if info is not None else 2)
-        depth = max(self.read_ahead, threads)
+        probed = self._size_reads(view, groups, workers if info is not None else 0)
+        assert self.sizing is not None
+        threads, depth = self.sizing.io_threads, self.sizing.read_ahead
+        first_group = 1 if probed else 0
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
-            ahead = deque(pool.submit(self._build_group, view, g) for g in groups[:depth])
-            built: deque[_Built] = deque()
-            next_group = len(ahead)
+            ahead = deque(
+                pool.submit(self._build_group, view, g)
+                for g in groups[first_group : first_group + depth]
+            )
+            built: deque[_Built] = deque(probed)
+            next_group = first_group + len(ahead)
             for step in steps:
                 if not built:
                     built.extend(ahead.popleft().result())
@@ -324,6 +333,28 @@ class PackedDataset(IterableDataset):
                 if self._step >= total:
                     self._epoch, self._step = epoch + 1, 0
                 yield as_tensors(batch)
+
+    def _size_reads(self, view: EpochView, groups: list[list[int]], workers: int) -> list:
+        """Size the read pipeline (:attr:`sizing`): explicit values as given, the others from
+        the first group, built here and timed (its batches are returned, not built again)."""
+        cores = available_cores(max(workers, 1))
+        floor = 1 if workers else 2
+        if (self.io_threads is not None and self.read_ahead is not None) or not groups:
+            self.sizing = size_read_ahead(
+                0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
+                read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
+            )  # fmt: skip
+            self.stats.record_sizing(self.sizing)
+            return []
+        self.reader.dataset  # noqa: B018 - opened before the clock starts
+        built, wall, cpu = timed(self._build_group, view, groups[0])
+        self.sizing = size_read_ahead(
+            wall, cpu, cores=cores, io_threads=self.io_threads, read_ahead=self.read_ahead,
+            min_threads=floor,
+        )  # fmt: skip
+        self.stats.record_sizing(self.sizing)
+        log.info("%s (%s)", self.sizing.describe(), self.uri)
+        return built
 
 
 @dataclass(frozen=True, eq=False)

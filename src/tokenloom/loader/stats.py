@@ -8,6 +8,7 @@ them, so totals are exact whatever the number of workers. The consumer adds its 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 __all__ = ["LoaderStats"]
 
@@ -34,6 +35,15 @@ class LoaderStats:
     pack_seconds: float = 0.0
     wait_seconds: float = 0.0
     """Time the consumer spent waiting for batches (the data stall)."""
+    read_pipelines: int = 0
+    """Read pipelines started (one per iteration of each process); the four fields below add
+    up over them, :meth:`read_ahead_summary` gives the means."""
+    io_threads: int = 0
+    read_ahead: int = 0
+    probe_wall_seconds: float = 0.0
+    """Wall time of the groups timed to size the pipelines
+    (:mod:`~tokenloom.loader.readahead`)."""
+    probe_cpu_seconds: float = 0.0
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
@@ -49,6 +59,26 @@ class LoaderStats:
             for f in fields(self)
             if f.name != "rows_planned"
         }
+
+    def record_sizing(self, sizing: Any) -> None:
+        """Count one read pipeline sized as ``sizing`` (a
+        :class:`~tokenloom.loader.readahead.ReadAhead`)."""
+        self.read_pipelines += 1
+        self.io_threads += sizing.io_threads
+        self.read_ahead += sizing.read_ahead
+        self.probe_wall_seconds += sizing.wall_s
+        self.probe_cpu_seconds += sizing.cpu_s
+
+    def read_ahead_summary(self) -> str:
+        """Mean threads, depth and probe times per read pipeline ("" before the first)."""
+        n = self.read_pipelines
+        if not n:
+            return ""
+        return (
+            f"{self.io_threads / n:g} threads, {self.read_ahead / n:g} groups ahead "
+            f"(probe {self.probe_wall_seconds / n * 1e3:.1f} ms wall, "
+            f"{self.probe_cpu_seconds / n * 1e3:.1f} ms CPU)"
+        )
 
     def copy(self) -> LoaderStats:
         return replace(self)
@@ -69,4 +99,6 @@ class LoaderStats:
             line += f" ({100 * self.wait_seconds / elapsed:.1f}% of wall)"
         if self.padding:
             line += f", pad {self.padding}"
+        if self.read_pipelines:
+            line += f"; read-ahead {self.read_ahead_summary()}"
         return line

@@ -1,5 +1,7 @@
 """A small stdlib HTTP proxy in front of the local S3 server: latency and injected faults.
 
+Used by the object-store tests (faults) and ``tokenloom bench loader --store s3`` (latency).
+
 Every request waits ``latency_ms``; a fraction ``fault_rate`` of them fails, the kind drawn from
 ``kinds`` with a seeded generator:
 

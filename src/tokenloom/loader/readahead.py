@@ -1,0 +1,130 @@
+"""How many reads the loader keeps in flight, sized from one measured read.
+
+A read group (one ``take`` of several steps' rows, then packing) costs ``cpu_s`` of CPU and
+takes ``wall_s`` end to end; the difference is time spent waiting (object-store latency, the
+disk). With ``n`` groups in flight the loader builds at most ``n / wall_s`` groups per second,
+and the cores cap it at ``cores / cpu_s``. Little's law gives the depth that reaches the cap:
+
+    in_flight = wall_s * wanted_rate = wall_s * cores / cpu_s
+
+On a page-cached local table ``wall_s ~ cpu_s`` and this is about one thread per core (the old
+fixed default); at 20 ms per request on S3 it grows with the waiting share. Explicit
+``io_threads`` / ``read_ahead`` always win; the measured figures are kept in
+:class:`ReadAhead` and the loader's stats.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ReadAhead", "size_read_ahead", "available_cores", "timed"]
+
+log = logging.getLogger("tokenloom.loader")
+
+MAX_THREADS = 32
+"""Upper bound of measured threads (each holds one group's rows; beyond this the store, not
+the depth, is the limit)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadAhead:
+    """The read pipeline's depth and what it was sized from."""
+
+    io_threads: int
+    """Threads building read groups concurrently."""
+    read_ahead: int
+    """Read groups submitted ahead of the consumer (``>= io_threads``)."""
+    wall_s: float
+    """Wall time of the probe group (read + pack); 0 when nothing was measured."""
+    cpu_s: float
+    """Process CPU time spent on the probe group."""
+    cores: int
+    """Cores this pipeline may use."""
+    measured: bool
+    """False when both values were given explicitly (no probe)."""
+
+    @property
+    def waiting_s(self) -> float:
+        """The probe's time not spent on a CPU (latency, I/O)."""
+        return max(self.wall_s - self.cpu_s, 0.0)
+
+    def describe(self) -> str:
+        """One log line."""
+        if not self.measured:
+            return f"read-ahead: {self.io_threads} threads, {self.read_ahead} groups (explicit)"
+        return (
+            f"read-ahead: {self.io_threads} threads, {self.read_ahead} groups in flight, sized "
+            f"from a probe group of {self.wall_s * 1e3:.1f} ms wall / {self.cpu_s * 1e3:.1f} ms "
+            f"CPU ({self.waiting_s * 1e3:.1f} ms waiting) on {self.cores} cores"
+        )
+
+
+def size_read_ahead(
+    wall_s: float,
+    cpu_s: float,
+    *,
+    cores: int,
+    io_threads: int | None = None,
+    read_ahead: int | None = None,
+    min_threads: int = 1,
+    min_ahead: int = 4,
+    max_threads: int = MAX_THREADS,
+) -> ReadAhead:
+    """Threads and groups in flight so that reading keeps ``cores`` busy (Little's law).
+
+    Args:
+        wall_s: Wall time of one measured read group.
+        cpu_s: Process CPU time of that group (all threads).
+        cores: Cores available to this pipeline.
+        io_threads: An explicit thread count (kept as given).
+        read_ahead: An explicit depth (kept as given, raised to ``io_threads``).
+        min_threads: The floor of a measured thread count (the fixed default it replaces).
+        min_ahead: The floor of a measured depth.
+        max_threads: The cap of a measured thread count.
+
+    Returns:
+        A :class:`ReadAhead`: ``io_threads = clamp(ceil(cores * wall_s / cpu_s))`` unless given,
+        and ``read_ahead = max(io_threads + 2, min_ahead)`` unless given (every thread busy, plus
+        the group being consumed and one finished ahead of it).
+    """
+    if cores < 1 or min_threads < 1 or max_threads < min_threads:
+        raise ValueError(f"bad bounds: cores={cores}, threads in [{min_threads}, {max_threads}]")
+    wall_s, cpu_s = max(float(wall_s), 0.0), max(float(cpu_s), 0.0)
+    threads = io_threads
+    if threads is None:
+        # A probe that used (almost) no CPU says nothing about the CPU bound: take the cap.
+        ratio = wall_s / cpu_s if cpu_s > 1e-6 else math.inf
+        wanted = cores * ratio
+        threads = max_threads if math.isinf(wanted) else math.ceil(wanted - 1e-9)
+        threads = min(max(threads, min_threads), max_threads)
+    depth = read_ahead if read_ahead is not None else max(threads + 2, min_ahead)
+    return ReadAhead(
+        io_threads=int(threads),
+        read_ahead=int(max(depth, threads)),
+        wall_s=wall_s,
+        cpu_s=cpu_s,
+        cores=int(cores),
+        measured=io_threads is None or read_ahead is None,
+    )
+
+
+def available_cores(workers: int = 1) -> int:
+    """This process's share of the CPUs it may run on, among ``workers`` loader processes."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(n // max(workers, 1), 1)
+
+
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
+    """``fn(*args)`` with its wall time and the process's CPU time (every thread) meanwhile."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args)
+    return out, time.perf_counter() - wall, time.process_time() - cpu
