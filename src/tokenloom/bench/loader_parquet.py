@@ -30,6 +30,7 @@ class ParquetBlocks(IterableDataset):
         eos_id: Separator appended to each document.
         seed: Seed of the row-group order.
         epoch: Epoch number (a fresh order per epoch).
+        storage_options: Options of an object-store ``path`` (read through ``pyarrow.fs``).
     """
 
     def __init__(
@@ -41,6 +42,7 @@ class ParquetBlocks(IterableDataset):
         eos_id: int,
         seed: int = 0,
         epoch: int = 0,
+        storage_options: dict | None = None,
     ) -> None:
         super().__init__()
         self.path = path
@@ -49,13 +51,14 @@ class ParquetBlocks(IterableDataset):
         self.eos_id = eos_id
         self.seed = seed
         self.epoch = epoch
+        self.storage_options = storage_options or {}
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         from tokenloom.bench.loader_data import packed_stream
 
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        pf = pq.ParquetFile(self.path, memory_map=True)
+        pf = self._open()
         order = np.random.default_rng([self.seed, self.epoch]).permutation(pf.num_row_groups)
         per_batch = self.batch_size * self.seq_len
         carry = np.empty(0, dtype=np.uint16)
@@ -69,3 +72,11 @@ class ParquetBlocks(IterableDataset):
             for batch in batches:
                 yield torch.from_numpy(batch.astype(np.int64))  # (B, L)
             carry = stream[n * per_batch :]
+
+    def _open(self) -> pq.ParquetFile:
+        from tokenloom.table.storage import filesystem, is_remote
+
+        if not is_remote(self.path):
+            return pq.ParquetFile(self.path, memory_map=True)
+        fs, path = filesystem(self.path, self.storage_options)  # S3: endpoint_override
+        return pq.ParquetFile(fs.open_input_file(path))

@@ -23,16 +23,25 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
-from tokenloom.loader.readahead import ReadAhead, available_cores, log, size_read_ahead, timed
+from tokenloom.loader.readahead import (
+    READ_AHEAD_BYTES,
+    TAKE_ROWS,
+    ReadAhead,
+    available_cores,
+    log,
+    rows_per_take,
+    size_read_ahead,
+    timed,
+)
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
 from tokenloom.loader.view import EpochView, StepCounts
 from tokenloom.process import env_topology
+from tokenloom.table.storage import is_remote
 
 __all__ = ["PackedDataset", "as_tensors"]
 
-_TAKE_ROWS = 256  # rows per take the read group aims at (measured: 64 rows ~31M tok/s, 256 ~42M)
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
 
 
@@ -227,13 +236,20 @@ class PackedDataset(IterableDataset):
     # -- iteration ----------------------------------------------------------------------------
 
     def _group_steps(self, view: EpochView) -> int:
-        """Steps whose rows are read in one ``take``: about :data:`_TAKE_ROWS` rows per call
-        (small takes pay a fixed cost each; very large ones lose locality)."""
+        """Steps whose rows are read in one ``take``: about
+        :func:`~tokenloom.loader.readahead.rows_per_take` rows per call (small takes pay a
+        fixed cost each, on an object store one GET per row; very large ones lose locality)."""
         if self.read_group is not None:
             return self.read_group
-        stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # ~ docs + block cuts
+        remote = is_remote(self.uri)
+        # ~ rows + block cuts per step; on an object store distinct rows (what a GET fetches)
+        stretches = len(self.inputs.row_ids) + (0 if remote else view.plan.num_blocks)
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
-        return int(min(max(_TAKE_ROWS // per_step, 1), 64))
+        width = self.reader.dataset.schema.field(self.spec.token_column).type.value_type
+        take = rows_per_take(
+            int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1), remote=remote
+        )
+        return int(min(max(take // per_step, 1), 64 * take // TAKE_ROWS))
 
     def _build_group(self, view: EpochView, steps: list[int]) -> list[_Built]:
         """Several steps read with ONE take of all their rows, then packed (in an I/O thread:
@@ -335,11 +351,13 @@ class PackedDataset(IterableDataset):
                 yield as_tensors(batch)
 
     def _size_reads(self, view: EpochView, groups: list[list[int]], workers: int) -> list:
-        """Size the read pipeline (:attr:`sizing`): explicit values as given, the others from
-        the first group, built here and timed (its batches are returned, not built again)."""
+        """Size the read pipeline (:attr:`sizing`): explicit values as given; on an object
+        store the others from the first group, built here and timed (its batches are returned,
+        not built again); locally 2 threads in-process, 1 per worker, 4 groups ahead."""
         cores = available_cores(max(workers, 1))
         floor = 1 if workers else 2
-        if (self.io_threads is not None and self.read_ahead is not None) or not groups:
+        explicit = self.io_threads is not None and self.read_ahead is not None
+        if explicit or not groups or not is_remote(self.uri):
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
@@ -348,9 +366,10 @@ class PackedDataset(IterableDataset):
             return []
         self.reader.dataset  # noqa: B018 - opened before the clock starts
         built, wall, cpu = timed(self._build_group, view, groups[0])
+        step_bytes = 4 * self.blocks_per_rank * self.seq_len * 8  # ids, labels, positions, docs
         self.sizing = size_read_ahead(
             wall, cpu, cores=cores, io_threads=self.io_threads, read_ahead=self.read_ahead,
-            min_threads=floor,
+            min_threads=floor, max_ahead=READ_AHEAD_BYTES // (len(groups[0]) * step_bytes),
         )  # fmt: skip
         self.stats.record_sizing(self.sizing)
         log.info("%s (%s)", self.sizing.describe(), self.uri)

@@ -7,10 +7,18 @@ and the cores cap it at ``cores / cpu_s``. Little's law gives the depth that rea
 
     in_flight = wall_s * wanted_rate = wall_s * cores / cpu_s
 
-On a page-cached local table ``wall_s ~ cpu_s`` and this is about one thread per core (the old
-fixed default); at 20 ms per request on S3 it grows with the waiting share. Explicit
-``io_threads`` / ``read_ahead`` always win; the measured figures are kept in
-:class:`ReadAhead` and the loader's stats.
+On a page-cached local table ``wall_s ~ cpu_s`` and this is about one thread per core, the
+fixed default the loader keeps locally (on a busy machine, waiting for a core would look like
+I/O); on an object store it grows with the waiting share. Groups in flight are bounded by a
+memory budget (:data:`READ_AHEAD_BYTES`). Explicit ``io_threads`` / ``read_ahead`` always win;
+the measured figures are kept in :class:`ReadAhead` and the loader's stats.
+
+How many rows one ``take`` asks for matters as much on an object store: Lance merges reads
+closer than about 64 KiB into one ranged GET (measured against a local S3 server: rows 26 KiB
+apart cost one GET per 64 rows, rows 100 KiB apart one GET each), and a shuffled take of
+``n`` rows from a column of ``B`` bytes leaves ``B / n`` bytes between neighbours.
+:func:`rows_per_take` therefore asks for enough rows that neighbours fall within that window,
+up to a cap that bounds a read group's memory.
 """
 
 from __future__ import annotations
@@ -23,10 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ReadAhead", "size_read_ahead", "available_cores", "timed"]
+__all__ = ["ReadAhead", "size_read_ahead", "available_cores", "timed", "rows_per_take"]
 
 log = logging.getLogger("tokenloom.loader")
 
+TAKE_ROWS = 256
+"""Rows per take on a local table (measured: 64 rows ~31M tok/s, 256 ~42M)."""
+COALESCE_BYTES = 64 << 10
+"""Reads of one object closer than this become one GET (Lance's object-store block size)."""
+MAX_REMOTE_TAKE_ROWS = 4096
+"""The most rows per take on an object store (a read group's batches stay in memory)."""
+READ_AHEAD_BYTES = 512 << 20
+"""Budget of the batches read groups in flight may hold (measured depths are capped by it)."""
 MAX_THREADS = 32
 """Upper bound of measured threads (each holds one group's rows; beyond this the store, not
 the depth, is the limit)."""
@@ -75,6 +91,7 @@ def size_read_ahead(
     min_threads: int = 1,
     min_ahead: int = 4,
     max_threads: int = MAX_THREADS,
+    max_ahead: int | None = None,
 ) -> ReadAhead:
     """Threads and groups in flight so that reading keeps ``cores`` busy (Little's law).
 
@@ -87,6 +104,7 @@ def size_read_ahead(
         min_threads: The floor of a measured thread count (the fixed default it replaces).
         min_ahead: The floor of a measured depth.
         max_threads: The cap of a measured thread count.
+        max_ahead: The cap of measured values (a memory budget in groups; at least 1).
 
     Returns:
         A :class:`ReadAhead`: ``io_threads = clamp(ceil(cores * wall_s / cpu_s))`` unless given,
@@ -103,7 +121,13 @@ def size_read_ahead(
         wanted = cores * ratio
         threads = max_threads if math.isinf(wanted) else math.ceil(wanted - 1e-9)
         threads = min(max(threads, min_threads), max_threads)
-    depth = read_ahead if read_ahead is not None else max(threads + 2, min_ahead)
+        if max_ahead is not None:
+            threads = max(min(threads, max_ahead), 1)
+    depth = read_ahead
+    if depth is None:
+        depth = max(threads + 2, min_ahead)
+        if max_ahead is not None:
+            depth = max(min(depth, max_ahead), 1)
     return ReadAhead(
         io_threads=int(threads),
         read_ahead=int(max(depth, threads)),
@@ -128,3 +152,21 @@ def timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn(*args)
     return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def rows_per_take(column_bytes: float, *, remote: bool) -> int:
+    """Rows one ``take`` should ask for.
+
+    Args:
+        column_bytes: Size of the token data the epoch reads (selected tokens x bytes each).
+        remote: The table is on an object store.
+
+    Returns:
+        :data:`TAKE_ROWS` locally; on an object store ``4 * column_bytes / COALESCE_BYTES`` (an
+        average gap of a quarter of the merge window, so that most gaps fall inside it), within
+        ``[TAKE_ROWS, MAX_REMOTE_TAKE_ROWS]``.
+    """
+    if not remote:
+        return TAKE_ROWS
+    wanted = 4.0 * max(float(column_bytes), 0.0) / COALESCE_BYTES
+    return int(min(max(wanted, TAKE_ROWS), MAX_REMOTE_TAKE_ROWS))
