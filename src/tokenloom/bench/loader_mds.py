@@ -101,9 +101,7 @@ class MDSBlocks(IterableDataset):
     pickled into the DataLoader's workers.
     """
 
-    def __init__(
-        self, local: str, *, batch_size: int, storage_options: dict | None = None
-    ) -> None:
+    def __init__(self, local: str, *, batch_size: int, storage_options: dict | None = None) -> None:
         super().__init__()
         import_streaming()
         from streaming.base.dataset import StreamingDataset

@@ -36,6 +36,17 @@ class _Reset(Exception):
     pass
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that went away mid-response (a finished benchmark case)
+        super().handle_error(request, client_address)
+
+
 class FaultProxy:
     """Forward ``127.0.0.1:<port>`` to ``upstream`` (``host:port``) with latency and faults."""
 
@@ -69,8 +80,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

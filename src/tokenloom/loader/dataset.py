@@ -353,7 +353,8 @@ class PackedDataset(IterableDataset):
     def _size_reads(self, view: EpochView, groups: list[list[int]], workers: int) -> list:
         """Size the read pipeline (:attr:`sizing`): explicit values as given; on an object
         store the others from the first group, built here and timed (its batches are returned,
-        not built again); locally 2 threads in-process, 1 per worker, 4 groups ahead."""
+        not built again; later epochs in this process reuse it); locally 2 threads in-process,
+        1 per worker, 4 groups ahead."""
         cores = available_cores(max(workers, 1))
         floor = 1 if workers else 2
         explicit = self.io_threads is not None and self.read_ahead is not None
@@ -362,6 +363,9 @@ class PackedDataset(IterableDataset):
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
             )  # fmt: skip
+            self.stats.record_sizing(self.sizing)
+            return []
+        if self.sizing is not None and self.sizing.measured:  # a later epoch: measured already
             self.stats.record_sizing(self.sizing)
             return []
         self.reader.dataset  # noqa: B018 - opened before the clock starts
