@@ -10,9 +10,9 @@ import pytest
 
 from tests.backfill.udfs import n_words
 from tests.conftest import real_paragraphs
-from tests.s3.faultproxy import FaultProxy
 from tests.verify.tables import gpt2_table
 from tokenloom.backfill import add_column
+from tokenloom.dev.proxy import FaultProxy
 from tokenloom.table import Table
 from tokenloom.table.storage import filesystem
 

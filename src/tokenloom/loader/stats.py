@@ -11,6 +11,7 @@ plain-words verdict of the bottleneck (:func:`~tokenloom.loader.bottleneck.bottl
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 __all__ = ["LoaderStats", "STAGES"]
 
@@ -76,6 +77,14 @@ class LoaderStats:
     full_seconds: float = 0.0
     """Pipeline time with every submitted group built, waiting to be handed out (the I/O
     threads idle until the consumer takes more)."""
+    io_threads: int = 0
+    """I/O threads of the read pipelines, summed over them (:attr:`pipelines`)."""
+    read_ahead: int = 0
+    """Read groups in flight of the read pipelines, summed over them."""
+    probe_wall_seconds: float = 0.0
+    """Wall time of the groups timed to size the pipelines
+    (:mod:`~tokenloom.loader.readahead`)."""
+    probe_cpu_seconds: float = 0.0
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
@@ -91,6 +100,26 @@ class LoaderStats:
         """The increments since a snapshot, as a dict (what a batch carries); maxima as is."""
         now, then = self.__dict__, since.__dict__
         return {k: now[k] if k in _MAXIMA else now[k] - then[k] for k in _CARRIED}
+
+    def record_sizing(self, sizing: Any) -> None:
+        """Add the sizing of one read pipeline (a
+        :class:`~tokenloom.loader.readahead.ReadAhead`; the pipeline itself is counted by the
+        gauge, :attr:`pipelines`)."""
+        self.io_threads += sizing.io_threads
+        self.read_ahead += sizing.read_ahead
+        self.probe_wall_seconds += sizing.wall_s
+        self.probe_cpu_seconds += sizing.cpu_s
+
+    def read_ahead_summary(self) -> str:
+        """Mean threads, depth and probe times per read pipeline ("" before the first)."""
+        n = self.pipelines
+        if not n:
+            return ""
+        return (
+            f"{self.io_threads / n:g} threads, {self.read_ahead / n:g} groups ahead "
+            f"(probe {self.probe_wall_seconds / n * 1e3:.1f} ms wall, "
+            f"{self.probe_cpu_seconds / n * 1e3:.1f} ms CPU)"
+        )
 
     def copy(self) -> LoaderStats:
         snapshot = object.__new__(LoaderStats)
@@ -143,6 +172,8 @@ class LoaderStats:
             if self.transit_max:
                 mean, top = occ["transit"]
                 line += f"; in transit {mean:.1f}/{top}"
+        if self.pipelines and self.io_threads:
+            line += f"; read-ahead {self.read_ahead_summary()}"
         return f"{line}; {bottleneck(self, elapsed).text}"
 
 

@@ -1,5 +1,7 @@
 """A small stdlib HTTP proxy in front of the local S3 server: latency and injected faults.
 
+Used by the object-store tests (faults) and ``tokenloom bench loader --store s3`` (latency).
+
 Every request waits ``latency_ms``; a fraction ``fault_rate`` of them fails, the kind drawn from
 ``kinds`` with a seeded generator:
 
@@ -32,6 +34,17 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "up
 
 class _Reset(Exception):
     pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that went away mid-response (a finished benchmark case)
+        super().handle_error(request, client_address)
 
 
 class FaultProxy:
@@ -67,8 +80,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
