@@ -72,7 +72,7 @@ MARK_EVERY = 64
 """Documents between two stored stream offsets (:attr:`EpochPlan.marks`); the offsets in between
 are summed on the fly from the lengths, so a lookup costs O(log n + MARK_EVERY)."""
 
-_MARK_CHUNK = MARK_EVERY << 14  # documents summed per pass when building the marks
+_MARK_CHUNK = MARK_EVERY << 12  # documents summed per pass when building the marks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
@@ -153,9 +153,21 @@ class EpochPlan:
             range are consecutive; ``starts`` is each one's stream offset and ``sizes`` its
             positions (tokens + EOS). O(m log n + D).
         """
-        K, n = MARK_EVERY, self.num_docs
-        c0 = np.searchsorted(self.marks, lo, side="right") - 1  # (m,) group holding lo
-        c1 = np.searchsorted(self.marks, np.asarray(hi) - 1, side="right") - 1
+        K, n, marks = MARK_EVERY, self.num_docs, self.marks
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        g0 = int(np.searchsorted(marks, lo.min(), side="right")) - 1
+        g1 = int(np.searchsorted(marks, hi.max() - 1, side="right"))  # past the last group
+        wanted = int((hi - lo).sum())
+        if int(marks[g1] - marks[g0]) <= 2 * wanted + 4 * K * self.stream_len // max(n, 1):
+            # Nearby ranges (a step's consecutive blocks): one run of groups, one prefix sum.
+            docs = np.arange(g0 * K, min(g1 * K, n), dtype=np.int64)
+            sizes = self.source_lens[self.order[g0 * K : g1 * K]] + 1
+            starts = np.cumsum(sizes)
+            starts -= sizes
+            starts += marks[g0]
+            return docs, starts, sizes
+        c0 = np.searchsorted(marks, lo, side="right") - 1  # (m,) group holding lo
+        c1 = np.searchsorted(marks, hi - 1, side="right") - 1  # (m,) group holding hi - 1
         span = c1 - c0 + 1
         total = int(span.sum())
         offsets = np.cumsum(span) - span
@@ -166,7 +178,7 @@ class EpochPlan:
         ends = np.cumsum(sizes)
         before = ends - sizes  # exclusive prefix over all groups taken
         head = (np.arange(docs.shape[0]) // K) * K  # (D,) index of each group's first document
-        starts = self.marks[docs // K] + before - before[head]
+        starts = marks[docs // K] + before - before[head]
         return docs, starts, sizes
 
     def docs_before(self, pos: int) -> int:

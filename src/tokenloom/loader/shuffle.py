@@ -44,7 +44,7 @@ __all__ = [
 PERMUTATION_ALGORITHM = "pcg64-seedseq[seed,epoch]-rawsort-v1"
 """Identity of the recipe of :func:`epoch_permutation` (part of the plan fingerprint)."""
 
-_CHUNK = 1 << 20  # keys drawn / packed / unpacked per pass (bounds the temporaries)
+_CHUNK = 1 << 18  # keys drawn / packed / unpacked per pass (bounds the temporaries)
 
 
 def _check_seed(name: str, value: object) -> int:

@@ -109,11 +109,11 @@ def block_spans(plan: EpochPlan, blocks: np.ndarray) -> Spans:
     local = np.repeat(first, counts) + (np.arange(total) - np.repeat(offsets, counts))
     doc = docs[local]
     blk_lo, blk_hi = lo[which], hi[which]
-    d_start = starts[local]
-    d_end = d_start + sizes[local]  # the doc's stream range, EOS included
+    d_start, d_size = starts[local], sizes[local]
+    d_end = d_start + d_size  # the doc's stream range, EOS included
     s0 = np.maximum(d_start, blk_lo)
     s1 = np.minimum(d_end, blk_hi)
-    doc_len = sizes[local] - 1
+    doc_len = d_size - 1
     return Spans(
         seq_len=L,
         blocks=req,
