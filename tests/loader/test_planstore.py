@@ -121,3 +121,13 @@ def test_planner_through_the_store_delivers_the_same_stream(tmp_path, paragraphs
     assert not clone._plans and clone.store.root == store.root
     assert np.array_equal(clone.plan(1).order, shared.plan(1).order)
     assert clone.store.built == 0  # it mapped the layout the first process wrote
+
+
+def test_unwritable_store_plans_in_memory(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the store's directory should be
+    ids, lens = selection()
+    store = PlanStore(str(blocker / "plans"), min_docs=0)
+    with pytest.warns(UserWarning, match="not writable"):
+        plan = plan_epoch(ids, lens, seed=2, epoch=0, seq_len=64, store=store)
+    assert_same_plan(plan, plan_epoch(ids, lens, seed=2, epoch=0, seq_len=64))

@@ -226,6 +226,16 @@ def _readonly_view(arr: np.ndarray) -> np.ndarray:
     return _readonly(arr.view())
 
 
+def _first_not_ascending(ids: np.ndarray) -> int | None:
+    """First ``i`` with ``ids[i + 1] <= ids[i]``, checked in chunks (no ``(n,)`` temporary)."""
+    for a in range(0, max(ids.shape[0] - 1, 0), _MARK_CHUNK):
+        b = min(a + _MARK_CHUNK, ids.shape[0] - 1)
+        down = ids[a + 1 : b + 1] <= ids[a:b]
+        if down.any():
+            return a + int(np.argmax(down))
+    return None
+
+
 def visiting_order(lens: np.ndarray, *, seed: int, epoch: int) -> np.ndarray:
     """Positions of the non-empty rows of ``lens`` in visiting order (see the module docstring).
 
@@ -240,13 +250,11 @@ def visiting_order(lens: np.ndarray, *, seed: int, epoch: int) -> np.ndarray:
         order of those rows.
     """
     N = lens.shape[0]
-    keep = lens > 0
-    kept = int(np.count_nonzero(keep))
+    kept = int(np.count_nonzero(lens))  # counts are >= 0: non-zero is non-empty
     order = epoch_order(kept, seed=seed, epoch=epoch)
     if kept == N:
         return order.astype(order_dtype(N), copy=False)
-    where = np.flatnonzero(keep).astype(order_dtype(N))  # (n,) position of each kept row
-    del keep
+    where = np.flatnonzero(lens).astype(order_dtype(N))  # (n,) position of each kept row
     out = np.empty(kept, dtype=where.dtype)
     for a in range(0, kept, _MARK_CHUNK):
         out[a : a + _MARK_CHUNK] = where[order[a : a + _MARK_CHUNK]]
@@ -310,8 +318,8 @@ def plan_epoch(
         raise PlanError(f"row_ids has {ids.shape[0]} rows but n_tokens has {lens.shape[0]}")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
         raise PlanError(f"seq_len must be an integer >= 1, got {seq_len!r}")
-    if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
-        bad = int(np.flatnonzero(ids[1:] <= ids[:-1])[0])
+    bad = _first_not_ascending(ids)
+    if bad is not None:
         raise PlanError(
             f"row_ids must be strictly ascending (row_ids[{bad}]={ids[bad]}, "
             f"row_ids[{bad + 1}]={ids[bad + 1]}); sort the filtered rows by id first"

@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -138,8 +139,17 @@ class PlanStore:
             return build()
         final = self.path(ids, lens, seed=seed, epoch=epoch)
         parent = os.path.dirname(final)
-        os.makedirs(parent, exist_ok=True)
-        with open(final + ".lock", "a+b") as lock:
+        try:
+            os.makedirs(parent, exist_ok=True)
+            lock = open(final + ".lock", "a+b")  # noqa: SIM115 - closed by the with below
+        except OSError as exc:
+            warnings.warn(
+                f"plan store {self.root} is not writable ({exc}); planning in memory "
+                f"(set {PLAN_CACHE_ENV} to a local writable directory, or 'off')",
+                stacklevel=2,
+            )
+            return build()
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait, then map
             mapped = self._open(final, lens) if os.path.isdir(final) else None
             if mapped is None:
