@@ -24,9 +24,9 @@ def test_plan_bench_smoke(tmp_path) -> None:
         assert len(c["runs"]) == c["procs"] and isinstance(c["passed"], bool)
     # The reference holds int64 row ids, lengths and starts for each of the 2 epochs.
     assert cases["reference (int64 arrays)"]["runs"][0]["heap_bytes"] >= 48 * 30000
-    # One process built both epochs' layouts, the other mapped them; the files count once.
+    # Each epoch's layout was built by one process and mapped by the other; files count once.
     shared = cases["shared x2"]
-    assert sorted(r["built"] for r in shared["runs"]) == [0, 2]
+    assert sum(r["built"] for r in shared["runs"]) == 2
     assert shared["file_bytes"] == cases["shared x1"]["file_bytes"] > 2 * 4 * 29000
     assert [r["name"] for r in doc["recipes"]][0] == "concat"
     assert not list(tmp_path.iterdir())  # the stores are removed after the run
