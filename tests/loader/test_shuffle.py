@@ -90,3 +90,49 @@ def test_rejects_bad_arguments(kwargs: dict) -> None:
     n = kwargs.pop("n")
     with pytest.raises(ValueError, match="non-negative integer"):
         epoch_permutation(n, **kwargs)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 64, 1000, 70_000])
+def test_fast_order_equals_the_stable_argsort_reference(n: int) -> None:
+    from tokenloom.loader.shuffle import (
+        _raw_chunks,
+        epoch_order,
+        naive_epoch_permutation,
+        stable_argsort_u64,
+    )
+
+    for seed, epoch in [(0, 0), (7, 3)]:
+        ref = naive_epoch_permutation(n, seed=seed, epoch=epoch)
+        got = epoch_order(n, seed=seed, epoch=epoch)
+        assert got.dtype == np.uint32
+        assert np.array_equal(got, ref)
+        assert np.array_equal(epoch_permutation(n, seed=seed, epoch=epoch), ref)
+        if n:
+            chunks = _raw_chunks(n, seed, epoch)
+            assert np.array_equal(stable_argsort_u64(n, chunks, threads=4), ref)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 5), max_size=300),
+    shift=st.integers(0, 63),
+    chunk=st.integers(1, 50),
+    threads=st.sampled_from([1, 2, 3]),
+)
+def test_packed_sort_repairs_ties_of_high_bits(
+    keys: list[int], shift: int, chunk: int, threads: int
+) -> None:
+    # Keys that share their high bits (and exact duplicates) take the repair path of the packed
+    # sort; the result must still be the stable argsort, whatever the chunking of the stream.
+    from tokenloom.loader.shuffle import stable_argsort_u64
+
+    arr = (np.array(keys, dtype=np.uint64) << np.uint64(shift)) | (
+        np.arange(len(keys), dtype=np.uint64) % np.uint64(3)
+    )
+
+    def chunks():
+        for a in range(0, len(arr), chunk):
+            yield arr[a : a + chunk]
+
+    got = stable_argsort_u64(len(arr), chunks, threads=threads)  # threads: bucketed by top bits
+    assert np.array_equal(got, np.argsort(arr, kind="stable"))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from tests.loader.helpers import columns, corpora, epochs, make_rows, seeds
-from tokenloom.loader import PlanError, block_spans, plan_epoch
+from tokenloom.loader import PlanError, block_spans, epoch_permutation, plan_epoch, stream_counts
 
 
 def naive_spans(plan, blocks) -> list[tuple]:
@@ -103,3 +103,49 @@ def test_two_million_token_document_is_linear() -> None:
     assert spans.tok_start.tolist() == list(range(0, big, 1024))
     assert spans.tok_end.tolist() == [*range(1024, big, 1024), big]
     assert spans.has_eos.tolist() == [False] * (one.num_blocks - 1) + [True]
+
+
+def reference_spans(row_ids, lengths, L, blocks) -> list[tuple]:
+    """The block → stretch search over every document offset (what the plan no longer stores)."""
+    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=starts[1:])
+    out = []
+    for i, b in enumerate(blocks.tolist()):
+        if b < 0:
+            continue
+        lo, hi = b * L, min((b + 1) * L, int(starts[-1]))
+        k = int(np.searchsorted(starts, lo, side="right")) - 1
+        while k < len(lengths) and starts[k] < hi:
+            s0, s1 = max(starts[k], lo), min(starts[k + 1], hi)
+            n = int(lengths[k])
+            t0, t1 = int(s0 - starts[k]), int(min(s1 - starts[k], n))
+            out.append((i, int(s0 - lo), k, int(row_ids[k]), n, t0, t1, bool(s1 == starts[k + 1])))
+            k += 1
+    return out
+
+
+@pytest.mark.parametrize("L", [1, 5, 64, 2048])
+def test_spans_across_many_mark_groups(L: int) -> None:
+    # Hundreds of documents (several groups of MARK_EVERY), empty rows, any block order.
+    from tokenloom.loader.plan import MARK_EVERY
+
+    rng = np.random.default_rng(L)
+    n = 9 * MARK_EVERY + 13
+    lens = rng.integers(0, 3 * L + 2, n).astype(np.int64)
+    lens[rng.random(n) < 0.1] = 0
+    ids = np.cumsum(rng.integers(1, 4, n)).astype(np.int64)
+    plan = plan_epoch(ids, lens, seed=11, epoch=2, seq_len=L)
+    keep = lens > 0
+    perm = epoch_permutation(int(keep.sum()), seed=11, epoch=2)
+    ref_ids, ref_lens = ids[keep][perm], lens[keep][perm]
+    assert plan.row_ids.tolist() == ref_ids.tolist()
+    blocks = np.arange(plan.num_blocks, dtype=np.int64)
+    picks = [blocks, rng.permutation(blocks)[:40], np.array([-1, plan.num_blocks - 1, 0, -1])]
+    for req in picks:
+        assert as_tuples(block_spans(plan, req)) == reference_spans(ref_ids, ref_lens, L, req)
+    starts = np.r_[0, np.cumsum(ref_lens + 1)]
+    eos_at = starts[1:] - 1
+    for lo, hi in [(0, plan.stream_len), *rng.integers(0, plan.stream_len + 3, (30, 2)).tolist()]:
+        a, b = min(lo, plan.stream_len), min(max(hi, lo), plan.stream_len)
+        eos = int(((eos_at >= a) & (eos_at < b)).sum())
+        assert stream_counts(plan, lo, hi) == (b - a - eos, eos)

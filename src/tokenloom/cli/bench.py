@@ -21,6 +21,7 @@ Examples:
   tokenloom bench backfill --copies 4 --workers 2
   tokenloom bench tokenize --workers 2
   tokenloom bench loader
+  tokenloom bench plan
   tokenloom bench search""",
 )
 def command() -> None:
@@ -377,6 +378,86 @@ def _loader_s3_bench(
         emit_json(bench.to_json())
         return
     click.echo(format_s3_report(bench))
+
+
+@command.command(
+    "plan",
+    epilog="""\b
+Examples:
+  tokenloom bench plan                                 # 17.5M and 100M documents
+  tokenloom bench plan --docs 2000000 --procs 2 --recipe-docs 200000
+  tokenloom bench plan --docs 17500000 --json
+Build time and bytes per document of the epoch plan, one process and N processes sharing
+one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc per node.""",
+)
+@click.option(
+    "--docs",
+    default="17500000,100000000",
+    show_default=True,
+    metavar="LIST",
+    help="Comma-separated corpus sizes (documents; lognormal lengths, median 450 / mean 800).",
+)
+@click.option(
+    "--procs",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Processes sharing the node's plan store (ranks / DataLoader workers).",
+)
+@click.option("--epochs", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option("--seq-len", default=2048, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--recipe-docs",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Documents of the best-fit / window / mixture measurement (0: skip).",
+)
+@click.option(
+    "--reference-max-docs",
+    default=20_000_000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Measure the former int64 layout up to this many documents.",
+)
+@click.option(
+    "--workdir",
+    default=None,
+    metavar="DIR",
+    help="Local directory for the plan stores [default: a temporary directory].",
+)
+@json_option
+def plan_bench(
+    docs: str,
+    procs: int,
+    epochs: int,
+    seq_len: int,
+    recipe_docs: int,
+    reference_max_docs: int,
+    workdir: str | None,
+    as_json: bool,
+) -> None:
+    """Epoch plan build time and memory per document at corpus scale."""
+    from tokenloom.bench.plan import PlanBenchConfig, format_plan_report, run_plan_bench
+
+    try:
+        sizes = tuple(int(d.replace("_", "")) for d in docs.split(",") if d.strip())
+        config = PlanBenchConfig(
+            docs=sizes,
+            procs=procs,
+            epochs=epochs,
+            seq_len=seq_len,
+            recipe_docs=recipe_docs,
+            reference_max_docs=reference_max_docs,
+            workdir=workdir,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(f"{docs!r}: {exc}", param_hint="--docs") from exc
+    bench = run_plan_bench(config, log=lambda msg: click.echo(msg, err=True))
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(format_plan_report(bench))
 
 
 @command.command(

@@ -58,6 +58,7 @@ _LAZY = {
     "DataLoader": "dataloader",
     "LoaderStats": "stats",
     "Planner": "planner",  # imports Lance
+    "PlanStore": "planstore",
 }
 
 
@@ -81,6 +82,7 @@ __all__ = [
     "LoaderSpec",
     "PoolSpec",
     "Planner",
+    "PlanStore",
     "BlockPlan",
     "EpochView",
     "StepLayout",

@@ -31,6 +31,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -212,6 +213,7 @@ def plan_bestfit(
     window: int | None = None,
     overlap: int = 0,
     cut_points: Mapping[int, np.ndarray] | None = None,
+    store: Any = None,
 ) -> BestFitPlan:
     """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log V).
 
@@ -227,6 +229,7 @@ def plan_bestfit(
         window: ``W`` for ``long_docs="window"`` (default ``seq_len``); must be ``<= seq_len``.
         overlap: ``O`` for ``long_docs="window"``, ``0 <= O < W``.
         cut_points: Optional boundary hook of :func:`~tokenloom.loader.window.window_docs`.
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
 
     Returns:
         The :class:`BestFitPlan`.
@@ -249,7 +252,7 @@ def plan_bestfit(
         W, ov = int(seq_len), 0
     else:
         W, ov = check_window(seq_len if window is None else window, overlap, seq_len)
-    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len)
+    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
     L = base.seq_len
     docs = window_docs(base.row_ids, base.lengths, window=W, overlap=ov, cut_points=cut_points)
     sizes = docs.size

@@ -159,11 +159,21 @@ class MixturePlan:
     padding_positions: int
     reports: tuple[PoolReport, ...]
     _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _store: Any = field(default=None, repr=False)
+    """Optional :class:`~tokenloom.loader.planstore.PlanStore` the pool passes are shared in."""
 
     def pool_plan(self, pool: int, pass_: int) -> RecipePlan:
         """The plan of pool ``pool``'s pass ``pass_`` (a small LRU cache keeps recent ones)."""
         return _pool_plan(
-            self._cache, self.pools, pool, pass_, self.seed, self.epoch, self.seq_len, self.recipe
+            self._cache,
+            self.pools,
+            pool,
+            pass_,
+            self.seed,
+            self.epoch,
+            self.seq_len,
+            self.recipe,
+            self._store,
         )
 
     def source(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -230,6 +240,7 @@ def _pool_plan(
     epoch: int,
     seq_len: int,
     recipe: Recipe,
+    store: Any = None,
 ) -> RecipePlan:
     key = (pool, pass_)
     plan = cache.get(key)
@@ -242,6 +253,7 @@ def _pool_plan(
             epoch=epoch,
             seq_len=seq_len,
             recipe=recipe,
+            store=store,
         )
         cache[key] = plan
         # A pass is consumed in order: keep the recent ones. The reader thread and the main
@@ -290,6 +302,7 @@ def plan_mixture(
     recipe: Recipe | None = None,
     budget_tokens: int | None = None,
     resolution: int = 10_000,
+    store: Any = None,
 ) -> MixturePlan:
     """Plan one epoch of a token-quota mixture (see the module docstring).
 
@@ -302,6 +315,7 @@ def plan_mixture(
         budget_tokens: Positions in the epoch (``ceil(budget / L)`` blocks); ``None``: until the
             first capped pool runs out.
         resolution: Share resolution of :func:`share_weights` (the period is about this long).
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the pools' passes.
 
     Returns:
         The :class:`MixturePlan`.
@@ -329,7 +343,7 @@ def plan_mixture(
     invariant = recipe.packing == "concat"  # concat passes have the same size in any order
 
     def pass_counts(p: int, q: int) -> tuple[int, BlockCounts]:
-        plan = _pool_plan(cache, pools, p, 0 if invariant else q, seed, epoch, L, recipe)
+        plan = _pool_plan(cache, pools, p, 0 if invariant else q, seed, epoch, L, recipe, store)
         return plan.num_blocks, plan.counts(0, plan.num_blocks)
 
     ends: list[list[int]] = [[0] for _ in pools]
@@ -366,7 +380,7 @@ def plan_mixture(
         c = _pool_range_counts(
             ends[p],
             counts[p],
-            lambda q, p=p: _pool_plan(cache, pools, p, q, seed, epoch, L, recipe),
+            lambda q, p=p: _pool_plan(cache, pools, p, q, seed, epoch, L, recipe, store),
             0,
             int(final[p]),
         )
@@ -401,6 +415,7 @@ def plan_mixture(
         padding_positions=n_blocks * L - filled,
         reports=tuple(reports),
         _cache=cache,
+        _store=store,
     )
 
 

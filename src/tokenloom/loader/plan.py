@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.errors import TokenloomError
-from tokenloom.loader.shuffle import epoch_permutation
+from tokenloom.loader.shuffle import epoch_order, order_dtype
 
 __all__ = [
     "PlanError",
@@ -34,6 +34,9 @@ __all__ = [
     "EpochPlan",
     "EpochSteps",
     "plan_epoch",
+    "visiting_order",
+    "stream_marks",
+    "MARK_EVERY",
     "epoch_steps",
     "steps_in_epoch",
     "step_blocks",
@@ -65,20 +68,38 @@ def clip_range(lo: int, hi: int, num_blocks: int) -> tuple[int, int]:
     return lo, min(max(int(hi), lo), num_blocks)
 
 
+MARK_EVERY = 64
+"""Documents between two stored stream offsets (:attr:`EpochPlan.marks`); the offsets in between
+are summed on the fly from the lengths, so a lookup costs O(log n + MARK_EVERY)."""
+
+_MARK_CHUNK = MARK_EVERY << 12  # documents summed per pass when building the marks
+
+
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class EpochPlan:
-    """Where every document of one epoch lands in the token stream. Arrays are read-only."""
+    """Where every document of one epoch lands in the token stream. Arrays are read-only.
+
+    Held per document: one position into the selection (``order``, 4 bytes below ``2**32``
+    rows) and 8 bytes per :data:`MARK_EVERY` documents (``marks``); row ids and lengths are read
+    through ``order`` from the selection's own arrays, which the plan shares (no copy). The
+    layout may be memory-mapped from a :class:`~tokenloom.loader.planstore.PlanStore`, one copy
+    per node for every process.
+    """
 
     seed: int
     epoch: int
     seq_len: int
     """Positions per block (``L``)."""
-    row_ids: np.ndarray
-    """``(n,)`` int64: table ``id`` of each non-empty row, in visiting order."""
-    lengths: np.ndarray
-    """``(n,)`` int64: tokens of each document in visiting order (all ``>= 1``)."""
-    starts: np.ndarray
-    """``(n + 1,)`` int64: stream offset of each document; ``starts[n] == stream_len``."""
+    order: np.ndarray
+    """``(n,)`` uint32 (int64 from ``2**32`` rows): position in the selection (``source_ids``)
+    of each non-empty row, in visiting order."""
+    marks: np.ndarray
+    """``(ceil(n / MARK_EVERY) + 1,)`` int64: stream offset of documents ``0, M, 2M, ...``
+    (``M = MARK_EVERY``), then ``stream_len``."""
+    source_ids: np.ndarray
+    """``(N,)`` int64: table ``id`` of each selected row, ascending (empty rows included)."""
+    source_lens: np.ndarray
+    """``(N,)`` int64: tokens of each selected row."""
     empty_rows: int
     """Selected rows with no tokens; they contribute nothing to the stream."""
     num_tokens: int
@@ -93,7 +114,81 @@ class EpochPlan:
     @property
     def num_docs(self) -> int:
         """Documents in the stream (non-empty rows)."""
-        return int(self.row_ids.shape[0])
+        return int(self.order.shape[0])
+
+    @property
+    def row_ids(self) -> np.ndarray:
+        """``(n,)`` int64: table ``id`` of each document in visiting order. Built on each call
+        (8 bytes per document): for references and tests; the loader uses :meth:`doc_rows`."""
+        return _readonly(self.source_ids[self.order])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """``(n,)`` int64: tokens of each document in visiting order (all ``>= 1``). Built on
+        each call, like :attr:`row_ids`."""
+        return _readonly(self.source_lens[self.order])
+
+    @property
+    def starts(self) -> np.ndarray:
+        """``(n + 1,)`` int64: stream offset of each document; ``starts[n] == stream_len``.
+        Built on each call, like :attr:`row_ids`."""
+        out = np.zeros(self.num_docs + 1, dtype=np.int64)
+        np.cumsum(self.source_lens[self.order] + 1, out=out[1:])
+        return _readonly(out)
+
+    def doc_rows(self, docs: np.ndarray) -> np.ndarray:
+        """Table ``id`` of documents ``docs`` (indices in visiting order), int64."""
+        return self.source_ids[self.order[docs]]
+
+    def covering(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every document overlapping any stream range ``[lo[i], hi[i])``, with its offset.
+
+        Args:
+            lo: ``(m,)`` first positions, ``0 <= lo < stream_len``.
+            hi: ``(m,)`` ends, ``lo < hi <= stream_len``.
+
+        Returns:
+            ``(docs, starts, sizes)``, each ``(D,)`` int64 and ascending by document: whole
+            groups of :data:`MARK_EVERY` documents around the ranges, so the documents of one
+            range are consecutive; ``starts`` is each one's stream offset and ``sizes`` its
+            positions (tokens + EOS). O(m log n + D).
+        """
+        K, n, marks = MARK_EVERY, self.num_docs, self.marks
+        lo, hi = np.asarray(lo), np.asarray(hi)
+        g0 = int(np.searchsorted(marks, lo.min(), side="right")) - 1
+        g1 = int(np.searchsorted(marks, hi.max() - 1, side="right"))  # past the last group
+        wanted = int((hi - lo).sum())
+        if int(marks[g1] - marks[g0]) <= 2 * wanted + 4 * K * self.stream_len // max(n, 1):
+            # Nearby ranges (a step's consecutive blocks): one run of groups, one prefix sum.
+            docs = np.arange(g0 * K, min(g1 * K, n), dtype=np.int64)
+            sizes = self.source_lens[self.order[g0 * K : g1 * K]] + 1
+            starts = np.cumsum(sizes)
+            starts -= sizes
+            starts += marks[g0]
+            return docs, starts, sizes
+        c0 = np.searchsorted(marks, lo, side="right") - 1  # (m,) group holding lo
+        c1 = np.searchsorted(marks, hi - 1, side="right") - 1  # (m,) group holding hi - 1
+        span = c1 - c0 + 1
+        total = int(span.sum())
+        offsets = np.cumsum(span) - span
+        groups = np.unique(np.repeat(c0, span) + (np.arange(total) - np.repeat(offsets, span)))
+        docs = (groups[:, None] * K + np.arange(K, dtype=np.int64)).ravel()  # (g * K,)
+        docs = docs[docs < n]  # only the last group can be short
+        sizes = self.source_lens[self.order[docs]] + 1
+        ends = np.cumsum(sizes)
+        before = ends - sizes  # exclusive prefix over all groups taken
+        head = (np.arange(docs.shape[0]) // K) * K  # (D,) index of each group's first document
+        starts = marks[docs // K] + before - before[head]
+        return docs, starts, sizes
+
+    def docs_before(self, pos: int) -> int:
+        """Documents whose EOS lies before stream position ``pos`` (clipped). O(log n)."""
+        if pos <= 0:
+            return 0
+        if pos >= self.stream_len:
+            return self.num_docs
+        docs, starts, _ = self.covering(np.array([pos]), np.array([pos + 1]))
+        return int(docs[np.searchsorted(starts, pos, side="right") - 1])
 
     def spans(self, blocks: np.ndarray) -> Any:
         """:func:`~tokenloom.loader.spans.block_spans` of this plan."""
@@ -126,8 +221,77 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
+def _readonly_view(arr: np.ndarray) -> np.ndarray:
+    """A read-only view: the caller's array stays writeable, the plan's handle does not."""
+    return _readonly(arr.view())
+
+
+def _first_not_ascending(ids: np.ndarray) -> int | None:
+    """First ``i`` with ``ids[i + 1] <= ids[i]``, checked in chunks (no ``(n,)`` temporary)."""
+    for a in range(0, max(ids.shape[0] - 1, 0), _MARK_CHUNK):
+        b = min(a + _MARK_CHUNK, ids.shape[0] - 1)
+        down = ids[a + 1 : b + 1] <= ids[a:b]
+        if down.any():
+            return a + int(np.argmax(down))
+    return None
+
+
+def visiting_order(lens: np.ndarray, *, seed: int, epoch: int) -> np.ndarray:
+    """Positions of the non-empty rows of ``lens`` in visiting order (see the module docstring).
+
+    Args:
+        lens: ``(N,)`` int64 token counts ``>= 0``.
+        seed: The job's seed.
+        epoch: The epoch.
+
+    Returns:
+        ``(n,)`` :func:`~tokenloom.loader.shuffle.order_dtype` ``(N)`` positions into ``lens``
+        of its ``n`` non-empty rows, in :func:`~tokenloom.loader.shuffle.epoch_permutation`
+        order of those rows.
+    """
+    N = lens.shape[0]
+    kept = int(np.count_nonzero(lens))  # counts are >= 0: non-zero is non-empty
+    order = epoch_order(kept, seed=seed, epoch=epoch)
+    if kept == N:
+        return order.astype(order_dtype(N), copy=False)
+    where = np.flatnonzero(lens).astype(order_dtype(N))  # (n,) position of each kept row
+    out = np.empty(kept, dtype=where.dtype)
+    for a in range(0, kept, _MARK_CHUNK):
+        out[a : a + _MARK_CHUNK] = where[order[a : a + _MARK_CHUNK]]
+    return out
+
+
+def stream_marks(order: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The stream offset of every :data:`MARK_EVERY`-th document, then the stream's length.
+
+    Args:
+        order: ``(n,)`` positions into ``lens``, in visiting order.
+        lens: ``(N,)`` int64 token counts.
+
+    Returns:
+        ``(ceil(n / MARK_EVERY) + 1,)`` int64: ``starts[0::MARK_EVERY]`` and ``starts[n]``
+        where ``starts[k + 1] = starts[k] + lens[order[k]] + 1``.
+    """
+    n, K = order.shape[0], MARK_EVERY
+    marks = np.empty(-(-n // K) + 1, dtype=np.int64)
+    base = 0
+    for a in range(0, n, _MARK_CHUNK):
+        sizes = lens[order[a : a + _MARK_CHUNK]] + 1
+        ends = np.cumsum(sizes)
+        marks[a // K : a // K + -(-sizes.shape[0] // K)] = base + (ends - sizes)[::K]
+        base += int(ends[-1])
+    marks[-1] = base
+    return marks
+
+
 def plan_epoch(
-    row_ids: np.ndarray, n_tokens: np.ndarray, *, seed: int, epoch: int, seq_len: int
+    row_ids: np.ndarray,
+    n_tokens: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    seq_len: int,
+    store: Any = None,
 ) -> EpochPlan:
     """Lay out one epoch of the filtered rows as a token stream cut into blocks. O(n log n).
 
@@ -138,6 +302,8 @@ def plan_epoch(
         seed: The job's seed (non-negative).
         epoch: The epoch number (non-negative).
         seq_len: Positions per block, ``>= 1``.
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore`: the layout is built once
+            per node and memory-mapped by every process (large selections only).
 
     Returns:
         The :class:`EpochPlan`.
@@ -152,8 +318,8 @@ def plan_epoch(
         raise PlanError(f"row_ids has {ids.shape[0]} rows but n_tokens has {lens.shape[0]}")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
         raise PlanError(f"seq_len must be an integer >= 1, got {seq_len!r}")
-    if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
-        bad = int(np.flatnonzero(ids[1:] <= ids[:-1])[0])
+    bad = _first_not_ascending(ids)
+    if bad is not None:
         raise PlanError(
             f"row_ids must be strictly ascending (row_ids[{bad}]={ids[bad]}, "
             f"row_ids[{bad + 1}]={ids[bad + 1]}); sort the filtered rows by id first"
@@ -162,24 +328,28 @@ def plan_epoch(
         bad = int(np.argmin(lens))
         raise PlanError(f"n_tokens must be >= 0, got {lens[bad]} for row id {ids[bad]}")
 
-    keep = lens > 0
-    ids, lens = ids[keep], lens[keep]
-    perm = epoch_permutation(ids.shape[0], seed=seed, epoch=epoch)
-    order_ids, order_lens = ids[perm], lens[perm]
-    starts = np.zeros(order_lens.shape[0] + 1, dtype=np.int64)
-    np.cumsum(order_lens + 1, out=starts[1:])
-    stream_len = int(starts[-1])
+    def build() -> tuple[np.ndarray, np.ndarray]:
+        order = visiting_order(lens, seed=int(seed), epoch=int(epoch))
+        return order, stream_marks(order, lens)
+
+    if store is not None:
+        order, marks = store.layout(ids, lens, seed=int(seed), epoch=int(epoch), build=build)
+    else:
+        order, marks = build()
+    n = int(order.shape[0])
+    stream_len = int(marks[-1])
     seq_len = int(seq_len)
     num_blocks = -(-stream_len // seq_len)
     return EpochPlan(
         seed=int(seed),
         epoch=int(epoch),
         seq_len=seq_len,
-        row_ids=_readonly(order_ids),
-        lengths=_readonly(order_lens),
-        starts=_readonly(starts),
-        empty_rows=int((~keep).sum()),
-        num_tokens=stream_len - int(order_lens.shape[0]),
+        order=_readonly_view(order),
+        marks=_readonly_view(marks),
+        source_ids=_readonly_view(ids),
+        source_lens=_readonly_view(lens),
+        empty_rows=int(lens.shape[0]) - n,
+        num_tokens=stream_len - n,
         stream_len=stream_len,
         num_blocks=num_blocks,
         padding_positions=num_blocks * seq_len - stream_len,
@@ -199,8 +369,7 @@ def stream_counts(plan: EpochPlan, lo: int, hi: int) -> tuple[int, int]:
     """
     lo = min(max(int(lo), 0), plan.stream_len)
     hi = min(max(int(hi), lo), plan.stream_len)
-    eos_at = plan.starts[1:] - 1  # (n,) ascending stream position of each EOS
-    eos = int(np.searchsorted(eos_at, hi) - np.searchsorted(eos_at, lo))
+    eos = plan.docs_before(hi) - plan.docs_before(lo)
     return hi - lo - eos, eos
 
 

@@ -4,8 +4,10 @@ Opening a planner pins the table version and scans what the plan is computed fro
 n_tokens)`` of the selected rows (per pool for a mixture), cut points of long rows, the token
 column's tokenizer identity — and nothing else: no token list is read. From there every epoch's
 plan, its :class:`~tokenloom.loader.view.EpochView`, its exact sizes and the plan's fingerprint
-inputs are pure computations. The dataset reads through a planner; the ledger, ``trace``,
-``verify`` and ``stats`` use one without torch.
+inputs are pure computations. A large selection's visiting order is shared by every process of
+the node through a :class:`~tokenloom.loader.planstore.PlanStore` (built once, memory-mapped).
+The dataset reads through a planner; the ledger, ``trace``, ``verify`` and ``stats`` use one
+without torch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
+from tokenloom.loader.planstore import PlanStore
 from tokenloom.loader.read import (
     LoaderError,
     PlanInputs,
@@ -61,6 +64,9 @@ class Planner:
         storage_options: Object-store options for Lance (not part of the stream).
         table: An already open :class:`tokenloom.table.Table` to use instead of opening
             ``spec.table``.
+        plan_store: Where epoch layouts are shared between the processes of a node (not part
+            of the stream): a :class:`PlanStore`, ``None`` to keep them in memory, or
+            ``"default"`` for :meth:`PlanStore.default`.
 
     Raises:
         LoaderError: A column is missing, the filter does not work, or no EOS id is known.
@@ -72,6 +78,7 @@ class Planner:
         *,
         storage_options: Mapping[str, str] | None = None,
         table: Any = None,
+        plan_store: PlanStore | str | None = "default",
     ) -> None:
         from tokenloom.table import Table
 
@@ -124,7 +131,20 @@ class Planner:
         """Which table this is (not only which version): see ``table_identity``."""
         self.spec: LoaderSpec = spec.replace(version=handle.version)
         """The spec with the version pinned (what checkpoints record)."""
+        if isinstance(plan_store, str) and plan_store != "default":
+            raise LoaderError(
+                f"plan_store must be a PlanStore, None or 'default', not {plan_store!r}"
+            )
+        self.store: PlanStore | None = (
+            PlanStore.default() if isinstance(plan_store, str) else plan_store
+        )
+        """Where large epoch layouts are shared on this node (``None``: in memory)."""
         self._plans: OrderedDict[int, BlockPlan] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_plans"] = OrderedDict()  # a worker maps the shared layouts, never a pickled copy
+        return state
 
     @property
     def version(self) -> int:
@@ -158,6 +178,7 @@ class Planner:
                 seq_len=spec.seq_len,
                 recipe=spec.recipe,
                 budget_tokens=spec.budget_tokens,
+                store=self.store,
             )
         else:
             plan = plan_recipe_epoch(
@@ -168,6 +189,7 @@ class Planner:
                 seq_len=spec.seq_len,
                 recipe=spec.recipe,
                 cut_points=self.cuts,
+                store=self.store,
             )
         self._plans[epoch] = plan
         while len(self._plans) > _PLANS_KEPT:

@@ -107,6 +107,7 @@ def plan_recipe_epoch(
     seq_len: int,
     recipe: Recipe,
     cut_points: Mapping[int, np.ndarray] | None = None,
+    store: Any = None,
 ) -> RecipePlan:
     """Plan one epoch with the recipe's planner (see the module table).
 
@@ -118,11 +119,13 @@ def plan_recipe_epoch(
         seq_len: ``L``.
         recipe: The :class:`Recipe`.
         cut_points: Optional window boundary hook (``long_docs="window"`` only).
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore` sharing the visiting
+            order between the processes of a node.
 
     Returns:
         An :class:`EpochPlan`, :class:`WindowedPlan` or :class:`BestFitPlan`.
     """
-    common = {"seed": seed, "epoch": epoch, "seq_len": seq_len}
+    common = {"seed": seed, "epoch": epoch, "seq_len": seq_len, "store": store}
     if recipe.packing == "best_fit":
         return plan_bestfit(
             row_ids,

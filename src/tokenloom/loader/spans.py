@@ -3,8 +3,10 @@
 A *stretch* is the part of one document that falls inside one block: some of its tokens and,
 possibly, its EOS. For a block ``[lo, hi)`` of the stream the documents it touches are the ``k``
 with ``starts[k] < hi`` and ``starts[k + 1] > lo``: a contiguous range found with two
-``np.searchsorted`` calls. The work is O(len(blocks) * log n + stretches), independent of how long
-the documents are: a document of millions of tokens costs one stretch per block it spans.
+``np.searchsorted`` calls over the offsets of the few documents around the requested blocks
+(:meth:`~tokenloom.loader.plan.EpochPlan.covering`; the plan does not store every offset). The
+work is O(len(blocks) * (log n + MARK_EVERY) + stretches), independent of how long the documents
+are: a document of millions of tokens costs one stretch per block it spans.
 """
 
 from __future__ import annotations
@@ -88,10 +90,15 @@ def block_spans(plan: EpochPlan, blocks: np.ndarray) -> Spans:
         bad = req[(req < -1) | (req >= plan.num_blocks)][0]
         raise PlanError(f"block {bad} is outside the epoch's blocks [0, {plan.num_blocks}) or -1")
 
-    L, starts = plan.seq_len, plan.starts
+    L = plan.seq_len
     real = np.flatnonzero(req >= 0)  # (m',) indices into blocks
     lo = req[real] * L  # (m',) block start in the stream
     hi = np.minimum(lo + L, plan.stream_len)  # (m',) block end (last block is short)
+    if real.size:
+        # (D,) the documents around the blocks, ascending, with their stream offsets
+        docs, starts, sizes = plan.covering(lo, hi)
+    else:
+        docs = starts = sizes = np.zeros(0, dtype=np.int64)
     first = np.searchsorted(starts, lo, side="right") - 1  # last doc starting at or before lo
     last = np.searchsorted(starts, hi, side="left") - 1  # last doc starting before hi
     counts = last - first + 1  # (m',) >= 1: every position belongs to exactly one doc
@@ -99,19 +106,21 @@ def block_spans(plan: EpochPlan, blocks: np.ndarray) -> Spans:
     total = int(counts.sum())
     offsets = np.cumsum(counts) - counts  # (m',) first stretch of each block
     which = np.repeat(np.arange(real.shape[0]), counts)  # (S,) requested real block of stretch
-    doc = np.repeat(first, counts) + (np.arange(total) - np.repeat(offsets, counts))
+    local = np.repeat(first, counts) + (np.arange(total) - np.repeat(offsets, counts))
+    doc = docs[local]
     blk_lo, blk_hi = lo[which], hi[which]
-    d_start, d_end = starts[doc], starts[doc + 1]  # the doc's stream range, EOS included
+    d_start, d_size = starts[local], sizes[local]
+    d_end = d_start + d_size  # the doc's stream range, EOS included
     s0 = np.maximum(d_start, blk_lo)
     s1 = np.minimum(d_end, blk_hi)
-    doc_len = plan.lengths[doc]
+    doc_len = d_size - 1
     return Spans(
         seq_len=L,
         blocks=req,
         block=real[which].astype(np.int64, copy=False),
         pos=s0 - blk_lo,
         doc=doc,
-        row_id=plan.row_ids[doc],
+        row_id=plan.doc_rows(doc),
         doc_len=doc_len,
         tok_start=s0 - d_start,
         tok_end=np.minimum(s1 - d_start, doc_len),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -281,6 +282,7 @@ def plan_windowed_epoch(
     window: int,
     overlap: int,
     cut_points: Mapping[int, np.ndarray] | None = None,
+    store: Any = None,
 ) -> WindowedPlan:
     """Concat packing of windows: rows in epoch order, each expanded into windows in place.
 
@@ -293,13 +295,14 @@ def plan_windowed_epoch(
         window: ``W <= L``.
         overlap: ``O < W``.
         cut_points: Optional boundary hook (see :func:`window_docs`).
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
 
     Returns:
         The :class:`WindowedPlan`. With ``W = L, O = 0`` its stream equals
         :func:`~tokenloom.loader.plan.plan_epoch`'s.
     """
     W, ov = check_window(window, overlap, seq_len)
-    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len)
+    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
     docs = window_docs(base.row_ids, base.lengths, window=W, overlap=ov, cut_points=cut_points)
     starts = np.zeros(len(docs) + 1, dtype=np.int64)
     np.cumsum(docs.size, out=starts[1:])

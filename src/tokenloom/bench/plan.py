@@ -1,0 +1,437 @@
+"""``tokenloom bench plan``: build time and memory of the epoch plan at corpus scale.
+
+The plan is computed from the stored counts alone, so it is measured on synthetic ``n_tokens``
+arrays (lognormal lengths, median 450 / mean 800 tokens, as :mod:`tokenloom.bench.loader_data`)
+of millions of documents, without a table. Each case runs in fresh forked processes (they share
+the parent's inputs copy-on-write, as DataLoader workers do) which plan ``epochs`` epochs and keep
+them, like the planner's cache of the current and next epoch:
+
+* ``reference``: the former layout (int64 ``row_ids``, ``lengths``, ``starts`` by a stable
+  ``argsort``), for a side-by-side ratio;
+* ``memory``: :func:`~tokenloom.loader.plan.plan_epoch` without a store (one process's copy);
+* ``shared xN``: N processes started together on an empty
+  :class:`~tokenloom.loader.planstore.PlanStore`; one builds, the others wait and map.
+
+Memory is read, not estimated: each process's growth of anonymous memory (``Anonymous`` of
+``/proc/self/smaps_rollup``: its private heap, what the node pays per process) and what numpy
+holds (``tracemalloc``); the store's files are counted once per node. Bytes per document = (sum
+over processes of the anonymous growth + the files) / documents. Goals: < 10 s per epoch and
+<= 12 bytes per document for the whole node.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "GOAL_SECONDS",
+    "GOAL_BYTES_PER_DOC",
+    "PlanBenchConfig",
+    "ProcRun",
+    "PlanCase",
+    "RecipeCost",
+    "PlanBench",
+    "run_plan_bench",
+    "format_plan_report",
+]
+
+GOAL_SECONDS = 10.0
+"""Most seconds to plan one epoch (the job waits on it before its first step)."""
+GOAL_BYTES_PER_DOC = 12.0
+"""Most bytes per document the plan may hold on one node, all processes together."""
+
+_LOOKUP_STEPS = 200  # random steps whose spans are looked up, per process
+_LOOKUP_BATCH = 64  # blocks per step in that lookup
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanBenchConfig:
+    """What ``tokenloom bench plan`` measures."""
+
+    docs: tuple[int, ...] = (17_500_000, 100_000_000)
+    """Corpus sizes (documents) to plan."""
+    procs: int = 4
+    """Processes sharing one node's store in the ``shared xN`` case."""
+    epochs: int = 2
+    """Epochs each process plans and keeps (the planner keeps the current and the next)."""
+    seq_len: int = 2048
+    """Positions per block."""
+    seed: int = 0
+    """Seed of the lengths and of the visiting order."""
+    reference_max_docs: int = 20_000_000
+    """The former layout (~57 bytes per document while building) is measured up to this size."""
+    recipe_docs: int = 1_000_000
+    """Documents of the best-fit / window / mixture measurement (0: skip it)."""
+    workdir: str | None = None
+    """Directory of the stores (a temporary directory by default; removed after)."""
+
+    def __post_init__(self) -> None:
+        if not self.docs or min(self.docs) < 1:
+            raise ValueError(f"docs must be positive sizes, got {self.docs}")
+        if self.procs < 1 or self.epochs < 1 or self.seq_len < 1:
+            raise ValueError(f"procs, epochs and seq_len must be >= 1 ({self})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcRun:
+    """One process of a case."""
+
+    seconds: float
+    """Wall time to plan (or map) all its epochs, from the common start."""
+    cpu_seconds: float
+    """CPU time it spent on that (less sensitive than wall time to other jobs on the cores)."""
+    anon_bytes: int
+    """Growth of its anonymous memory while it holds the plans (-1: not on Linux)."""
+    heap_bytes: int
+    """Bytes numpy and Python hold for the plans (``tracemalloc``)."""
+    heap_peak: int
+    """Peak of that while planning."""
+    built: int
+    """Layouts this process built into the store."""
+    lookup_us: float
+    """Microseconds to look up one step's spans (``_LOOKUP_BATCH`` blocks), 0 when not measured."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCase:
+    """One way of planning one corpus size."""
+
+    name: str
+    docs: int
+    procs: int
+    epochs: int
+    runs: list[ProcRun]
+    file_bytes: int
+    """Bytes of the store's files (counted once per node)."""
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        """The slowest process's time per epoch."""
+        return max(r.seconds for r in self.runs) / self.epochs
+
+    @property
+    def cpu_per_epoch(self) -> float:
+        """The busiest process's CPU time per epoch."""
+        return max(r.cpu_seconds for r in self.runs) / self.epochs
+
+    @property
+    def node_bytes(self) -> int:
+        """Anonymous growth of every process (heap if unknown) plus the files once."""
+        own = sum(max(r.anon_bytes, 0) if r.anon_bytes >= 0 else r.heap_bytes for r in self.runs)
+        return own + self.file_bytes
+
+    @property
+    def bytes_per_doc(self) -> float:
+        return self.node_bytes / self.docs
+
+    @property
+    def passed(self) -> bool:
+        return self.seconds_per_epoch < GOAL_SECONDS and self.bytes_per_doc <= GOAL_BYTES_PER_DOC
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeCost:
+    """Time and memory of one epoch of a non-default recipe (one process, in memory)."""
+
+    name: str
+    docs: int
+    seconds: float
+    heap_bytes: int
+    heap_peak: int
+
+    @property
+    def bytes_per_doc(self) -> float:
+        return self.heap_bytes / self.docs
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanBench:
+    """Everything ``tokenloom bench plan`` measured."""
+
+    config: PlanBenchConfig
+    tokens: dict[int, int]
+    """Real tokens of each corpus size."""
+    cases: list[PlanCase]
+    recipes: list[RecipeCost] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Cases left out, with the reason."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.config),
+            "goals": {"seconds_per_epoch": GOAL_SECONDS, "bytes_per_doc": GOAL_BYTES_PER_DOC},
+            "tokens": {str(k): v for k, v in self.tokens.items()},
+            "cases": [
+                {
+                    "name": c.name,
+                    "docs": c.docs,
+                    "procs": c.procs,
+                    "epochs": c.epochs,
+                    "seconds_per_epoch": c.seconds_per_epoch,
+                    "cpu_seconds_per_epoch": c.cpu_per_epoch,
+                    "node_bytes": c.node_bytes,
+                    "bytes_per_doc": c.bytes_per_doc,
+                    "file_bytes": c.file_bytes,
+                    "passed": c.passed,
+                    "runs": [asdict(r) for r in c.runs],
+                }
+                for c in self.cases
+            ],
+            "recipes": [{**asdict(r), "bytes_per_doc": r.bytes_per_doc} for r in self.recipes],
+            "skipped": self.skipped,
+        }
+
+
+def _anon_bytes() -> int:
+    """This process's anonymous memory (private heap and copied-on-write pages), or -1."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
+def _reference_plan(ids: np.ndarray, lens: np.ndarray, seed: int, epoch: int) -> tuple:
+    """The former in-memory layout: int64 row ids, lengths and every start, by stable argsort."""
+    from tokenloom.loader.shuffle import naive_epoch_permutation
+
+    keep = lens > 0
+    kept_ids, kept_lens = ids[keep], lens[keep]
+    perm = naive_epoch_permutation(kept_ids.shape[0], seed=seed, epoch=epoch)
+    order_ids, order_lens = kept_ids[perm], kept_lens[perm]
+    starts = np.zeros(order_lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(order_lens + 1, out=starts[1:])
+    return order_ids, order_lens, starts
+
+
+def _lookup_us(plan: Any, seed: int) -> float:
+    """Microseconds per step to find the spans of ``_LOOKUP_BATCH`` consecutive blocks."""
+    steps = max(plan.num_blocks // _LOOKUP_BATCH, 1)
+    picks = np.random.default_rng(seed).integers(0, steps, _LOOKUP_STEPS)
+    started = time.perf_counter()
+    for s in picks.tolist():
+        lo = s * _LOOKUP_BATCH
+        plan.spans(np.arange(lo, min(lo + _LOOKUP_BATCH, plan.num_blocks), dtype=np.int64))
+    return (time.perf_counter() - started) / _LOOKUP_STEPS * 1e6
+
+
+def _child(
+    mode: str,
+    cfg: PlanBenchConfig,
+    ids: np.ndarray,
+    lens: np.ndarray,
+    root: str,
+    barrier: Any,
+    results: Any,
+) -> None:
+    from tokenloom.loader.plan import plan_epoch
+    from tokenloom.loader.planstore import PlanStore
+
+    gc.collect()
+    tracemalloc.start()
+    anon0 = _anon_bytes()
+    store = PlanStore(root, min_docs=0) if mode == "shared" else None
+    barrier.wait()
+    started, cpu = time.perf_counter(), time.process_time()
+    held: list[Any] = []
+    for epoch in range(cfg.epochs):
+        if mode == "reference":
+            held.append(_reference_plan(ids, lens, cfg.seed, epoch))
+        else:
+            plan = plan_epoch(
+                ids, lens, seed=cfg.seed, epoch=epoch, seq_len=cfg.seq_len, store=store
+            )
+            int(np.add.reduce(plan.order, dtype=np.uint64))  # every page read once
+            held.append(plan)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    heap, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    anon = _anon_bytes()
+    lookup = _lookup_us(held[0], cfg.seed) if mode != "reference" else 0.0
+    results.put(
+        ProcRun(
+            seconds=seconds,
+            cpu_seconds=cpu,
+            anon_bytes=anon - anon0 if anon0 >= 0 and anon >= 0 else -1,
+            heap_bytes=heap,
+            heap_peak=peak,
+            built=store.built if store is not None else 0,
+            lookup_us=lookup,
+        )
+    )
+    del held
+
+
+def _run_case(
+    name: str,
+    mode: str,
+    procs: int,
+    cfg: PlanBenchConfig,
+    ids: np.ndarray,
+    lens: np.ndarray,
+    root: str,
+) -> PlanCase:
+    ctx = mp.get_context("fork")  # children share the inputs copy-on-write, as workers do
+    barrier, results = ctx.Barrier(procs), ctx.Queue()
+    children = [
+        ctx.Process(target=_child, args=(mode, cfg, ids, lens, root, barrier, results))
+        for _ in range(procs)
+    ]
+    for c in children:
+        c.start()
+    runs = [results.get() for _ in children]
+    for c in children:
+        c.join()
+        if c.exitcode != 0:
+            raise RuntimeError(f"plan bench process of {name!r} exited with {c.exitcode}")
+    files = 0
+    for base, _, names in os.walk(root):
+        files += sum(os.path.getsize(os.path.join(base, n)) for n in names if n.endswith(".npy"))
+    return PlanCase(
+        name=name,
+        docs=int(ids.shape[0]),
+        procs=procs,
+        epochs=cfg.epochs,
+        runs=runs,
+        file_bytes=files,
+    )
+
+
+def _recipe_costs(cfg: PlanBenchConfig) -> list[RecipeCost]:
+    from tokenloom.bench.loader_data import CorpusSpec, doc_lengths
+    from tokenloom.loader.mixture import Pool, plan_mixture
+    from tokenloom.loader.recipe import Recipe, plan_recipe_epoch
+
+    n = cfg.recipe_docs
+    lens = doc_lengths(CorpusSpec(docs=n, seed=cfg.seed))
+    ids = np.arange(n, dtype=np.int64)
+    half = [(ids[i::2], lens[i::2]) for i in (0, 1)]
+    common = {"seed": cfg.seed, "epoch": 0, "seq_len": cfg.seq_len}
+    builders: list[tuple[str, Callable[[], Any]]] = [
+        ("concat", lambda: plan_recipe_epoch(ids, lens, recipe=Recipe(), **common)),
+        (
+            "window (W=L, O=L/8)",
+            lambda: plan_recipe_epoch(
+                ids, lens, recipe=Recipe(long_docs="window", overlap=cfg.seq_len // 8), **common
+            ),
+        ),
+        (
+            "best_fit (fit_window=1024)",
+            lambda: plan_recipe_epoch(ids, lens, recipe=Recipe(packing="best_fit"), **common),
+        ),
+        (
+            "mixture (2 pools, concat)",
+            lambda: plan_mixture(
+                [
+                    Pool(name=f"p{i}", row_ids=pi, n_tokens=pl, share=s)
+                    for i, ((pi, pl), s) in enumerate(zip(half, (0.7, 0.3), strict=True))
+                ],
+                budget_tokens=int(lens.sum()),
+                **common,
+            ),
+        ),
+    ]
+    out = []
+    for name, build in builders:
+        gc.collect()
+        tracemalloc.start()
+        started = time.perf_counter()
+        plan = build()
+        seconds = time.perf_counter() - started
+        heap, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        del plan
+        out.append(RecipeCost(name=name, docs=n, seconds=seconds, heap_bytes=heap, heap_peak=peak))
+    return out
+
+
+def run_plan_bench(cfg: PlanBenchConfig, *, log: Callable[[str], None] = print) -> PlanBench:
+    """Measure every case of the module docstring for each corpus size of ``cfg``."""
+    from tokenloom.bench.loader_data import CorpusSpec, doc_lengths
+
+    cases: list[PlanCase] = []
+    tokens: dict[int, int] = {}
+    skipped: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tokenloom-plan-bench-", dir=cfg.workdir) as tmp:
+        for n in cfg.docs:
+            log(f"[plan] {n:,} documents: drawing lengths")
+            lens = doc_lengths(CorpusSpec(docs=n, seed=cfg.seed))
+            ids = np.arange(n, dtype=np.int64)
+            tokens[n] = int(lens.sum())
+            plan_cases = [("memory", "memory", 1), ("shared x1", "shared", 1)]
+            if cfg.procs > 1:
+                plan_cases.append((f"shared x{cfg.procs}", "shared", cfg.procs))
+            if n <= cfg.reference_max_docs:
+                plan_cases.insert(0, ("reference (int64 arrays)", "reference", 1))
+            else:
+                skipped.append(
+                    f"reference at {n:,} documents (over --reference-max-docs "
+                    f"{cfg.reference_max_docs:,}: ~57 bytes per document while building)"
+                )
+            for name, mode, procs in plan_cases:
+                log(f"[plan] {n:,} documents: {name}")
+                root = os.path.join(tmp, f"{n}-{mode}-{procs}")
+                os.makedirs(root)
+                cases.append(_run_case(name, mode, procs, cfg, ids, lens, root))
+            del ids, lens
+            gc.collect()
+        recipes = []
+        if cfg.recipe_docs:
+            log(f"[plan] recipes at {cfg.recipe_docs:,} documents")
+            recipes = _recipe_costs(cfg)
+    return PlanBench(config=cfg, tokens=tokens, cases=cases, recipes=recipes, skipped=skipped)
+
+
+def format_plan_report(bench: PlanBench) -> str:
+    """The bench as a text table with PASS/MISS against the goals."""
+    cfg = bench.config
+    lines = [
+        f"epoch plan, lognormal lengths (median 450 / mean 800), seq_len {cfg.seq_len}, "
+        f"{cfg.epochs} epoch(s) held per process; goals: < {GOAL_SECONDS:g} s per epoch, "
+        f"<= {GOAL_BYTES_PER_DOC:g} B/doc per node (s/epoch: wall time of the slowest process; "
+        "cpu s: its CPU time)",
+        f"{'docs':>12}  {'case':<26}{'s/epoch':>8}{'cpu s':>7}{'B/doc node':>11}{'files MB':>9}"
+        f"{'heap B/doc':>11}{'peak B/doc':>11}{'spans us/step':>14}  goal",
+    ]
+    refs = {c.docs: c for c in bench.cases if c.name.startswith("reference")}
+    for c in bench.cases:
+        n = c.docs
+        heap = max(r.heap_bytes for r in c.runs) / n
+        peak = max(r.heap_peak for r in c.runs) / n
+        lookup = max(r.lookup_us for r in c.runs)
+        lines.append(
+            f"{n:>12,}  {c.name:<26}{c.seconds_per_epoch:>8.2f}{c.cpu_per_epoch:>7.2f}"
+            f"{c.bytes_per_doc:>11.2f}"
+            f"{c.file_bytes / 1e6:>9.1f}{heap:>11.2f}{peak:>11.2f}"
+            f"{(f'{lookup:.0f}' if lookup else '-'):>14}  {'PASS' if c.passed else 'MISS'}"
+        )
+    for n, ref in refs.items():
+        for c in bench.cases:
+            if c.docs == n and c is not ref:
+                speed = ref.seconds_per_epoch / c.seconds_per_epoch
+                saved = ref.bytes_per_doc / max(c.bytes_per_doc, 1e-9)
+                lines.append(
+                    f"{n:>12,}  reference / {c.name}: time {speed:.2f}x, node memory {saved:.1f}x"
+                )
+    if bench.recipes:
+        lines.append(f"recipes, one epoch in one process ({bench.recipes[0].docs:,} documents):")
+        for r in bench.recipes:
+            lines.append(
+                f"  {r.name:<28}{r.seconds:>7.2f} s ({r.seconds / r.docs * 1e6:.2f} us/doc)"
+                f"{r.bytes_per_doc:>8.1f} B/doc held{r.heap_peak / r.docs:>8.1f} B/doc peak"
+            )
+    lines += [f"skipped: {s}" for s in bench.skipped]
+    return "\n".join(lines)

@@ -1,0 +1,211 @@
+"""``PlanStore``: an epoch's layout built once per node and memory-mapped by every process.
+
+Every rank and every DataLoader worker of a job computes the same plan from the same stored
+counts (★3). For a large selection the layout (:attr:`~tokenloom.loader.plan.EpochPlan.order`
+and ``marks``, about 4 bytes per document) is worth building once per machine: the first process
+to ask takes a file lock, builds it, writes it under a temporary name and renames it into place
+(atomic); every other process waits on the lock, then maps the same files read-only, so the
+page cache holds one copy for the whole node.
+
+Files live in a node-local directory (``$TOKENLOOM_PLAN_CACHE``, default
+``<tmp>/tokenloom-plans-<uid>``), under a key of the selection's contents (a digest of its ids
+and counts, the layout format and the permutation recipe) and ``(seed, epoch)``. What is read
+back is what would be computed: the key pins every input of the layout, and a mapped layout
+whose sizes disagree with the selection is rebuilt. Building epoch ``e`` removes the layouts of
+epochs ``<= e - keep_epochs`` of the same selection and seed (a process still mapping one keeps
+its pages until it unmaps them). Small selections (under ``min_docs`` rows) are planned in
+memory: the plan costs milliseconds and a file per epoch would only add I/O.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tokenloom.loader.plan import MARK_EVERY
+from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
+
+__all__ = ["PlanStore", "PLAN_CACHE_ENV", "LAYOUT_FORMAT", "SHARE_MIN_DOCS", "default_plan_dir"]
+
+PLAN_CACHE_ENV = "TOKENLOOM_PLAN_CACHE"
+"""Environment variable naming the node-local plan directory (``off`` or empty: no store)."""
+
+LAYOUT_FORMAT = f"epoch-layout-v1;marks={MARK_EVERY};{PERMUTATION_ALGORITHM}"
+"""Identity of what a stored layout holds (part of its key)."""
+
+SHARE_MIN_DOCS = 1 << 20
+"""Selections from this many rows are shared through the store; smaller ones stay in memory."""
+
+_DIGESTS_KEPT = 8  # selections whose digest a store remembers (pools of a mixture, epochs)
+
+
+def default_plan_dir() -> str | None:
+    """``$TOKENLOOM_PLAN_CACHE``, or ``<tmp>/tokenloom-plans-<uid>``; ``None`` when it is set
+    to ``off`` or empty (plans then stay in each process's memory)."""
+    env = os.environ.get(PLAN_CACHE_ENV)
+    if env is not None:
+        return None if env.strip().lower() in ("", "off", "0", "none") else env
+    return os.path.join(tempfile.gettempdir(), f"tokenloom-plans-{os.getuid()}")
+
+
+class PlanStore:
+    """A node-local directory of epoch layouts (see the module docstring).
+
+    Args:
+        root: The directory (created on first use); it must be on a local file system.
+        min_docs: Selections with fewer rows are planned in memory.
+        keep_epochs: Layouts of the same selection and seed kept on disk: building epoch ``e``
+            removes those of epochs ``<= e - keep_epochs``.
+    """
+
+    def __init__(self, root: str, *, min_docs: int = SHARE_MIN_DOCS, keep_epochs: int = 2) -> None:
+        if keep_epochs < 1 or min_docs < 0:
+            raise ValueError(f"need keep_epochs >= 1 and min_docs >= 0 ({keep_epochs}, {min_docs})")
+        self.root = os.path.abspath(os.path.expanduser(root))
+        self.min_docs = int(min_docs)
+        self.keep_epochs = int(keep_epochs)
+        self.built = 0
+        """Layouts this process built and wrote."""
+        self.mapped = 0
+        """Layouts this process mapped from files (its own included)."""
+        self._digests: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, str]] = {}
+
+    @classmethod
+    def default(cls) -> PlanStore | None:
+        """The store at :func:`default_plan_dir`, or ``None`` when it is switched off."""
+        root = default_plan_dir()
+        return None if root is None else cls(root)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_digests"] = {}  # a worker re-hashes its own arrays; never pickle them here
+        state["built"] = state["mapped"] = 0  # the counters are per process
+        return state
+
+    def selection_key(self, ids: np.ndarray, lens: np.ndarray) -> str:
+        """Digest of a selection's ids and counts and of :data:`LAYOUT_FORMAT` (remembered per
+        array pair, so each epoch of the same selection hashes it once)."""
+        memo = (id(ids), id(lens))
+        hit = self._digests.get(memo)
+        if hit is not None and hit[0] is ids and hit[1] is lens:
+            return hit[2]
+        h = hashlib.sha256(LAYOUT_FORMAT.encode())
+        for arr in (ids, lens):
+            a = np.ascontiguousarray(arr, dtype=np.int64)
+            h.update(str(a.shape[0]).encode() + b";")
+            h.update(memoryview(a).cast("B"))
+        key = h.hexdigest()[:24]
+        self._digests[memo] = (ids, lens, key)
+        while len(self._digests) > _DIGESTS_KEPT:
+            self._digests.pop(next(iter(self._digests)))
+        return key
+
+    def path(self, ids: np.ndarray, lens: np.ndarray, *, seed: int, epoch: int) -> str:
+        """Directory of the layout of this selection and ``(seed, epoch)``."""
+        return os.path.join(self.root, self.selection_key(ids, lens), f"s{seed}-e{epoch}")
+
+    def layout(
+        self,
+        ids: np.ndarray,
+        lens: np.ndarray,
+        *,
+        seed: int,
+        epoch: int,
+        build: Callable[[], tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, marks)`` of an epoch: mapped from the store, built there first if absent.
+
+        Args:
+            ids: ``(N,)`` int64 ids of the selection.
+            lens: ``(N,)`` int64 counts of the selection.
+            seed: The job's seed.
+            epoch: The epoch.
+            build: Computes ``(order, marks)`` (called by at most one process per node).
+
+        Returns:
+            Read-only arrays, memory-mapped (or in memory below ``min_docs`` rows).
+        """
+        if ids.shape[0] < self.min_docs:
+            return build()
+        final = self.path(ids, lens, seed=seed, epoch=epoch)
+        parent = os.path.dirname(final)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            lock = open(final + ".lock", "a+b")  # noqa: SIM115 - closed by the with below
+        except OSError as exc:
+            warnings.warn(
+                f"plan store {self.root} is not writable ({exc}); planning in memory "
+                f"(set {PLAN_CACHE_ENV} to a local writable directory, or 'off')",
+                stacklevel=2,
+            )
+            return build()
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait, then map
+            mapped = self._open(final, lens) if os.path.isdir(final) else None
+            if mapped is None:
+                order, marks = build()
+                self._write(final, order, marks)
+                self._prune(parent, seed, epoch)
+                self.built += 1
+                mapped = self._open(final, lens)
+                if mapped is None:  # pragma: no cover - only a broken file system gets here
+                    return order, marks
+        self.mapped += 1
+        return mapped
+
+    def _open(self, final: str, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        try:
+            order = np.asarray(np.load(os.path.join(final, "order.npy"), mmap_mode="r"))
+            marks = np.asarray(np.load(os.path.join(final, "marks.npy"), mmap_mode="r"))
+        except (OSError, ValueError):
+            order = marks = None
+        n = int(np.count_nonzero(lens))
+        if (
+            order is None
+            or marks is None
+            or order.shape != (n,)
+            or marks.shape != (-(-n // MARK_EVERY) + 1,)
+            or int(marks[-1]) != int(lens.sum()) + n
+        ):
+            shutil.rmtree(final, ignore_errors=True)  # unreadable or not this selection's
+            return None
+        return order, marks
+
+    @staticmethod
+    def _write(final: str, order: np.ndarray, marks: np.ndarray) -> None:
+        tmp = f"{os.path.dirname(final)}/.{os.path.basename(final)}.{secrets.token_hex(6)}.tmp"
+        os.makedirs(tmp)
+        try:
+            for name, arr in (("order", order), ("marks", marks)):
+                with open(os.path.join(tmp, f"{name}.npy"), "wb") as f:
+                    np.save(f, arr)
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.rename(tmp, final)  # atomic: a reader sees the whole layout or none
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _prune(self, parent: str, seed: int, epoch: int) -> None:
+        pattern = re.compile(rf"s{seed}-e(\d+)(\.lock)?$")
+        for name in os.listdir(parent):
+            m = pattern.match(name)
+            if m and int(m.group(1)) <= epoch - self.keep_epochs:
+                path = os.path.join(parent, name)
+                if m.group(2):
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+                else:
+                    shutil.rmtree(path, ignore_errors=True)

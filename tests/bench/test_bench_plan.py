@@ -1,0 +1,38 @@
+"""Smoke test of ``tokenloom bench plan``: the result's structure on small sizes, not timing.
+
+Benchmarks print ratios measured side by side; they are never timed assertions in the suite.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+
+def test_plan_bench_smoke(tmp_path) -> None:
+    out = run_cli(
+        "bench", "plan", "--docs", "30000", "--procs", "2", "--recipe-docs", "3000",
+        "--workdir", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    cases = {c["name"]: c for c in doc["cases"]}
+    assert list(cases) == ["reference (int64 arrays)", "memory", "shared x1", "shared x2"]
+    for c in cases.values():
+        assert c["docs"] == 30000 and c["seconds_per_epoch"] > 0 and c["node_bytes"] > 0
+        assert len(c["runs"]) == c["procs"] and isinstance(c["passed"], bool)
+    # The reference holds int64 row ids, lengths and starts for each of the 2 epochs.
+    assert cases["reference (int64 arrays)"]["runs"][0]["heap_bytes"] >= 48 * 30000
+    # Each epoch's layout was built by one process and mapped by the other; files count once.
+    shared = cases["shared x2"]
+    assert sum(r["built"] for r in shared["runs"]) == 2
+    assert shared["file_bytes"] == cases["shared x1"]["file_bytes"] > 2 * 4 * 29000
+    assert [r["name"] for r in doc["recipes"]][0] == "concat"
+    assert not list(tmp_path.iterdir())  # the stores are removed after the run
+
+
+def test_plan_bench_rejects_bad_sizes() -> None:
+    out = run_cli("bench", "plan", "--docs", "12,abc")
+    assert out.returncode != 0
+    assert "--docs" in out.stderr and "abc" in out.stderr

@@ -1,0 +1,133 @@
+"""The node-local plan store: built once, mapped by every process, equal to the plan in memory."""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing as mp
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from tests.loader.tables import token_table
+from tokenloom.loader import LoaderSpec, plan_epoch
+from tokenloom.loader.planner import Planner
+from tokenloom.loader.planstore import PLAN_CACHE_ENV, PlanStore, default_plan_dir
+
+
+def selection(n: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, 900, n).astype(np.int64)
+    lens[::7] = 0  # empty rows are left out of the order
+    return np.arange(3, 3 + 2 * n, 2, dtype=np.int64), lens
+
+
+def is_mapped(arr: np.ndarray) -> bool:
+    base = arr
+    while base is not None:
+        if isinstance(base, np.memmap | mmap.mmap):
+            return True
+        base = getattr(base, "base", None)
+    return False
+
+
+def assert_same_plan(got, want) -> None:
+    assert np.array_equal(got.order, want.order) and got.order.dtype == want.order.dtype
+    assert np.array_equal(got.marks, want.marks)
+    assert (got.stream_len, got.num_blocks, got.empty_rows) == (
+        want.stream_len,
+        want.num_blocks,
+        want.empty_rows,
+    )
+    blocks = np.arange(want.num_blocks, dtype=np.int64)
+    a, b = got.spans(blocks), want.spans(blocks)
+    for name in ("block", "pos", "doc", "row_id", "doc_len", "tok_start", "tok_end", "has_eos"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_built_once_then_mapped_read_only(tmp_path) -> None:
+    ids, lens = selection()
+    first, second = PlanStore(str(tmp_path), min_docs=0), PlanStore(str(tmp_path), min_docs=0)
+    want = plan_epoch(ids, lens, seed=5, epoch=1, seq_len=64)
+    a = plan_epoch(ids, lens, seed=5, epoch=1, seq_len=64, store=first)
+    b = plan_epoch(ids, lens, seed=5, epoch=1, seq_len=128, store=second)  # L is not in the key
+    assert (first.built, first.mapped, second.built, second.mapped) == (1, 1, 0, 1)
+    assert_same_plan(a, want)
+    assert np.array_equal(b.order, want.order)
+    path = first.path(ids, lens, seed=5, epoch=1)
+    assert sorted(os.listdir(path)) == ["marks.npy", "order.npy"]
+    assert is_mapped(a.order) and not a.order.flags.writeable
+    assert not is_mapped(want.order)
+    with pytest.raises(ValueError):
+        a.order[0] = 1
+
+
+def _plan_in_process(root: str) -> tuple[int, bytes]:
+    ids, lens = selection(20_000, seed=3)
+    store = PlanStore(root, min_docs=0)
+    plan = plan_epoch(ids, lens, seed=9, epoch=0, seq_len=256, store=store)
+    return store.built, plan.order.tobytes()
+
+
+def test_processes_racing_build_it_once(tmp_path) -> None:
+    with mp.get_context("spawn").Pool(3) as pool:
+        results = pool.map(_plan_in_process, [str(tmp_path)] * 3)
+    ids, lens = selection(20_000, seed=3)
+    want = plan_epoch(ids, lens, seed=9, epoch=0, seq_len=256).order.tobytes()
+    assert sum(built for built, _ in results) == 1  # the others waited on the lock and mapped
+    assert all(order == want for _, order in results)
+
+
+def test_old_epochs_pruned_and_a_bad_layout_rebuilt(tmp_path) -> None:
+    ids, lens = selection()
+    store = PlanStore(str(tmp_path), min_docs=0, keep_epochs=2)
+    for epoch in range(4):
+        plan_epoch(ids, lens, seed=1, epoch=epoch, seq_len=32, store=store)
+    parent = os.path.dirname(store.path(ids, lens, seed=1, epoch=0))
+    assert sorted(n for n in os.listdir(parent) if not n.endswith(".lock")) == ["s1-e2", "s1-e3"]
+    np.save(os.path.join(store.path(ids, lens, seed=1, epoch=3), "order.npy"), np.zeros(3))
+    again = plan_epoch(ids, lens, seed=1, epoch=3, seq_len=32, store=store)
+    assert store.built == 5
+    assert_same_plan(again, plan_epoch(ids, lens, seed=1, epoch=3, seq_len=32))
+
+
+def test_small_selections_stay_in_memory(tmp_path, monkeypatch) -> None:
+    ids, lens = selection(100)
+    store = PlanStore(str(tmp_path / "plans"), min_docs=1000)
+    plan = plan_epoch(ids, lens, seed=0, epoch=0, seq_len=16, store=store)
+    assert store.built == store.mapped == 0 and not (tmp_path / "plans").exists()
+    assert plan.order.dtype == np.uint32
+    monkeypatch.setenv(PLAN_CACHE_ENV, "off")
+    assert default_plan_dir() is None and PlanStore.default() is None
+    monkeypatch.setenv(PLAN_CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert PlanStore.default().root == str(tmp_path / "elsewhere")
+
+
+def test_planner_through_the_store_delivers_the_same_stream(tmp_path, paragraphs) -> None:
+    uri = token_table(tmp_path, paragraphs[:120])
+    spec = LoaderSpec(table=uri, seq_len=32, global_batch=4, seed=3, eos_id=0)
+    store = PlanStore(str(tmp_path / "plans"), min_docs=0)
+    shared, alone = Planner(spec, plan_store=store), Planner(spec, plan_store=None)
+    for epoch in (0, 1):
+        a, b = shared.view(epoch), alone.view(epoch)
+        assert a.steps == b.steps
+        for step in range(a.steps):
+            pa, pb = a.skeleton(a.layout(step)), b.skeleton(b.layout(step))
+            assert np.array_equal(pa.doc_ids, pb.doc_ids)
+            assert np.array_equal(pa.spans, pb.spans)
+    assert store.built == 2
+    clone = pickle.loads(pickle.dumps(shared))  # a spawned DataLoader worker's copy
+    assert not clone._plans and clone.store.root == store.root
+    assert np.array_equal(clone.plan(1).order, shared.plan(1).order)
+    assert clone.store.built == 0  # it mapped the layout the first process wrote
+
+
+def test_unwritable_store_plans_in_memory(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the store's directory should be
+    ids, lens = selection()
+    store = PlanStore(str(blocker / "plans"), min_docs=0)
+    with pytest.warns(UserWarning, match="not writable"):
+        plan = plan_epoch(ids, lens, seed=2, epoch=0, seq_len=64, store=store)
+    assert_same_plan(plan, plan_epoch(ids, lens, seed=2, epoch=0, seq_len=64))
