@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tokenloom.loader.group import PackedGroup
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
 from tokenloom.loader.spec import LoaderSpec
@@ -32,7 +33,6 @@ from tokenloom.process import env_topology
 __all__ = ["PackedDataset", "as_tensors"]
 
 _TAKE_ROWS = 256  # rows per take the read group aims at (measured: 64 rows ~31M tok/s, 256 ~42M)
-_META = "_loader"  # per-batch worker metadata, removed by DataLoader
 
 
 class PackedDataset(IterableDataset):
@@ -231,109 +231,125 @@ class PackedDataset(IterableDataset):
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
         return int(min(max(_TAKE_ROWS // per_step, 1), 64))
 
-    def _build_group(self, view: EpochView, steps: list[int]) -> list[_Built]:
-        """Several steps read with ONE take of all their rows, then packed (in an I/O thread:
-        ``take`` and the numpy packer release the GIL for most of their time)."""
-        layouts = [view.layout(s, rank=self.rank, world_size=self.world_size) for s in steps]
-        ids, rowids = self.inputs.row_ids, self.inputs.rowids
-        stable = [rowids[np.searchsorted(ids, lay.spans.row_id)] for lay in layouts]
-        docs = None
-        if any(len(lay.spans) for lay in layouts):
-            lens = np.concatenate([lay.spans.doc_len for lay in layouts])
-            docs = self.reader.read(np.concatenate(stable), lens, self.seq_len)
-        pools = len(self.spec.pool_names)
-        out = []
-        for lay, r in zip(layouts, stable, strict=True):
-            tokens, offsets = self.reader.gather(
-                lay.spans, lay.starts, lay.stops, r, self.seq_len, docs
-            )
-            started = time.perf_counter()
-            packed = view.pack(lay, tokens, offsets)
-            batch: dict[str, Any] = {
-                "input_ids": packed.input_ids,
-                "labels": packed.labels,
-                "position_ids": packed.position_ids,
-                "doc_ids": packed.doc_ids,
-                "cu_seqlens": packed.cu_seqlens,
-                "max_seqlen": int(packed.max_seqlen),
-                "continues": packed.continues,
-                "spans": packed.spans,
-            }
-            if packed.context is not None:
-                batch["context"] = packed.context  # (n, 2) context-only range of each stretch
-            if self.spec.mixture:
-                batch["block_pool"] = lay.pools  # (B,) mixture pool of each block
-            counts = view.count(lay, packed, pools)
-            increments = {
-                "rows_packed": len(lay.spans),
-                "tokens": int(packed.real_tokens),
-                "eos": int(packed.eos_positions),
-                "padding": int(packed.padding_positions),
-                "loss_positions": int(packed.loss_positions),
-                "pack_seconds": time.perf_counter() - started,
-            }
-            out.append(_Built(step=lay.step, batch=batch, counts=counts, increments=increments))
-        return out
+    def _build_group(self, view: EpochView, epoch: int, steps: range) -> _Group:
+        """Several consecutive steps read with ONE take of all their rows and packed with one
+        call (in an I/O thread: ``take`` and the numpy packer release the GIL for most of their
+        time); the consumer hands them out step by step."""
+        layout = view.group(
+            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
+        )
+        spans = layout.spans
+        rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
+        tokens, offsets, read = self.reader.read_ranges(
+            rowids, layout.starts, layout.stops, spans.doc_len
+        )
+        started = time.perf_counter()
+        packed = view.pack_group(layout, tokens, offsets)
+        counts = view.count_group(layout, packed, len(self.spec.pool_names))
+        return _Group(
+            epoch=epoch,
+            first=steps.start,
+            packed=packed,
+            counts=counts,
+            pools=layout.pools if self.spec.mixture else None,
+            read=read,
+            pack_seconds=time.perf_counter() - started,
+        )
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
+        """Batches (dicts of tensors) in-process; in a DataLoader worker, groups of steps that
+        :class:`~tokenloom.loader.dataloader.DataLoader` hands out one step at a time."""
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, first = self._epoch, self._step
         view = self.view(epoch)
         total = view.steps
-        steps = list(range(first + wid, total, workers))
-        snapshot = self.stats.copy()
         size = self._group_steps(view)
-        groups = [steps[i : i + size] for i in range(0, len(steps), size)]
+        # worker w builds groups w, w + W, ...: the DataLoader's round-robin keeps the order
+        starts = range(first + wid * size, total, workers * size)
+        groups = [range(lo, min(lo + size, total)) for lo in starts]
         threads = self.io_threads or (1 if info is not None else 2)
         depth = max(self.read_ahead, threads)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
-            ahead = deque(pool.submit(self._build_group, view, g) for g in groups[:depth])
-            built: deque[_Built] = deque()
+            ahead = deque(pool.submit(self._build_group, view, epoch, g) for g in groups[:depth])
             next_group = len(ahead)
-            for step in steps:
-                if not built:
-                    built.extend(ahead.popleft().result())
-                    if next_group < len(groups):
-                        ahead.append(pool.submit(self._build_group, view, groups[next_group]))
-                        next_group += 1
-                item = built.popleft()
-                assert item.step == step  # groups are consumed in order
-                batch, s = item.batch, self.stats
-                for key, value in item.increments.items():
-                    setattr(s, key, getattr(s, key) + value)
-                self.last_counts = item.counts
-                r = self.reader
-                s.rows_read, s.bytes_read, s.read_seconds = (
-                    r.rows_read,
-                    r.bytes_read,
-                    r.read_seconds,
-                )
-                s.steps += 1
+            expected = groups[0].start if groups else total
+            while ahead:
+                group = ahead.popleft().result()
+                if next_group < len(groups):
+                    ahead.append(pool.submit(self._build_group, view, epoch, groups[next_group]))
+                    next_group += 1
+                assert group.first == expected  # groups are consumed in order
+                expected += workers * size
                 if info is not None:
-                    batch[_META] = {
-                        "epoch": epoch,
-                        "step": step,
-                        "stats": s.delta(snapshot),
-                        "counts": item.counts,
-                    }
-                    snapshot = s.copy()
-                    yield batch  # numpy: one pickle to the main process, not one fd per tensor
+                    yield group  # one message per group; the DataLoader splits it
                     continue
-                self._step = step + 1
-                if self._step >= total:
-                    self._epoch, self._step = epoch + 1, 0
-                yield as_tensors(batch)
+                for i in range(group.steps):
+                    self.stats.add(group.step_stats(i))
+                    self.last_counts = group.counts[i]
+                    self._step = group.first + i + 1
+                    if self._step >= total:
+                        self._epoch, self._step = epoch + 1, 0
+                    yield as_tensors(group.batch(i))
 
 
-@dataclass(frozen=True, eq=False)
-class _Built:
-    """One step's batch as an I/O thread built it, with what it adds to the counters."""
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Group:
+    """Consecutive steps as an I/O thread built them, with what they add to the counters."""
 
-    step: int
-    batch: dict[str, Any]
-    counts: StepCounts
-    increments: dict[str, float]
+    epoch: int
+    first: int
+    """Global step of the group's first batch."""
+    packed: PackedGroup
+    counts: list[StepCounts]
+    """Per-pool counts of each step."""
+    pools: np.ndarray | None
+    """``(k * B,)`` mixture pool of each block, with a mixture."""
+    read: tuple[int, int, float]
+    """Rows, bytes and seconds the group's ``take`` cost."""
+    pack_seconds: float
+
+    @property
+    def steps(self) -> int:
+        return self.packed.steps
+
+    def batch(self, i: int) -> dict[str, Any]:
+        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays)."""
+        p = self.packed.step(i)
+        batch: dict[str, Any] = {
+            "input_ids": p.input_ids,
+            "labels": p.labels,
+            "position_ids": p.position_ids,
+            "doc_ids": p.doc_ids,
+            "cu_seqlens": p.cu_seqlens,
+            "max_seqlen": p.max_seqlen,
+            "continues": p.continues,
+            "spans": p.spans,
+        }
+        if p.context is not None:
+            batch["context"] = p.context  # (n, 2) context-only range of each stretch
+        if self.pools is not None:
+            B = self.packed.blocks_per_step
+            batch["block_pool"] = self.pools[i * B : (i + 1) * B]  # (B,) pool of each block
+        return batch
+
+    def step_stats(self, i: int) -> dict[str, float]:
+        """What delivering step ``first + i`` adds to :class:`LoaderStats` (the group's read
+        counts with its first step)."""
+        p = self.packed
+        rows, nbytes, seconds = self.read if i == 0 else (0, 0, 0.0)
+        return {
+            "steps": 1,
+            "rows_read": rows,
+            "bytes_read": nbytes,
+            "read_seconds": seconds,
+            "rows_packed": int(p.stretch_bounds[i + 1] - p.stretch_bounds[i]),
+            "tokens": int(p.real_tokens[i]),
+            "eos": int(p.eos_positions[i]),
+            "padding": int(p.padding_positions[i]),
+            "loss_positions": int(p.loss_positions[i]),
+            "pack_seconds": self.pack_seconds / p.steps,
+        }
 
 
 def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:

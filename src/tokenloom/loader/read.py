@@ -228,6 +228,119 @@ class TokenReader:
                     self._remember(rid, arr)
         return out
 
+    def read_ranges(
+        self,
+        rowids: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        doc_len: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, float]]:
+        """Tokens ``[starts[i], stops[i])`` of row ``rowids[i]`` for every ``i``, concatenated.
+
+        One ``take`` of the rows not in the long-document cache, then one vectorised gather per
+        source buffer (the take's values, each cached document): no per-row or per-stretch Python.
+        A row whose tokens go on past the last range asked for (a document continuing into
+        later blocks) is copied into the cache.
+
+        Args:
+            rowids: ``(S,)`` stable row ids (uint64).
+            starts, stops: ``(S,)`` token ranges of each row.
+            doc_len: ``(S,)`` planned tokens of each row (its ``n_tokens``).
+
+        Returns:
+            ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes:
+            ``tokens`` in the column's dtype, ``offsets`` ``(S + 1,)`` int64; and the rows,
+            bytes and seconds this call's ``take`` cost.
+
+        Raises:
+            LoaderError: A row holds fewer tokens than the plan (its ``n_tokens``) says.
+        """
+        S = len(rowids)
+        lengths = (stops - starts).astype(np.int64, copy=False)
+        offsets = np.zeros(S + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        read = (0, 0, 0.0)
+        if S == 0:
+            return np.empty(0, dtype=np.int64), offsets, read
+        uniq, first, inv = np.unique(rowids, return_index=True, return_inverse=True)
+        source = np.zeros(len(uniq), dtype=np.int64)  # which buffer holds each row
+        base = np.zeros(len(uniq), dtype=np.int64)  # where its tokens start in that buffer
+        row_len = np.zeros(len(uniq), dtype=np.int64)
+        buffers: list[np.ndarray] = []
+        missing = np.arange(len(uniq))
+        if self._cache:
+            hit = np.zeros(len(uniq), dtype=bool)
+            with self._lock:
+                for j, rid in enumerate(uniq.tolist()):
+                    arr = self._cache.get(rid)
+                    if arr is not None:
+                        self._cache.move_to_end(rid)
+                        hit[j] = True
+                        source[j] = len(buffers) + 1  # 0 is the take's buffer
+                        row_len[j] = len(arr)
+                        buffers.append(arr)
+            missing = np.flatnonzero(~hit)
+        taken = np.empty(0, dtype=np.int64)
+        if len(missing):
+            started = time.perf_counter()
+            table = self.dataset._take_rows(uniq[missing].tolist(), columns=[self.token_column])
+            col = table.column(self.token_column).combine_chunks()
+            read = (len(missing), col.nbytes, time.perf_counter() - started)
+            with self._lock:
+                self.read_seconds += read[2]
+                self.rows_read += read[0]
+                self.bytes_read += read[1]
+            if len(col.values):
+                taken = col.values.to_numpy(zero_copy_only=False)
+            offs = col.offsets.to_numpy().astype(np.int64, copy=False)
+            base[missing] = offs[:-1]
+            row_len[missing] = offs[1:] - offs[:-1]
+            if col.null_count:
+                row_len[missing[~col.is_valid().to_numpy(zero_copy_only=False)]] = 0
+        buffers.insert(0, taken)
+        short = stops > row_len[inv]
+        if short.any():
+            i = int(np.flatnonzero(short)[0])
+            raise LoaderError(
+                f"row with stable id {int(rowids[i])} holds {int(row_len[inv[i]])} tokens in "
+                f"column {self.token_column!r} but the plan needs {int(stops[i])} (its stored "
+                f"count is {int(doc_len[i])}); the count column is stale: run "
+                f"`tokenloom refresh --table {self.uri}`"
+            )
+        dtype = next((b.dtype for b in buffers if len(b)), np.dtype(np.int64))
+        tokens = np.empty(int(offsets[-1]), dtype=dtype)
+        begin = base[inv] + starts - offsets[:-1]  # (S,) buffer position of each range's
+        # first token, minus where that token goes in ``tokens``
+        if len(buffers) == 1:  # no cache hit: one gather
+            tokens[:] = taken[np.arange(len(tokens)) + np.repeat(begin, lengths)]
+        else:
+            src = source[inv]  # (S,) buffer of each range
+            for k, buf in enumerate(buffers):
+                sel = np.flatnonzero(src == k)
+                n = lengths[sel]
+                if not len(sel) or not n.any():
+                    continue
+                dst = np.repeat(offsets[:-1][sel] - (np.cumsum(n) - n), n) + np.arange(n.sum())
+                tokens[dst] = buf[dst + np.repeat(begin[sel], n)]
+        # A document that goes on after this call's last range is needed again by a later
+        # call: keep a copy (not a view that would pin the whole take buffer); one that ends
+        # here is dropped from the cache.
+        last = np.zeros(len(uniq), dtype=np.int64)
+        np.maximum.at(last, inv, stops)
+        done = last >= doc_len[first]
+        if len(buffers) > 1:
+            ended = uniq[(source > 0) & done].tolist()
+            if ended:
+                with self._lock:
+                    for rid in ended:
+                        arr = self._cache.pop(rid, None)
+                        if arr is not None:
+                            self._cached -= len(arr)
+        for j in missing[~done[missing]].tolist():
+            lo = int(base[j])
+            self._remember(int(uniq[j]), taken[lo : lo + int(row_len[j])].copy())
+        return tokens, offsets, read
+
     def _remember(self, rid: int, arr: np.ndarray) -> None:
         if len(arr) > self.cache_tokens:
             arr = arr.copy()  # keep just this document, not the whole Arrow buffer
