@@ -35,6 +35,7 @@ from tokenloom.bench.loader_report import (
     _MDS,
     _MIXTURE,
     _PARQUET,
+    _PREPACKED,
     _TL0,
     _TL2,
     _TRANSPORT,
@@ -58,7 +59,7 @@ __all__ = [
     "format_report",
 ]
 
-ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "long", "recipes")
+ALL_LOADERS = ("tokenloom", "lancedb", "mds", "parquet", "prepacked", "long", "recipes")
 """The default selection. ``transport`` (opt-in) adds the bench-only numpy-transport prototype."""
 KNOWN_LOADERS = (*ALL_LOADERS, "transport")
 
@@ -211,6 +212,10 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
         cases.append(CaseSpec(label=_MDS, kind="mds", path=paths["mds"], **common))
     if "parquet" in config.only:
         cases.append(CaseSpec(label=_PARQUET, kind="parquet", path=paths["parquet"], **common))
+    if "prepacked" in config.only:
+        cases.append(
+            CaseSpec(label=_PREPACKED, kind="prepacked", path=paths["prepacked"], **common)
+        )
     return cases
 
 
@@ -235,6 +240,9 @@ def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[
     if "mds" in wanted:
         mpath = os.path.join(root, f"{corpus.name}-L{config.seq_len}.mds")
         jobs.append(("mds", lambda: build_mds(mpath, corpus, seq_len=config.seq_len)))
+    if "prepacked" in wanted:
+        kpath = os.path.join(root, f"{corpus.name}-L{config.seq_len}-blocks.lance")
+        jobs.append(("prepacked", lambda: _build_prepacked(kpath, corpus, config.seq_len)))
     builds = {}
     for name, job in jobs:
         log(f"preparing {name} ...")
@@ -246,6 +254,12 @@ def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[
         )
         builds[name] = built
     return builds
+
+
+def _build_prepacked(path: str, corpus: CorpusSpec, seq_len: int) -> Built:
+    from tokenloom.bench.loader_prepacked import build_prepacked  # imports torch
+
+    return build_prepacked(path, corpus, seq_len=seq_len)
 
 
 def _child(spec: CaseSpec, results: mp.Queue) -> None:

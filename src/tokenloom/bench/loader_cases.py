@@ -233,8 +233,16 @@ def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         epoch += 1
 
 
+def prepacked_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """The pre-packed Lance blocks copy (see ``loader_prepacked``)."""
+    from tokenloom.bench.loader_prepacked import prepacked_batches as batches
+
+    return batches(spec, notes)
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
+    "prepacked": prepacked_batches,
     "lancedb": lancedb_batches,
     "mds": mds_batches,
     "parquet": parquet_batches,
@@ -245,6 +253,7 @@ _IMPORTS = {
     "lancedb": ("torch", "lance", "lancedb.streaming"),
     "mds": ("torch", "tokenloom.bench.loader_mds"),
     "parquet": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
+    "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
 }
 
 

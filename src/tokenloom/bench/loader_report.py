@@ -74,8 +74,11 @@ class LoaderBench:
         find = self.find
         # (goal, numerator, denominator, target): one measured throughput over another
         ratios = [
-            (">= 10x LanceDB StreamingDataset (best of sweep)", ref, lancedb, 10.0),
+            (">= 15x LanceDB StreamingDataset (best of sweep)", ref, lancedb, 15.0),
             (">= 1.2x pre-packed MDS (MosaicML Streaming)", ref, find(_MDS), 1.2),
+            (">= 1.0x a pre-packed Lance blocks copy", ref, find(_PREPACKED), 1.0),
+            (">= 1.5x random-access Parquet", ref, find(_PARQUET), 1.5),
+            ("workers=2 >= in-process (workers=0)", ref, find(_TL0), 1.0),
             ("best-fit packing >= 0.8x concat", find(_BESTFIT), ref, 0.8),
             ("70/30 token-quota mixture >= 0.8x concat", find(_MIXTURE), ref, 0.8),
             ("long documents >= 0.8x normal", find(_LONG), ref, 0.8),
@@ -132,6 +135,7 @@ _MIXTURE = "tokenloom 70/30 mixture (workers=2)"
 _TRANSPORT = "tokenloom, numpy transport prototype (workers=2)"
 _MDS = "MDS pre-packed (workers=2)"
 _PARQUET = "Parquet random row groups (workers=2)"
+_PREPACKED = "Lance pre-packed blocks, sequential scan (workers=2)"
 
 
 def _div(a: CaseResult | None, b: CaseResult | None) -> float | None:
@@ -170,7 +174,7 @@ def format_report(bench: LoaderBench) -> str:
         f"batches of ({cfg.batch_size}, {cfg.seq_len}) int64, {budget} per loader after its "
         f"first batch, {os.cpu_count()} CPUs, each loader in a fresh process"
     )
-    for name in ("mds", "parquet", "long"):
+    for name in ("mds", "parquet", "prepacked", "long"):
         b = bench.builds.get(name)
         if b is not None:
             lines.append(

@@ -209,10 +209,11 @@ The corpus and its copies are built once under --workdir and reused.""",
 )
 @click.option(
     "--only",
-    default="tokenloom,lancedb,mds,parquet,long",
+    default="tokenloom,lancedb,mds,parquet,prepacked,long",
     show_default=True,
     metavar="LIST",
-    help="Comma-separated loaders: tokenloom, lancedb, mds, parquet, long, transport.",
+    help="Comma-separated loaders: tokenloom, lancedb, mds, parquet, prepacked, long, recipes, "
+    "transport.",
 )
 @json_option
 def loader_bench(

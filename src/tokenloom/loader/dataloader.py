@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from tokenloom.loader.buffers import SharedSlots
 from tokenloom.loader.dataset import PackedDataset, _Group, as_tensors
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
@@ -65,16 +66,21 @@ class DataLoader(torch.utils.data.DataLoader):
             return
         total = len(ds)
         it = super().__iter__()
+        slots: dict[int, SharedSlots] = {}  # each worker's shared-memory slots
         while True:
             started = time.perf_counter()
             try:
                 group: _Group = next(it)
             except StopIteration:
                 return
+            if group.slots is not None:
+                slots[group.worker] = group.slots
+            if group.slot is not None:
+                group = group.settle(slots[group.worker], ds._buffers)
             self.stats.wait_seconds += time.perf_counter() - started
             for i in range(group.steps):
                 self.stats.add(group.step_stats(i))
-                self.ledger.add(group.counts[i])
+                self.ledger.add(group.counts.step(i))
                 ds._epoch, ds._step = group.epoch, group.first + i + 1
                 if ds._step >= total:
                     ds._epoch, ds._step = group.epoch + 1, 0

@@ -14,25 +14,30 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
 from tokenloom.loader.group import PackedGroup
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
-from tokenloom.loader.view import EpochView, StepCounts
+from tokenloom.loader.view import EpochView, GroupCounts, StepCounts
 from tokenloom.process import env_topology
 
 __all__ = ["PackedDataset", "as_tensors"]
 
 _TAKE_ROWS = 256  # rows per take the read group aims at (measured: 64 rows ~31M tok/s, 256 ~42M)
+# A worker's groups in transit: the DataLoader's prefetch (2 per worker by default, up to
+# prefetch_factor * workers when the other workers are done) plus the one being copied out.
+_SLOTS_IN_TRANSIT = 8
+_SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 
 
 class PackedDataset(IterableDataset):
@@ -123,6 +128,8 @@ class PackedDataset(IterableDataset):
         """Read groups in flight (at least ``io_threads``)."""
         self.read_group = read_group
         """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
+        self._buffers = RecycledBuffers()
+        """Output buffers of packed groups, reused once no batch of theirs is referenced."""
         self.reader = TokenReader(
             self.uri, self.version, self.spec.token_column, storage_options=storage_options
         )
@@ -231,10 +238,13 @@ class PackedDataset(IterableDataset):
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
         return int(min(max(_TAKE_ROWS // per_step, 1), 64))
 
-    def _build_group(self, view: EpochView, epoch: int, steps: range) -> _Group:
+    def _build_group(
+        self, view: EpochView, epoch: int, steps: range, slots: SharedSlots | None
+    ) -> _Group:
         """Several consecutive steps read with ONE take of all their rows and packed with one
         call (in an I/O thread: ``take`` and the numpy packer release the GIL for most of their
-        time); the consumer hands them out step by step."""
+        time); the consumer hands them out step by step. ``slots``: in a DataLoader worker, pack
+        into a shared-memory slot that the training process copies out of."""
         layout = view.group(
             np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
@@ -244,8 +254,16 @@ class PackedDataset(IterableDataset):
             rowids, layout.starts, layout.stops, spans.doc_len
         )
         started = time.perf_counter()
-        packed = view.pack_group(layout, tokens, offsets)
+        shape = (4, len(layout.blocks), self.seq_len)
+        slot = None
+        if slots is not None:
+            slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
+        if slot is None:
+            out = self._buffers.take(shape)
+        packed = view.pack_group(layout, tokens, offsets, out=out)
         counts = view.count_group(layout, packed, len(self.spec.pool_names))
+        if slot is not None:
+            packed = replace(packed, arrays=None)  # the training process reads the slot
         return _Group(
             epoch=epoch,
             first=steps.start,
@@ -254,6 +272,8 @@ class PackedDataset(IterableDataset):
             pools=layout.pools if self.spec.mixture else None,
             read=read,
             pack_seconds=time.perf_counter() - started,
+            seq_len=self.seq_len,
+            slot=slot,
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -271,22 +291,30 @@ class PackedDataset(IterableDataset):
         threads = self.io_threads or (1 if info is not None else 2)
         depth = max(self.read_ahead, threads)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
-            ahead = deque(pool.submit(self._build_group, view, epoch, g) for g in groups[:depth])
+            slots = None
+            if info is not None and groups:
+                size_values = 4 * len(groups[0]) * self.blocks_per_rank * self.seq_len
+                slots = SharedSlots(depth + _SLOTS_IN_TRANSIT, size_values)
+            build = self._build_group
+            ahead = deque(pool.submit(build, view, epoch, g, slots) for g in groups[:depth])
             next_group = len(ahead)
-            expected = groups[0].start if groups else total
+            expected = first_sent = groups[0].start if groups else total
             while ahead:
                 group = ahead.popleft().result()
                 if next_group < len(groups):
-                    ahead.append(pool.submit(self._build_group, view, epoch, groups[next_group]))
+                    ahead.append(pool.submit(build, view, epoch, groups[next_group], slots))
                     next_group += 1
                 assert group.first == expected  # groups are consumed in order
                 expected += workers * size
                 if info is not None:
-                    yield group  # one message per group; the DataLoader splits it
+                    # one message per group (the slots' memory crosses with the first one);
+                    # the DataLoader splits it into steps
+                    ring = slots if group.first == first_sent else None
+                    yield replace(group, worker=wid, slots=ring)
                     continue
                 for i in range(group.steps):
                     self.stats.add(group.step_stats(i))
-                    self.last_counts = group.counts[i]
+                    self.last_counts = group.counts.step(i)
                     self._step = group.first + i + 1
                     if self._step >= total:
                         self._epoch, self._step = epoch + 1, 0
@@ -301,13 +329,33 @@ class _Group:
     first: int
     """Global step of the group's first batch."""
     packed: PackedGroup
-    counts: list[StepCounts]
+    counts: GroupCounts
     """Per-pool counts of each step."""
     pools: np.ndarray | None
     """``(k * B,)`` mixture pool of each block, with a mixture."""
     read: tuple[int, int, float]
     """Rows, bytes and seconds the group's ``take`` cost."""
     pack_seconds: float
+    seq_len: int
+    slot: int | None = None
+    """The shared-memory slot holding the packed arrays (``packed.arrays`` is then ``None``)."""
+    worker: int = 0
+    """The DataLoader worker that built the group."""
+    slots: SharedSlots | None = None
+    """The worker's slots, sent with its first group."""
+
+    def settle(self, slots: SharedSlots, buffers: RecycledBuffers) -> _Group:
+        """In the training process: the group with its arrays copied out of its slot into a
+        recycled buffer, and the slot freed for the worker at once (so the worker never waits
+        on batches the training loop keeps)."""
+        if self.slot is None:
+            return self
+        p = self.packed
+        shape = (4, p.steps * p.blocks_per_step, self.seq_len)
+        arrays = buffers.take(shape)
+        np.copyto(arrays, slots.view(self.slot, shape))
+        slots.release(self.slot)
+        return replace(self, packed=replace(p, arrays=arrays), slot=None, slots=None)
 
     @property
     def steps(self) -> int:
@@ -353,5 +401,5 @@ class _Group:
 
 
 def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch's numpy arrays as torch tensors (zero-copy)."""
+    """The batch's numpy arrays as torch tensors (zero-copy; tensors are left as they are)."""
     return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}

@@ -12,6 +12,7 @@ the loader far below the time ``take`` needs for its rows. Pure numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,12 +31,10 @@ class PackedGroup:
     """``k``."""
     blocks_per_step: int
     """``B``."""
-    input_ids: np.ndarray
-    """``(k * B, L)`` int64; step ``i`` is rows ``[i * B, (i + 1) * B)`` (so are the next
-    three)."""
-    labels: np.ndarray
-    position_ids: np.ndarray
-    doc_ids: np.ndarray
+    arrays: Any
+    """``(4, k * B, L)`` int64: ``input_ids``, ``labels``, ``position_ids``, ``doc_ids``; step
+    ``i`` is rows ``[i * B, (i + 1) * B)``. A numpy array, or a torch tensor in shared memory
+    once a DataLoader worker hands the group over (then :meth:`step` slices it the same way)."""
     continues: np.ndarray
     """``(k * B,)`` bool."""
     cu_seqlens: np.ndarray
@@ -57,18 +56,36 @@ class PackedGroup:
     loss_positions: np.ndarray
     context_positions: np.ndarray
 
+    @property
+    def input_ids(self) -> np.ndarray:
+        return self.arrays[0]
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.arrays[1]
+
+    @property
+    def position_ids(self) -> np.ndarray:
+        return self.arrays[2]
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        return self.arrays[3]
+
     def step(self, i: int) -> PackedArrays:
-        """Step ``i`` of the group, equal field by field to ``pack_blocks`` of its blocks."""
+        """Step ``i`` of the group, equal field by field to ``pack_blocks`` of its blocks (its
+        four ``(B, L)`` arrays are views of :attr:`arrays`)."""
         B = self.blocks_per_step
         rows = slice(i * B, (i + 1) * B)
         a, b = int(self.stretch_bounds[i]), int(self.stretch_bounds[i + 1])
         c, d = int(self.segment_bounds[i]), int(self.segment_bounds[i + 1])
-        flat = i * B * self.input_ids.shape[1]
+        arrays = self.arrays
+        flat = i * B * arrays.shape[2]
         return PackedArrays(
-            input_ids=self.input_ids[rows],
-            labels=self.labels[rows],
-            position_ids=self.position_ids[rows],
-            doc_ids=self.doc_ids[rows],
+            input_ids=arrays[0, rows],
+            labels=arrays[1, rows],
+            position_ids=arrays[2, rows],
+            doc_ids=arrays[3, rows],
             cu_seqlens=self.cu_seqlens[c : d + 1] - np.int32(flat),
             max_seqlen=int(self.max_seqlen[i]),
             continues=self.continues[rows],
@@ -93,6 +110,7 @@ def pack_group(
     eos_id: int,
     pad_id: int,
     lookahead: bool,
+    out: np.ndarray | None = None,
 ) -> PackedGroup:
     """Pack ``k`` steps' stretches with one :func:`~tokenloom.loader.pack.pack_blocks` call.
 
@@ -102,7 +120,8 @@ def pack_group(
         tokens, token_offsets: As :func:`~tokenloom.loader.pack.pack_blocks`.
         steps: ``k``.
         blocks_per_step: ``B``.
-        seq_len, eos_id, pad_id, lookahead: As :func:`~tokenloom.loader.pack.pack_blocks`.
+        seq_len, eos_id, pad_id, lookahead, out: As :func:`~tokenloom.loader.pack.pack_blocks`
+            (``out`` of shape ``(4, k * B, L)``).
 
     Returns:
         The :class:`PackedGroup`.
@@ -116,6 +135,8 @@ def pack_group(
         raise PlanError(
             f"a group of {k} steps of {B} blocks needs {k * B} blocks, got {len(spans.blocks)}"
         )
+    if out is None:
+        out = np.empty((4, k * B, L), dtype=np.int64)
     packed = pack_blocks(
         spans,
         tokens,
@@ -125,6 +146,7 @@ def pack_group(
         eos_id=eos_id,
         pad_id=pad_id,
         lookahead=lookahead,
+        out=out,
     )
     step_of = spans.block // B  # (S,) step of each stretch within the group
     stretch_bounds = np.searchsorted(spans.block, np.arange(k + 1, dtype=np.int64) * B)
@@ -158,10 +180,7 @@ def pack_group(
     return PackedGroup(
         steps=k,
         blocks_per_step=B,
-        input_ids=packed.input_ids,
-        labels=packed.labels,
-        position_ids=packed.position_ids,
-        doc_ids=packed.doc_ids,
+        arrays=out,
         continues=packed.continues,
         cu_seqlens=cu,
         segment_bounds=segment_bounds,

@@ -31,6 +31,7 @@ __all__ = [
     "StepLayout",
     "GroupLayout",
     "StepCounts",
+    "GroupCounts",
     "EpochView",
     "block_steps",
     "COUNT_FIELDS",
@@ -144,6 +145,27 @@ class StepCounts:
     twice, as in a repeated mixture pass, appears twice over the run)."""
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class GroupCounts:
+    """:class:`StepCounts` of each step of a group, in three arrays (cheap to send)."""
+
+    counts: np.ndarray
+    """``(k, P, len(COUNT_FIELDS))`` int64."""
+    starts: np.ndarray
+    """Table ids of the documents starting in the group, by step then pool."""
+    bounds: np.ndarray
+    """``(k * P + 1,)``: step ``i``, pool ``p`` holds ``starts[bounds[i * P + p]:...+ 1]]``."""
+
+    def step(self, i: int) -> StepCounts:
+        """The :class:`StepCounts` of step ``i`` of the group."""
+        P = self.counts.shape[1]
+        b = self.bounds[i * P : (i + 1) * P + 1].tolist()
+        return StepCounts(
+            counts=self.counts[i],
+            starts=tuple(self.starts[b[p] : b[p + 1]] for p in range(P)),
+        )
+
+
 class EpochView:
     """An epoch plan cut into global steps of ``global_batch`` blocks (see the module docstring).
 
@@ -231,9 +253,14 @@ class EpochView:
         )
 
     def pack_group(
-        self, layout: GroupLayout, tokens: np.ndarray, offsets: np.ndarray
+        self,
+        layout: GroupLayout,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        out: np.ndarray | None = None,
     ) -> PackedGroup:
-        """Pack a group's tokens (``offsets``: CSR over its stretches) into its steps' batches."""
+        """Pack a group's tokens (``offsets``: CSR over its stretches) into its steps' batches
+        (``out``: an optional ``(4, k * B, L)`` int64 buffer, see :func:`pack_group`)."""
         return pack_group(
             layout.spans,
             tokens,
@@ -244,11 +271,10 @@ class EpochView:
             eos_id=self.eos_id,
             pad_id=self.pad_id,
             lookahead=self.lookahead,
+            out=out,
         )
 
-    def count_group(
-        self, layout: GroupLayout, packed: PackedGroup, num_pools: int
-    ) -> list[StepCounts]:
+    def count_group(self, layout: GroupLayout, packed: PackedGroup, num_pools: int) -> GroupCounts:
         """:meth:`count` of each step of a group, computed for the whole group at once."""
         k, B, P = len(layout.steps), layout.blocks_per_step, num_pools
         spans, pools = layout.spans, layout.pools
@@ -259,6 +285,8 @@ class EpochView:
         out[:, 0] = np.bincount(key[pools >= 0], minlength=n)
         out[:, 3] = np.bincount(key, weights=(packed.doc_ids == -1).sum(axis=1), minlength=n)
         out[:, 4] = np.bincount(key, weights=(packed.labels != -100).sum(axis=1), minlength=n)
+        ids = np.zeros(0, dtype=np.int64)
+        bounds = np.zeros(n + 1, dtype=np.int64)
         if len(spans):
             skey = key[spans.block]  # (S,) (step, pool) of each stretch
             ctx = packed.context
@@ -272,17 +300,8 @@ class EpochView:
             if P > 1:
                 order = np.argsort(fkey, kind="stable")
                 ids, fkey = ids[order], fkey[order]
-            bounds = np.searchsorted(fkey, np.arange(n + 1)).tolist()
-        else:
-            ids, bounds = np.zeros(0, dtype=np.int64), [0] * (n + 1)
-        counts = out.reshape(k, P, len(COUNT_FIELDS))
-        return [
-            StepCounts(
-                counts=counts[i],
-                starts=tuple(ids[bounds[i * P + p] : bounds[i * P + p + 1]] for p in range(P)),
-            )
-            for i in range(k)
-        ]
+            bounds = np.searchsorted(fkey, np.arange(n + 1))
+        return GroupCounts(counts=out.reshape(k, P, len(COUNT_FIELDS)), starts=ids, bounds=bounds)
 
     def layout(self, step: int, *, rank: int = 0, world_size: int = 1) -> StepLayout:
         """Rank ``rank``'s blocks of ``step`` with their stretches and token ranges (no I/O)."""
