@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenloom.loader.buffers import scratch
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.shuffle import epoch_permutation
 from tokenloom.loader.spans import Spans
@@ -207,7 +208,7 @@ def pack_blocks(
     is_tok = np.ones(P, dtype=bool)
     is_tok[eos_at] = False
     full = P == B * L  # no padding: the filled positions are the batch, written in place
-    values = ids_out if full else np.empty(P, dtype=np.int64)
+    values = ids_out if full else scratch("pack.values", P)
     if extra.any():
         keep = np.ones(toks.shape[0], dtype=bool)
         keep[offs[1:][extra] - 1] = False
@@ -218,7 +219,7 @@ def pack_blocks(
 
     # Labels: the next filled value, then fix the positions where that is not the next token of
     # the same document: each EOS, and each stretch cut by its block's end.
-    lab = lab_out if full else np.empty(P, dtype=np.int64)
+    lab = lab_out if full else scratch("pack.labels", P)
     lab[:-1] = values[1:]
     lab[eos_at] = IGNORE_INDEX
     cut = ~has_eos  # (S,) stretch ends at the block end before its EOS (at most one per block)
@@ -270,8 +271,18 @@ def pack_blocks(
     order = np.argsort(seg_start, kind="stable")
     cu = np.append(seg_start[order], B * L)
     seg_len = np.diff(cu)
-    np.subtract(np.arange(B * L, dtype=np.int64), np.repeat(cu[:-1], seg_len), out=pos_out)
-    doc_out[:] = np.repeat(seg_doc[order].astype(np.int64), seg_len)
+    # position_ids / doc_ids as running sums of their jumps at segment starts (in place, no
+    # (B * L,) temporaries): positions count up by one and fall back to 0 at a segment start;
+    # doc ids change only at segment starts.
+    if B * L:
+        seg_at = cu[:-1]  # (n,) distinct segment starts, seg_at[0] == 0
+        pos_out.fill(1)
+        pos_out[seg_at[1:]] = 1 - seg_len[:-1]
+        pos_out[0] = 0
+        np.cumsum(pos_out, out=pos_out)
+        doc_out.fill(0)
+        doc_out[seg_at] = np.diff(seg_doc[order].astype(np.int64), prepend=0)
+        np.cumsum(doc_out, out=doc_out)
 
     continues = np.zeros(B, dtype=bool)
     continues[spans.block[new_block]] = spans.tok_start[new_block] > 0

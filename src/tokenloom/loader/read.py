@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
+from tokenloom.loader.buffers import scratch
 from tokenloom.loader.spans import Spans
 from tokenloom.loader.spec import count_column_for
 from tokenloom.table.filters import validate_filter
@@ -312,7 +313,7 @@ class TokenReader:
         begin = base[inv] + starts - offsets[:-1]  # (S,) buffer position of each range's
         # first token, minus where that token goes in ``tokens``
         if len(buffers) == 1:  # no cache hit: one gather
-            tokens[:] = taken[np.arange(len(tokens)) + np.repeat(begin, lengths)]
+            _gather(taken, begin + offsets[:-1], lengths, offsets, tokens)
         else:
             src = source[inv]  # (S,) buffer of each range
             for k, buf in enumerate(buffers):
@@ -407,3 +408,21 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
             table.column("id").to_pylist(), table.column(column).to_pylist(), strict=True
         )
     }
+
+
+def _gather(
+    buf: np.ndarray, begin: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+) -> None:
+    """``out[at[i] : at[i] + lengths[i]] = buf[begin[i] : begin[i] + lengths[i]]`` for ranges
+    that tile ``out`` in order: one ``take`` through an index built as a running sum of its
+    jumps (in a reused scratch array: no fresh megabyte-sized temporaries)."""
+    nz = lengths > 0
+    b, n, o = begin[nz], lengths[nz], at[:-1][nz]
+    if not len(b):
+        return
+    idx = scratch("read.gather", len(out))
+    idx.fill(1)
+    idx[o[1:]] = b[1:] - (b[:-1] + n[:-1] - 1)
+    idx[0] = b[0]
+    np.cumsum(idx, out=idx)
+    np.take(buf, idx, out=out)
