@@ -2,9 +2,12 @@
 
 The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row lands where; this
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
-(:mod:`~tokenloom.loader.pack`) and hands out tensors. DataLoader worker ``w`` of ``W`` builds the
-steps ``w, w+W, ...`` of this rank, and torch's DataLoader delivers workers' batches round-robin,
-so the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
+(:mod:`~tokenloom.loader.group`) and hands out tensors. Steps are built in *groups* of consecutive
+steps: one ``take`` for all their rows, one vectorised gather, one pack into a reused buffer
+(:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading. DataLoader
+worker ``w`` of ``W`` builds groups ``w, w+W, ...`` of this rank's steps into shared-memory slots
+and sends one message per group; torch's DataLoader delivers workers' messages round-robin, so
+the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
 fingerprint of the plan's inputs.
 """
 
@@ -60,8 +63,9 @@ class PackedDataset(IterableDataset):
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
         io_threads: Threads reading and packing ahead (not part of the stream; default 2
             in-process, 1 per DataLoader worker).
-        read_ahead: Read groups in flight.
-        read_group: Steps per ``take`` (default: sized to ~256 rows per call).
+        read_ahead: Read groups in flight (default 4).
+        read_group: Steps per group: per ``take``, per pack and per worker message (default:
+            sized to ~256 rows per take).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
     """
 

@@ -2,9 +2,10 @@
 token ranges a batch's spans need.
 
 The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns.
-Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released). A document
-longer than one block is read once per process and kept in a small LRU while its blocks are
-packed, so a document of millions of tokens costs linear work.
+Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
+group of steps, and gathered into the packer's layout with one vectorised ``take``. A document
+that goes on past a group is kept in a small LRU while its later blocks are packed, so a document
+of millions of tokens is read once per process and costs linear work.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
-from tokenloom.loader.spans import Spans
 from tokenloom.loader.spec import count_column_for
 from tokenloom.table.filters import validate_filter
 
@@ -193,42 +193,6 @@ class TokenReader:
             )
         return self._ds
 
-    def read(self, rowids: np.ndarray, doc_lens: np.ndarray, seq_len: int) -> dict[int, np.ndarray]:
-        """Token arrays of the given rows (by stable row id), through the long-document cache."""
-        out: dict[int, np.ndarray] = {}
-        missing = []
-        with self._lock:
-            for rid in np.unique(rowids).tolist():
-                cached = self._cache.get(rid)
-                if cached is not None:
-                    self._cache.move_to_end(rid)
-                    out[rid] = cached
-                else:
-                    missing.append(rid)
-        if missing:
-            started = time.perf_counter()
-            table = self.dataset._take_rows(missing, columns=[self.token_column])
-            col = table.column(self.token_column).combine_chunks()
-            with self._lock:
-                self.read_seconds += time.perf_counter() - started
-                self.rows_read += len(missing)
-                self.bytes_read += col.nbytes
-            values = col.values.to_numpy(zero_copy_only=False) if len(col) else np.empty(0)
-            offsets = col.offsets.to_numpy()
-            if col.null_count:
-                valid = col.is_valid().to_numpy(zero_copy_only=False)
-            else:
-                valid = None
-            for i, rid in enumerate(missing):
-                if valid is not None and not valid[i]:
-                    arr = values[:0]
-                else:
-                    arr = values[offsets[i] : offsets[i + 1]]
-                out[rid] = arr
-                if len(arr) > seq_len:
-                    self._remember(rid, arr)
-        return out
-
     def read_ranges(
         self,
         rowids: np.ndarray,
@@ -353,38 +317,6 @@ class TokenReader:
             while self._cached > self.cache_tokens and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._cached -= len(old)
-
-    def gather(
-        self,
-        spans: Spans,
-        starts: np.ndarray,
-        stops: np.ndarray,
-        rowids: np.ndarray,
-        seq_len: int,
-        docs: dict[int, np.ndarray] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Concatenate, per span, tokens ``[starts[i], stops[i])`` of its row.
-
-        Args:
-            docs: Token arrays already read (by :meth:`read`, for several steps in one call);
-                default: read what this batch needs.
-
-        Returns:
-            ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes.
-        """
-        if len(spans) == 0:
-            return np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        if docs is None:
-            docs = self.read(rowids, spans.doc_len, seq_len)
-        lengths = stops - starts
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        first = docs[int(rowids[0])]
-        tokens = np.empty(int(offsets[-1]), dtype=first.dtype if len(first) else np.int64)
-        for i in range(len(lengths)):
-            if lengths[i]:
-                tokens[offsets[i] : offsets[i + 1]] = docs[int(rowids[i])][starts[i] : stops[i]]
-        return tokens, offsets
 
 
 def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
