@@ -21,9 +21,14 @@ from tokenloom.bench.loader import (  # noqa: E402
 
 
 def test_loader_bench_smoke(tmp_path):
-    """tokenloom (workers 2 and 0) and Parquet on 2,000 docs: every number is positive."""
+    """tokenloom (workers 2 and 0), Parquet and pre-packed Lance blocks on 2,000 docs: every
+    number is positive."""
     config = LoaderBenchConfig(
-        docs=2000, steps=4, workdir=str(tmp_path), only=("tokenloom", "parquet"), isolate=False
+        docs=2000,
+        steps=4,
+        workdir=str(tmp_path),
+        only=("tokenloom", "parquet", "prepacked"),
+        isolate=False,
     )
     bench = run_loader_bench(config)
 
@@ -31,6 +36,7 @@ def test_loader_bench_smoke(tmp_path):
         "tokenloom (workers=2)",
         "tokenloom (workers=0)",
         "Parquet random row groups (workers=2)",
+        "Lance pre-packed blocks, sequential scan (workers=2)",
     ]
     for r in bench.results:
         assert r.error is None, r.error
@@ -40,15 +46,22 @@ def test_loader_bench_smoke(tmp_path):
         assert r.peak_rss_mb > 0 and r.processes >= 1
     assert bench.builds["table"].docs == 2000 and bench.builds["parquet"].docs == 2000
     assert bench.builds["table"].tokens == bench.builds["parquet"].tokens > 0
+    assert bench.builds["prepacked"].docs == 2000 and bench.builds["prepacked"].tokens > 0
 
     goals = {g.name: g for g in bench.goals()}
     assert goals["peak RSS <= 1 GB (tokenloom, process + workers)"].value > 0
-    not_run = [g for g in goals.values() if "RSS" not in g.name]
+    ran = {
+        ">= 1.0x a pre-packed Lance blocks copy",
+        ">= 1.5x random-access Parquet",
+        "workers=2 >= in-process (workers=0)",
+    }
+    assert all(goals[name].value > 0 for name in ran)
+    not_run = [g for g in goals.values() if "RSS" not in g.name and g.name not in ran]
     assert all(g.value is None and g.status == "n/a" for g in not_run)
 
     doc = json.loads(json.dumps(bench.to_json()))
     assert doc["reference"] == "tokenloom (workers=2)"
-    assert [r["ratio_vs_reference"] > 0 for r in doc["results"]] == [True] * 3
+    assert [r["ratio_vs_reference"] > 0 for r in doc["results"]] == [True] * 4
     assert "tokenloom (workers=2)" in format_report(bench)
 
     # The second run reuses the cached corpus instead of rebuilding it.
