@@ -23,13 +23,13 @@ from tokenloom.bench.loader_output import write_outputs  # noqa: E402
 
 
 def test_loader_bench_smoke(tmp_path):
-    """tokenloom (workers 2 and 0) and Parquet on 2,000 docs, page cache dropped first: every
-    number is positive; then the files a run leaves."""
+    """tokenloom (workers 2 and 0), Parquet and pre-packed Lance blocks on 2,000 docs, page
+    cache dropped first: every number is positive; then the files a run leaves."""
     config = LoaderBenchConfig(
         docs=2000,
         steps=4,
         workdir=str(tmp_path),
-        only=("tokenloom", "parquet"),
+        only=("tokenloom", "parquet", "prepacked"),
         cache=("cold",),
         isolate=False,
     )
@@ -39,6 +39,7 @@ def test_loader_bench_smoke(tmp_path):
         "tokenloom (workers=2)",
         "tokenloom (workers=0)",
         "Parquet random row groups (workers=2)",
+        "Lance pre-packed blocks, sequential scan (workers=2)",
     ]
     for r in bench.results:
         assert r.error is None, r.error
@@ -48,25 +49,32 @@ def test_loader_bench_smoke(tmp_path):
         assert r.peak_rss_mb > 0 and r.processes >= 1
         assert r.cache == "cold"
         assert r.resident is None or r.resident < 0.05 or "stayed cached" in r.cache_note
-    assert [r.data for r in bench.results] == ["table", "table", "parquet"]
+    assert [r.data for r in bench.results] == ["table", "table", "parquet", "prepacked"]
     assert bench.builds["table"].docs == 2000 and bench.builds["parquet"].docs == 2000
     assert bench.builds["table"].tokens == bench.builds["parquet"].tokens > 0
+    assert bench.builds["prepacked"].docs == 2000 and bench.builds["prepacked"].tokens > 0
 
     goals = {g.name: g for g in bench.goals()}
     assert goals["peak RSS <= 1 GB (tokenloom, process + workers)"].value > 0
-    not_run = [g for g in goals.values() if "RSS" not in g.name]
+    ran = {
+        ">= 1.0x a pre-packed Lance blocks copy",
+        ">= 1.5x random-access Parquet",
+        "workers=2 >= in-process (workers=0)",
+    }
+    assert all(goals[name].value > 0 for name in ran)
+    not_run = [g for g in goals.values() if "RSS" not in g.name and g.name not in ran]
     assert all(g.value is None and g.status == "n/a" for g in not_run)
 
     doc = json.loads(json.dumps(bench.to_json()))
     assert doc["reference"] == "tokenloom (workers=2)"
-    assert [r["ratio_vs_reference"] > 0 for r in doc["results"]] == [True] * 3
+    assert [r["ratio_vs_reference"] > 0 for r in doc["results"]] == [True] * 4
     assert "tokenloom (workers=2)" in format_report(bench)
 
     written = write_outputs(bench, str(tmp_path / "out"))
     assert json.loads(open(written["json"]).read())["results"] == doc["results"]
     table = [ln for ln in open(written["markdown"]).read().splitlines() if ln.startswith("| ")]
     assert len(table) == 2 + len(bench.results)  # header, rule, one row per run
-    assert "| parquet | " in table[-1] and "cold" in table[-1]
+    assert "| parquet | " in table[-2] and "cold" in table[-2]
     with open(written["png"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 

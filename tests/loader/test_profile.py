@@ -63,13 +63,13 @@ def test_a_slow_gpu_hides_the_loader_and_a_fast_one_waits_for_it(table):
 
 
 def test_a_slow_reader_is_named_the_bottleneck(table, monkeypatch):
-    original = TokenReader.read
+    original = TokenReader.read_ranges
 
     def slow_read(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        time.sleep(0.02)
+        time.sleep(0.1)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(TokenReader, "read", slow_read)
+    monkeypatch.setattr(TokenReader, "read_ranges", slow_read)
     fast = GpuSim(model="fast", flops_per_token=1.0, peak_flops=1e15, mfu=1.0)
     loader = _loader(table)
     result = simulate(loader, fast, steps=12)

@@ -25,10 +25,17 @@ from tokenloom.bench.loader_report import (
     _PARQUET_ORDER,
     _PARQUET_PRESHUFFLED,
     _PARQUET_ROWS,
+    _PREPACKED,
     _WEBDATASET,
 )
 
 __all__ = ["Copy", "Baseline", "COPIES", "BASELINES"]
+
+
+def _build_prepacked(path: str, corpus: CorpusSpec, seq_len: int) -> Built:
+    from tokenloom.bench.loader_prepacked import build_prepacked  # imports torch
+
+    return build_prepacked(path, corpus, seq_len=seq_len)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +93,11 @@ COPIES: dict[str, Copy] = {
         build=lambda path, corpus, seq_len: build_webdataset(path, corpus, seq_len=seq_len),
         what="WebDataset tar shards, pre-shuffled documents packed into blocks",
     ),
-    # The pre-packed Lance blocks table registers its copy here.
+    "prepacked": Copy(
+        suffix="-L{L}-blocks.lance",
+        build=lambda path, corpus, seq_len: _build_prepacked(path, corpus, seq_len),
+        what="Lance table of blocks, pre-shuffled documents packed once, one block per row",
+    ),
 }
 
 BASELINES: tuple[Baseline, ...] = (
@@ -115,6 +126,6 @@ BASELINES: tuple[Baseline, ...] = (
         options=(("order", "sequential"),),
     ),
     Baseline(name="parquet-rows", label=_PARQUET_ROWS, kind="parquet-rows", copy="parquet"),
-    # The pre-packed Lance blocks baseline registers here.
+    Baseline(name="prepacked", label=_PREPACKED, kind="prepacked", copy="prepacked"),
 )
 """In the order they are measured."""

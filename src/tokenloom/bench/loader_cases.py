@@ -280,8 +280,16 @@ def webdataset_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     )
 
 
+def prepacked_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """The pre-packed Lance blocks copy (see ``loader_prepacked``)."""
+    from tokenloom.bench.loader_prepacked import prepacked_batches as batches
+
+    return batches(spec, notes)
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
+    "prepacked": prepacked_batches,
     "lancedb": lancedb_batches,
     "mds": mds_batches,
     "parquet": parquet_batches,
@@ -296,6 +304,7 @@ _IMPORTS = {
     "parquet": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
     "parquet-rows": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
+    "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
 }
 
 

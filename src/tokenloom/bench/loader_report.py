@@ -88,8 +88,11 @@ class LoaderBench:
         find = self.find
         # (goal, numerator, denominator, target): one measured throughput over another
         ratios = [
-            (">= 10x LanceDB StreamingDataset (best of sweep)", ref, lancedb, 10.0),
+            (">= 15x LanceDB StreamingDataset (best of sweep)", ref, lancedb, 15.0),
             (">= 1.2x pre-packed MDS (MosaicML Streaming)", ref, find(_MDS), 1.2),
+            (">= 1.0x a pre-packed Lance blocks copy", ref, find(_PREPACKED), 1.0),
+            (">= 1.5x random-access Parquet", ref, find(_PARQUET), 1.5),
+            ("workers=2 >= in-process (workers=0)", ref, find(_TL0), 1.0),
             ("best-fit packing >= 0.8x concat", find(_BESTFIT), ref, 0.8),
             ("70/30 token-quota mixture >= 0.8x concat", find(_MIXTURE), ref, 0.8),
             ("long documents >= 0.8x normal", find(_LONG), ref, 0.8),
@@ -155,6 +158,7 @@ _PARQUET = "Parquet random row groups (workers=2)"
 _PARQUET_ORDER = "Parquet in original order (workers=2)"
 _PARQUET_PRESHUFFLED = "Parquet pre-shuffled, row groups in order (workers=2)"
 _PARQUET_ROWS = "Parquet random single rows (workers=2)"
+_PREPACKED = "Lance pre-packed blocks, sequential scan (workers=2)"
 
 
 def _div(a: CaseResult | None, b: CaseResult | None) -> float | None:

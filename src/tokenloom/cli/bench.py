@@ -248,13 +248,13 @@ them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet and MDS 
     "--only",
     default=(
         "tokenloom,lancedb,mds,mds-shuffle,webdataset,parquet,parquet-order,"
-        "parquet-preshuffled,parquet-rows,long"
+        "parquet-preshuffled,parquet-rows,prepacked,long"
     ),
     show_default=True,
     metavar="LIST",
     help=(
         "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, long, recipes, transport."
+        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes, transport."
     ),
 )
 @click.option(

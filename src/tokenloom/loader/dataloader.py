@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.dataset import _META, PackedDataset, as_tensors
+from tokenloom.loader.buffers import SharedSlots
+from tokenloom.loader.dataset import PackedDataset, _Group, as_tensors
 from tokenloom.loader.gauge import TransitGauge
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
@@ -22,9 +23,9 @@ from tokenloom.loader.stats import LoaderStats
 __all__ = ["DataLoader"]
 
 
-def _keep(batch: Any) -> Any:
-    """collate_fn of the workers: the batch as built (numpy arrays pickle in one message)."""
-    return batch
+def _keep(group: Any) -> Any:
+    """collate_fn of the workers: a group of steps as built (one message per group)."""
+    return group
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -41,7 +42,7 @@ class DataLoader(torch.utils.data.DataLoader):
             )
         if num_workers > 0:
             kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
-            kwargs.setdefault("collate_fn", _keep)  # workers send numpy; tensors made here
+            kwargs.setdefault("collate_fn", _keep)  # workers send groups; tensors made here
         if kwargs.get("batch_size") is not None:
             raise LoaderError(
                 f"DataLoader(batch_size={kwargs['batch_size']}) would be ignored: a "
@@ -68,21 +69,28 @@ class DataLoader(torch.utils.data.DataLoader):
         total = len(ds)
         it = super().__iter__()
         last: float | None = None
+        slots: dict[int, SharedSlots] = {}  # each worker's shared-memory slots
         while True:
             asked = time.monotonic()
             try:
-                batch = next(it)
+                group: _Group = next(it)
             except StopIteration:
                 return
+            if group.slots is not None:
+                slots[group.worker] = group.slots
+            if group.slot is not None:
+                group = group.settle(slots[group.worker], ds._buffers)
             first, last = last is None, self._clock(asked, last)
-            meta = batch.pop(_META)
-            self._transit.arrive(meta["sent"], asked, last, first=first, stats=self.stats)
-            self.stats.add(meta["stats"])
-            self.ledger.add(meta["counts"])
-            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
-            if ds._step >= total:
-                ds._epoch, ds._step = meta["epoch"] + 1, 0
-            yield as_tensors(batch)
+            self._transit.arrive(group.sent, asked, last, first=first, stats=self.stats)
+            if group.extra:
+                self.stats.add(group.extra)
+            for i in range(group.steps):
+                self.stats.add(group.step_stats(i))
+                self.ledger.add(group.counts.step(i))
+                ds._epoch, ds._step = group.epoch, group.first + i + 1
+                if ds._step >= total:
+                    ds._epoch, ds._step = group.epoch + 1, 0
+                yield as_tensors(group.batch(i))
 
     def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
         snapshot = ds.stats.copy()

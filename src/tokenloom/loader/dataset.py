@@ -2,9 +2,12 @@
 
 The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row lands where; this
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
-(:mod:`~tokenloom.loader.pack`) and hands out tensors. DataLoader worker ``w`` of ``W`` builds the
-steps ``w, w+W, ...`` of this rank, and torch's DataLoader delivers workers' batches round-robin,
-so the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
+(:mod:`~tokenloom.loader.group`) and hands out tensors. Steps are built in *groups* of consecutive
+steps: one ``take`` for all their rows, one vectorised gather, one pack into a reused buffer
+(:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading. DataLoader
+worker ``w`` of ``W`` builds groups ``w, w+W, ...`` of this rank's steps into shared-memory slots
+and sends one message per group; torch's DataLoader delivers workers' messages round-robin, so
+the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
 fingerprint of the plan's inputs.
 """
 
@@ -14,14 +17,16 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
 from tokenloom.loader.gauge import PipelineGauge
+from tokenloom.loader.group import PackedGroup
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import LoaderError, TokenReader
 from tokenloom.loader.readahead import (
@@ -37,13 +42,17 @@ from tokenloom.loader.readahead import (
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
-from tokenloom.loader.view import EpochView, StepCounts
+from tokenloom.loader.view import EpochView, GroupCounts, StepCounts
 from tokenloom.process import env_topology
 from tokenloom.table.storage import is_remote
 
 __all__ = ["PackedDataset", "as_tensors"]
 
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
+# A worker's groups in transit: the DataLoader's prefetch (2 per worker by default, up to
+# prefetch_factor * workers when the other workers are done) plus the one being copied out.
+_SLOTS_IN_TRANSIT = 8
+_SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 
 
 class PackedDataset(IterableDataset):
@@ -68,7 +77,8 @@ class PackedDataset(IterableDataset):
             sized from the first read group's measured wall and CPU time, see
             :mod:`~tokenloom.loader.readahead`; at least 2 in-process, 1 per DataLoader worker).
         read_ahead: Read groups in flight (default: sized with ``io_threads``).
-        read_group: Steps per ``take`` (default: sized to ~256 rows per call).
+        read_group: Steps per group: per ``take``, per pack and per worker message (default:
+            sized to ~256 rows per take).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
     """
 
@@ -137,6 +147,8 @@ class PackedDataset(IterableDataset):
         """How the last iteration sized its reads (in this process)."""
         self.read_group = read_group
         """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
+        self._buffers = RecycledBuffers()
+        """Output buffers of packed groups, reused once no batch of theirs is referenced."""
         self.reader = TokenReader(
             self.uri, self.version, self.spec.token_column, storage_options=storage_options
         )
@@ -254,114 +266,110 @@ class PackedDataset(IterableDataset):
         )
         return int(min(max(take // per_step, 1), 64 * take // TAKE_ROWS))
 
-    def _build_group(self, view: EpochView, steps: list[int]) -> list[_Built]:
-        """Several steps read with ONE take of all their rows, then packed (in an I/O thread:
-        ``take`` and the numpy packer release the GIL for most of their time)."""
-        layouts = [view.layout(s, rank=self.rank, world_size=self.world_size) for s in steps]
-        ids, rowids = self.inputs.row_ids, self.inputs.rowids
-        stable = [rowids[np.searchsorted(ids, lay.spans.row_id)] for lay in layouts]
-        docs = None
-        if any(len(lay.spans) for lay in layouts):
-            lens = np.concatenate([lay.spans.doc_len for lay in layouts])
-            docs = self.reader.read(np.concatenate(stable), lens, self.seq_len)
+    def _build_group(
+        self, view: EpochView, epoch: int, steps: range, slots: SharedSlots | None
+    ) -> _Group:
+        """Several consecutive steps read with ONE take of all their rows and packed with one
+        call (in an I/O thread: ``take`` and the numpy packer release the GIL for most of their
+        time); the consumer hands them out step by step. ``slots``: in a DataLoader worker, pack
+        into a shared-memory slot that the training process copies out of."""
+        layout = view.group(
+            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
+        )
+        spans = layout.spans
+        rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
+        tokens, offsets, read = self.reader.read_ranges(
+            rowids, layout.starts, layout.stops, spans.doc_len
+        )
         self.gauge.fetched()
-        pools = len(self.spec.pool_names)
-        out = []
-        for lay, r in zip(layouts, stable, strict=True):
-            tokens, offsets = self.reader.gather(
-                lay.spans, lay.starts, lay.stops, r, self.seq_len, docs
-            )
-            started = time.perf_counter()
-            packed = view.pack(lay, tokens, offsets)
-            batch: dict[str, Any] = {
-                "input_ids": packed.input_ids,
-                "labels": packed.labels,
-                "position_ids": packed.position_ids,
-                "doc_ids": packed.doc_ids,
-                "cu_seqlens": packed.cu_seqlens,
-                "max_seqlen": int(packed.max_seqlen),
-                "continues": packed.continues,
-                "spans": packed.spans,
-            }
-            if packed.context is not None:
-                batch["context"] = packed.context  # (n, 2) context-only range of each stretch
-            if self.spec.mixture:
-                batch["block_pool"] = lay.pools  # (B,) mixture pool of each block
-            counts = view.count(lay, packed, pools)
-            increments = {
-                "rows_packed": len(lay.spans),
-                "tokens": int(packed.real_tokens),
-                "eos": int(packed.eos_positions),
-                "padding": int(packed.padding_positions),
-                "loss_positions": int(packed.loss_positions),
-                "pack_seconds": time.perf_counter() - started,
-            }
-            out.append(_Built(step=lay.step, batch=batch, counts=counts, increments=increments))
-        return out
+        started = time.perf_counter()
+        shape = (4, len(layout.blocks), self.seq_len)
+        slot = None
+        if slots is not None:
+            slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
+        if slot is None:
+            out = self._buffers.take(shape)
+        packed = view.pack_group(layout, tokens, offsets, out=out)
+        counts = view.count_group(layout, packed, len(self.spec.pool_names))
+        if slot is not None:
+            packed = replace(packed, arrays=None)  # the training process reads the slot
+        return _Group(
+            epoch=epoch,
+            first=steps.start,
+            packed=packed,
+            counts=counts,
+            pools=layout.pools if self.spec.mixture else None,
+            read=read,
+            pack_seconds=time.perf_counter() - started,
+            seq_len=self.seq_len,
+            slot=slot,
+        )
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
+        """Batches (dicts of tensors) in-process; in a DataLoader worker, groups of steps that
+        :class:`~tokenloom.loader.dataloader.DataLoader` hands out one step at a time."""
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch, first = self._epoch, self._step
         view = self.view(epoch)
         total = view.steps
-        steps = list(range(first + wid, total, workers))
-        snapshot = self.stats.copy()
         size = self._group_steps(view)
-        groups = [steps[i : i + size] for i in range(0, len(steps), size)]
-        probed = self._size_reads(view, groups, workers if info is not None else 0)
+        # worker w builds groups w, w + W, ...: the DataLoader's round-robin keeps the order
+        starts = range(first + wid * size, total, workers * size)
+        groups = [range(lo, min(lo + size, total)) for lo in starts]
+        snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
+        probed = self._size_reads(view, epoch, groups, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
-        first_group = 1 if probed else 0
+        skip = 1 if probed is not None else 0
         gauge = self.gauge
         gauge.start(capacity=depth * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
-            ahead = deque(
-                gauge.submit(pool, self._build_group, view, g, steps=len(g))
-                for g in groups[first_group : first_group + depth]
-            )
-            built: deque[_Built] = deque(probed)
-            next_group = first_group + len(ahead)
-            for step in steps:
-                if not built:
-                    built.extend(gauge.take(ahead.popleft()))
-                    if next_group < len(groups):
-                        g = groups[next_group]
-                        ahead.append(gauge.submit(pool, self._build_group, view, g, steps=len(g)))
-                        next_group += 1
-                item = built.popleft()
-                assert item.step == step  # groups are consumed in order
-                batch, s = item.batch, self.stats
-                for key, value in item.increments.items():
-                    setattr(s, key, getattr(s, key) + value)
-                self.last_counts = item.counts
-                r = self.reader
-                s.rows_read, s.bytes_read, s.read_seconds = (
-                    r.rows_read,
-                    r.bytes_read,
-                    r.read_seconds,
-                )
-                s.steps += 1
-                gauge.handed_out(s)
-                if info is not None:
-                    batch[_META] = {
-                        "epoch": epoch,
-                        "step": step,
-                        "stats": s.delta(snapshot),
-                        "counts": item.counts,
-                        "sent": time.monotonic(),  # for the consumer's in-transit gauge
-                    }
-                    snapshot = s.copy()
-                    yield batch  # numpy: one pickle to the main process, not one fd per tensor
-                    continue
-                self._step = step + 1
-                if self._step >= total:
-                    self._epoch, self._step = epoch + 1, 0
-                yield as_tensors(batch)
+            slots = None
+            if info is not None and groups:
+                size_values = 4 * len(groups[0]) * self.blocks_per_rank * self.seq_len
+                slots = SharedSlots(depth + _SLOTS_IN_TRANSIT, size_values)
+            build = self._build_group
 
-    def _size_reads(self, view: EpochView, groups: list[list[int]], workers: int) -> list:
+            def submit(g: range) -> Any:
+                return gauge.submit(pool, build, view, epoch, g, slots, steps=len(g))
+
+            ahead = deque(submit(g) for g in groups[skip : skip + depth])
+            next_group = skip + len(ahead)
+            expected = first_sent = groups[0].start if groups else total
+            while ahead or probed is not None:
+                tracked = probed is None  # the probe group was built outside the gauge
+                if probed is not None:
+                    group, probed = probed, None
+                else:
+                    group = gauge.take(ahead.popleft())
+                    if next_group < len(groups):
+                        ahead.append(submit(groups[next_group]))
+                        next_group += 1
+                assert group.first == expected  # groups are consumed in order
+                expected += workers * size
+                if info is not None:
+                    # one message per group (the slots' memory crosses with the first one);
+                    # the DataLoader splits it into steps and adds the worker's counters once
+                    gauge.handed_out(self.stats, steps=group.steps if tracked else 0)
+                    extra, snapshot = self.stats.delta(snapshot), self.stats.copy()
+                    ring = slots if group.first == first_sent else None
+                    yield replace(group, worker=wid, slots=ring, extra=extra, sent=time.monotonic())
+                    continue
+                for i in range(group.steps):
+                    self.stats.add(group.step_stats(i))
+                    gauge.handed_out(self.stats, steps=1 if tracked else 0)
+                    self.last_counts = group.counts.step(i)
+                    self._step = group.first + i + 1
+                    if self._step >= total:
+                        self._epoch, self._step = epoch + 1, 0
+                    yield as_tensors(group.batch(i))
+
+    def _size_reads(
+        self, view: EpochView, epoch: int, groups: list[range], workers: int
+    ) -> _Group | None:
         """Size the read pipeline (:attr:`sizing`): explicit values as given; on an object
-        store the others from the first group, built here and timed (its batches are returned,
+        store the others from the first group, built here and timed (the group is returned,
         not built again; later epochs in this process reuse it); locally 2 threads in-process,
         1 per worker, 4 groups ahead."""
         cores = available_cores(max(workers, 1))
@@ -373,12 +381,12 @@ class PackedDataset(IterableDataset):
                 read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
             )  # fmt: skip
             self.stats.record_sizing(self.sizing)
-            return []
+            return None
         if self.sizing is not None and self.sizing.measured:  # a later epoch: measured already
             self.stats.record_sizing(self.sizing)
-            return []
+            return None
         self.reader.dataset  # noqa: B018 - opened before the clock starts
-        built, wall, cpu = timed(self._build_group, view, groups[0])
+        built, wall, cpu = timed(self._build_group, view, epoch, groups[0], None)
         step_bytes = 4 * self.blocks_per_rank * self.seq_len * 8  # ids, labels, positions, docs
         self.sizing = size_read_ahead(
             wall, cpu, cores=cores, io_threads=self.io_threads, read_ahead=self.read_ahead,
@@ -389,16 +397,90 @@ class PackedDataset(IterableDataset):
         return built
 
 
-@dataclass(frozen=True, eq=False)
-class _Built:
-    """One step's batch as an I/O thread built it, with what it adds to the counters."""
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Group:
+    """Consecutive steps as an I/O thread built them, with what they add to the counters."""
 
-    step: int
-    batch: dict[str, Any]
-    counts: StepCounts
-    increments: dict[str, float]
+    epoch: int
+    first: int
+    """Global step of the group's first batch."""
+    packed: PackedGroup
+    counts: GroupCounts
+    """Per-pool counts of each step."""
+    pools: np.ndarray | None
+    """``(k * B,)`` mixture pool of each block, with a mixture."""
+    read: tuple[int, int, float]
+    """Rows, bytes and seconds the group's ``take`` cost."""
+    pack_seconds: float
+    seq_len: int
+    slot: int | None = None
+    """The shared-memory slot holding the packed arrays (``packed.arrays`` is then ``None``)."""
+    worker: int = 0
+    """The DataLoader worker that built the group."""
+    slots: SharedSlots | None = None
+    """The worker's slots, sent with its first group."""
+    extra: dict | None = None
+    """The worker's other counters since its last message (pipeline gauges, read-ahead sizing:
+    :meth:`LoaderStats.delta`), added once by the consumer."""
+    sent: float = 0.0
+    """``time.monotonic()`` when the worker handed the group out (the in-transit gauge)."""
+
+    def settle(self, slots: SharedSlots, buffers: RecycledBuffers) -> _Group:
+        """In the training process: the group with its arrays copied out of its slot into a
+        recycled buffer, and the slot freed for the worker at once (so the worker never waits
+        on batches the training loop keeps)."""
+        if self.slot is None:
+            return self
+        p = self.packed
+        shape = (4, p.steps * p.blocks_per_step, self.seq_len)
+        arrays = buffers.take(shape)
+        np.copyto(arrays, slots.view(self.slot, shape))
+        slots.release(self.slot)
+        return replace(self, packed=replace(p, arrays=arrays), slot=None, slots=None)
+
+    @property
+    def steps(self) -> int:
+        return self.packed.steps
+
+    def batch(self, i: int) -> dict[str, Any]:
+        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays)."""
+        p = self.packed.step(i)
+        batch: dict[str, Any] = {
+            "input_ids": p.input_ids,
+            "labels": p.labels,
+            "position_ids": p.position_ids,
+            "doc_ids": p.doc_ids,
+            "cu_seqlens": p.cu_seqlens,
+            "max_seqlen": p.max_seqlen,
+            "continues": p.continues,
+            "spans": p.spans,
+        }
+        if p.context is not None:
+            batch["context"] = p.context  # (n, 2) context-only range of each stretch
+        if self.pools is not None:
+            B = self.packed.blocks_per_step
+            batch["block_pool"] = self.pools[i * B : (i + 1) * B]  # (B,) pool of each block
+        return batch
+
+    def step_stats(self, i: int) -> dict[str, float]:
+        """What delivering step ``first + i`` adds to :class:`LoaderStats` (the group's read
+        counts with its first step)."""
+        p = self.packed
+        rows, nbytes, seconds = self.read if i == 0 else (0, 0, 0.0)
+        return {
+            "steps": 1,
+            "rows_read": rows,
+            "bytes_read": nbytes,
+            "read_seconds": seconds,
+            "rows_packed": int(p.stretch_bounds[i + 1] - p.stretch_bounds[i]),
+            "tokens": int(p.real_tokens[i]),
+            "eos": int(p.eos_positions[i]),
+            "padding": int(p.padding_positions[i]),
+            "loss_positions": int(p.loss_positions[i]),
+            "pack_seconds": self.pack_seconds / p.steps,
+        }
 
 
 def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch's numpy arrays as torch tensors (zero-copy)."""
+    """The batch's numpy arrays as torch tensors (zero-copy; tensors are left as they are)."""
     return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}

@@ -118,11 +118,12 @@ class PipelineGauge:
             self.starved += waited
         return out
 
-    def handed_out(self, stats: LoaderStats) -> None:
-        """One packed step leaves the pipeline; the totals so far are written into ``stats``."""
+    def handed_out(self, stats: LoaderStats, steps: int = 1) -> None:
+        """``steps`` packed steps leave the pipeline (0: steps built outside it); the totals so
+        far are written into ``stats``."""
         with self._lock:
             self._advance()
-            self._counts[2] -= 1
+            self._counts[2] -= steps
             stats.pipelines = self.pipelines
             stats.pipeline_seconds = self.seconds
             stats.planned_area, stats.read_area, stats.packed_area = self.areas

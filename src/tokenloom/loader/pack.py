@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenloom.loader.buffers import scratch
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.shuffle import epoch_permutation
 from tokenloom.loader.spans import Spans
@@ -158,6 +159,7 @@ def pack_blocks(
     eos_id: int,
     pad_id: int,
     lookahead: bool,
+    out: np.ndarray | None = None,
 ) -> PackedArrays:
     """Pack stretches into a ``(B, L)`` batch. Vectorised: O(B * L + S), no per-stretch loop.
 
@@ -170,6 +172,9 @@ def pack_blocks(
         eos_id: Id written after each document.
         pad_id: Id written on padding positions.
         lookahead: Whether ``tokens`` holds the lookahead token (see the module docstring).
+        out: Optional ``(4, B, L)`` int64 C-contiguous buffer that receives ``input_ids``,
+            ``labels``, ``position_ids`` and ``doc_ids`` (e.g. shared memory a DataLoader
+            worker hands over without a copy); the returned arrays are views of it.
 
     Returns:
         The :class:`PackedArrays`.
@@ -185,6 +190,11 @@ def pack_blocks(
         raise PlanError(f"tokens must hold integer ids, got dtype {toks.dtype}")
     offs = np.asarray(token_offsets).astype(np.int64, copy=False)
     _check_inputs(spans, offs, int(toks.shape[0]), B, L, bool(lookahead))
+    if out is None:
+        out = np.empty((4, B, L), dtype=np.int64)
+    elif out.shape != (4, B, L) or out.dtype != np.int64 or not out.flags.c_contiguous:
+        raise PlanError(f"out must be a C-contiguous (4, {B}, {L}) int64 array")
+    ids_out, lab_out, pos_out, doc_out = (out[i].reshape(-1) for i in range(4))  # (B * L,)
     S = len(spans)
     has_eos = spans.has_eos
     ntok = spans.tok_end - spans.tok_start  # (S,) tokens of each stretch
@@ -197,7 +207,8 @@ def pack_blocks(
     extra = (offs[1:] - offs[:-1]) > ntok  # (S,) stretch came with a lookahead token
     is_tok = np.ones(P, dtype=bool)
     is_tok[eos_at] = False
-    values = np.empty(P, dtype=np.int64)
+    full = P == B * L  # no padding: the filled positions are the batch, written in place
+    values = ids_out if full else scratch("pack.values", P)
     if extra.any():
         keep = np.ones(toks.shape[0], dtype=bool)
         keep[offs[1:][extra] - 1] = False
@@ -208,7 +219,7 @@ def pack_blocks(
 
     # Labels: the next filled value, then fix the positions where that is not the next token of
     # the same document: each EOS, and each stretch cut by its block's end.
-    lab = np.empty(P, dtype=np.int64)
+    lab = lab_out if full else scratch("pack.labels", P)
     lab[:-1] = values[1:]
     lab[eos_at] = IGNORE_INDEX
     cut = ~has_eos  # (S,) stretch ends at the block end before its EOS (at most one per block)
@@ -245,14 +256,12 @@ def pack_blocks(
     last_of_block = np.ones(S, dtype=bool)
     last_of_block[:-1] = new_block[1:]
     filled[spans.block[last_of_block]] = (spans.pos + m)[last_of_block]  # prefixes start at 0
-    if P == B * L:
-        input_ids, labels = values, lab
-    else:
-        inside = np.arange(L) < filled[:, None]  # (B, L) filled prefix of each block
-        input_ids = np.full(B * L, pad_id, dtype=np.int64)
-        labels = np.full(B * L, IGNORE_INDEX, dtype=np.int64)
-        input_ids[inside.reshape(-1)] = values
-        labels[inside.reshape(-1)] = lab
+    if not full:
+        inside = (np.arange(L) < filled[:, None]).reshape(-1)  # (B * L,) filled prefixes
+        ids_out.fill(pad_id)
+        lab_out.fill(IGNORE_INDEX)
+        ids_out[inside] = values
+        lab_out[inside] = lab
 
     # Segments: each stretch, plus each block's padding tail (whole padding blocks included).
     first_of_block = np.maximum.accumulate(np.where(new_block, np.arange(S), 0))
@@ -262,8 +271,18 @@ def pack_blocks(
     order = np.argsort(seg_start, kind="stable")
     cu = np.append(seg_start[order], B * L)
     seg_len = np.diff(cu)
-    position_ids = np.arange(B * L, dtype=np.int64) - np.repeat(cu[:-1], seg_len)
-    doc_ids = np.repeat(seg_doc[order].astype(np.int64), seg_len)
+    # position_ids / doc_ids as running sums of their jumps at segment starts (in place, no
+    # (B * L,) temporaries): positions count up by one and fall back to 0 at a segment start;
+    # doc ids change only at segment starts.
+    if B * L:
+        seg_at = cu[:-1]  # (n,) distinct segment starts, seg_at[0] == 0
+        pos_out.fill(1)
+        pos_out[seg_at[1:]] = 1 - seg_len[:-1]
+        pos_out[0] = 0
+        np.cumsum(pos_out, out=pos_out)
+        doc_out.fill(0)
+        doc_out[seg_at] = np.diff(seg_doc[order].astype(np.int64), prepend=0)
+        np.cumsum(doc_out, out=doc_out)
 
     continues = np.zeros(B, dtype=bool)
     continues[spans.block[new_block]] = spans.tok_start[new_block] > 0
@@ -272,10 +291,10 @@ def pack_blocks(
     ).astype(np.int64, copy=False)
     real, eos = int(ntok.sum()), int(eos_at.shape[0])
     return PackedArrays(
-        input_ids=input_ids.reshape(B, L),
-        labels=labels.reshape(B, L),
-        position_ids=position_ids.reshape(B, L),
-        doc_ids=doc_ids.reshape(B, L),
+        input_ids=out[0],
+        labels=out[1],
+        position_ids=out[2],
+        doc_ids=out[3],
         cu_seqlens=cu.astype(np.int32),
         max_seqlen=int(seg_len.max()) if seg_len.size else 0,
         continues=continues,

@@ -40,6 +40,7 @@ __all__ = [
     "epoch_steps",
     "steps_in_epoch",
     "step_blocks",
+    "steps_blocks",
     "check_block_order",
     "BLOCK_ORDERS",
     "stream_counts",
@@ -496,19 +497,54 @@ def step_blocks(
     Raises:
         PlanError: ``step`` is outside the epoch, or the topology is invalid.
     """
+    return steps_blocks(
+        np.array([step], dtype=np.int64),
+        rank=rank,
+        world_size=world_size,
+        batch_size=batch_size,
+        num_blocks=num_blocks,
+        drop_last=drop_last,
+        order=order,
+    )[0]
+
+
+def steps_blocks(
+    steps: np.ndarray,
+    *,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    num_blocks: int,
+    drop_last: bool,
+    order: str = "sequential",
+) -> np.ndarray:
+    """:func:`step_blocks` of several global steps at once (vectorised).
+
+    Args:
+        steps: ``(k,)`` global steps within the epoch.
+        rank, world_size, batch_size, num_blocks, drop_last, order: As :func:`step_blocks`.
+
+    Returns:
+        ``(k, batch_size)`` int64: row ``i`` is ``step_blocks(steps[i], ...)``.
+
+    Raises:
+        PlanError: A step is outside the epoch, or the topology is invalid.
+    """
     _check_topology(batch_size, world_size, rank)
     check_block_order(order)
     g = batch_size * world_size
-    steps = num_blocks // g if drop_last else -(-num_blocks // g)
-    if not 0 <= step < steps:
+    total = num_blocks // g if drop_last else -(-num_blocks // g)
+    s = np.asarray(steps, dtype=np.int64).reshape(-1)
+    bad = (s < 0) | (s >= total)
+    if bad.any():
         raise PlanError(
-            f"step {step} is outside the epoch: it has {steps} global steps of {g} blocks "
-            f"({num_blocks} blocks, drop_last={drop_last})"
+            f"step {int(s[bad][0])} is outside the epoch: it has {total} global steps of {g} "
+            f"blocks ({num_blocks} blocks, drop_last={drop_last})"
         )
     slots = rank * batch_size + np.arange(batch_size, dtype=np.int64)
     if order == "interleave":
-        blocks = slots * steps + step
+        blocks = slots[None, :] * total + s[:, None]
     else:
-        blocks = step * g + slots
+        blocks = s[:, None] * g + slots[None, :]
     blocks[blocks >= num_blocks] = -1
     return blocks

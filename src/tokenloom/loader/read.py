@@ -2,9 +2,10 @@
 token ranges a batch's spans need.
 
 The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns.
-Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released). A document
-longer than one block is read once per process and kept in a small LRU while its blocks are
-packed, so a document of millions of tokens costs linear work.
+Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
+group of steps, and gathered into the packer's layout with one vectorised ``take``. A document
+that goes on past a group is kept in a small LRU while its later blocks are packed, so a document
+of millions of tokens is read once per process and costs linear work.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
-from tokenloom.loader.spans import Spans
+from tokenloom.loader.buffers import scratch
 from tokenloom.loader.spec import count_column_for
 from tokenloom.table.filters import validate_filter
 
@@ -192,41 +193,118 @@ class TokenReader:
             )
         return self._ds
 
-    def read(self, rowids: np.ndarray, doc_lens: np.ndarray, seq_len: int) -> dict[int, np.ndarray]:
-        """Token arrays of the given rows (by stable row id), through the long-document cache."""
-        out: dict[int, np.ndarray] = {}
-        missing = []
-        with self._lock:
-            for rid in np.unique(rowids).tolist():
-                cached = self._cache.get(rid)
-                if cached is not None:
-                    self._cache.move_to_end(rid)
-                    out[rid] = cached
-                else:
-                    missing.append(rid)
-        if missing:
-            started = time.perf_counter()
-            table = self.dataset._take_rows(missing, columns=[self.token_column])
-            col = table.column(self.token_column).combine_chunks()
+    def read_ranges(
+        self,
+        rowids: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        doc_len: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, float]]:
+        """Tokens ``[starts[i], stops[i])`` of row ``rowids[i]`` for every ``i``, concatenated.
+
+        One ``take`` of the rows not in the long-document cache, then one vectorised gather per
+        source buffer (the take's values, each cached document): no per-row or per-stretch Python.
+        A row whose tokens go on past the last range asked for (a document continuing into
+        later blocks) is copied into the cache.
+
+        Args:
+            rowids: ``(S,)`` stable row ids (uint64).
+            starts, stops: ``(S,)`` token ranges of each row.
+            doc_len: ``(S,)`` planned tokens of each row (its ``n_tokens``).
+
+        Returns:
+            ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes:
+            ``tokens`` in the column's dtype, ``offsets`` ``(S + 1,)`` int64; and the rows,
+            bytes and seconds this call's ``take`` cost.
+
+        Raises:
+            LoaderError: A row holds fewer tokens than the plan (its ``n_tokens``) says.
+        """
+        S = len(rowids)
+        lengths = (stops - starts).astype(np.int64, copy=False)
+        offsets = np.zeros(S + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        read = (0, 0, 0.0)
+        if S == 0:
+            return np.empty(0, dtype=np.int64), offsets, read
+        uniq, first, inv = np.unique(rowids, return_index=True, return_inverse=True)
+        source = np.zeros(len(uniq), dtype=np.int64)  # which buffer holds each row
+        base = np.zeros(len(uniq), dtype=np.int64)  # where its tokens start in that buffer
+        row_len = np.zeros(len(uniq), dtype=np.int64)
+        buffers: list[np.ndarray] = []
+        missing = np.arange(len(uniq))
+        if self._cache:
+            hit = np.zeros(len(uniq), dtype=bool)
             with self._lock:
-                self.read_seconds += time.perf_counter() - started
-                self.rows_read += len(missing)
-                self.bytes_read += col.nbytes
-            values = col.values.to_numpy(zero_copy_only=False) if len(col) else np.empty(0)
-            offsets = col.offsets.to_numpy()
+                for j, rid in enumerate(uniq.tolist()):
+                    arr = self._cache.get(rid)
+                    if arr is not None:
+                        self._cache.move_to_end(rid)
+                        hit[j] = True
+                        source[j] = len(buffers) + 1  # 0 is the take's buffer
+                        row_len[j] = len(arr)
+                        buffers.append(arr)
+            missing = np.flatnonzero(~hit)
+        taken = np.empty(0, dtype=np.int64)
+        if len(missing):
+            started = time.perf_counter()
+            table = self.dataset._take_rows(uniq[missing].tolist(), columns=[self.token_column])
+            col = table.column(self.token_column).combine_chunks()
+            read = (len(missing), col.nbytes, time.perf_counter() - started)
+            with self._lock:
+                self.read_seconds += read[2]
+                self.rows_read += read[0]
+                self.bytes_read += read[1]
+            if len(col.values):
+                taken = col.values.to_numpy(zero_copy_only=False)
+            offs = col.offsets.to_numpy().astype(np.int64, copy=False)
+            base[missing] = offs[:-1]
+            row_len[missing] = offs[1:] - offs[:-1]
             if col.null_count:
-                valid = col.is_valid().to_numpy(zero_copy_only=False)
-            else:
-                valid = None
-            for i, rid in enumerate(missing):
-                if valid is not None and not valid[i]:
-                    arr = values[:0]
-                else:
-                    arr = values[offsets[i] : offsets[i + 1]]
-                out[rid] = arr
-                if len(arr) > seq_len:
-                    self._remember(rid, arr)
-        return out
+                row_len[missing[~col.is_valid().to_numpy(zero_copy_only=False)]] = 0
+        buffers.insert(0, taken)
+        short = stops > row_len[inv]
+        if short.any():
+            i = int(np.flatnonzero(short)[0])
+            raise LoaderError(
+                f"row with stable id {int(rowids[i])} holds {int(row_len[inv[i]])} tokens in "
+                f"column {self.token_column!r} but the plan needs {int(stops[i])} (its stored "
+                f"count is {int(doc_len[i])}); the count column is stale: run "
+                f"`tokenloom refresh --table {self.uri}`"
+            )
+        dtype = next((b.dtype for b in buffers if len(b)), np.dtype(np.int64))
+        tokens = np.empty(int(offsets[-1]), dtype=dtype)
+        begin = base[inv] + starts - offsets[:-1]  # (S,) buffer position of each range's
+        # first token, minus where that token goes in ``tokens``
+        if len(buffers) == 1:  # no cache hit: one gather
+            _gather(taken, begin + offsets[:-1], lengths, offsets, tokens)
+        else:
+            src = source[inv]  # (S,) buffer of each range
+            for k, buf in enumerate(buffers):
+                sel = np.flatnonzero(src == k)
+                n = lengths[sel]
+                if not len(sel) or not n.any():
+                    continue
+                dst = np.repeat(offsets[:-1][sel] - (np.cumsum(n) - n), n) + np.arange(n.sum())
+                tokens[dst] = buf[dst + np.repeat(begin[sel], n)]
+        # A document that goes on after this call's last range is needed again by a later
+        # call: keep a copy (not a view that would pin the whole take buffer); one that ends
+        # here is dropped from the cache.
+        last = np.zeros(len(uniq), dtype=np.int64)
+        np.maximum.at(last, inv, stops)
+        done = last >= doc_len[first]
+        if len(buffers) > 1:
+            ended = uniq[(source > 0) & done].tolist()
+            if ended:
+                with self._lock:
+                    for rid in ended:
+                        arr = self._cache.pop(rid, None)
+                        if arr is not None:
+                            self._cached -= len(arr)
+        for j in missing[~done[missing]].tolist():
+            lo = int(base[j])
+            self._remember(int(uniq[j]), taken[lo : lo + int(row_len[j])].copy())
+        return tokens, offsets, read
 
     def _remember(self, rid: int, arr: np.ndarray) -> None:
         if len(arr) > self.cache_tokens:
@@ -239,38 +317,6 @@ class TokenReader:
             while self._cached > self.cache_tokens and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._cached -= len(old)
-
-    def gather(
-        self,
-        spans: Spans,
-        starts: np.ndarray,
-        stops: np.ndarray,
-        rowids: np.ndarray,
-        seq_len: int,
-        docs: dict[int, np.ndarray] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Concatenate, per span, tokens ``[starts[i], stops[i])`` of its row.
-
-        Args:
-            docs: Token arrays already read (by :meth:`read`, for several steps in one call);
-                default: read what this batch needs.
-
-        Returns:
-            ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes.
-        """
-        if len(spans) == 0:
-            return np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        if docs is None:
-            docs = self.read(rowids, spans.doc_len, seq_len)
-        lengths = stops - starts
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        first = docs[int(rowids[0])]
-        tokens = np.empty(int(offsets[-1]), dtype=first.dtype if len(first) else np.int64)
-        for i in range(len(lengths)):
-            if lengths[i]:
-                tokens[offsets[i] : offsets[i + 1]] = docs[int(rowids[i])][starts[i] : stops[i]]
-        return tokens, offsets
 
 
 def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
@@ -294,3 +340,21 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
             table.column("id").to_pylist(), table.column(column).to_pylist(), strict=True
         )
     }
+
+
+def _gather(
+    buf: np.ndarray, begin: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+) -> None:
+    """``out[at[i] : at[i] + lengths[i]] = buf[begin[i] : begin[i] + lengths[i]]`` for ranges
+    that tile ``out`` in order: one ``take`` through an index built as a running sum of its
+    jumps (in a reused scratch array: no fresh megabyte-sized temporaries)."""
+    nz = lengths > 0
+    b, n, o = begin[nz], lengths[nz], at[:-1][nz]
+    if not len(b):
+        return
+    idx = scratch("read.gather", len(out))
+    idx.fill(1)
+    idx[o[1:]] = b[1:] - (b[:-1] + n[:-1] - 1)
+    idx[0] = b[0]
+    np.cumsum(idx, out=idx)
+    np.take(buf, idx, out=out)

@@ -14,11 +14,28 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from tokenloom.loader.group import PackedGroup, pack_group
 from tokenloom.loader.pack import PackedArrays, pack_blocks, token_ranges
-from tokenloom.loader.plan import BlockCounts, EpochSteps, PlanError, epoch_steps, step_blocks
+from tokenloom.loader.plan import (
+    BlockCounts,
+    EpochSteps,
+    PlanError,
+    epoch_steps,
+    step_blocks,
+    steps_blocks,
+)
 from tokenloom.loader.spans import Spans
 
-__all__ = ["BlockPlan", "StepLayout", "StepCounts", "EpochView", "block_steps", "COUNT_FIELDS"]
+__all__ = [
+    "BlockPlan",
+    "StepLayout",
+    "GroupLayout",
+    "StepCounts",
+    "GroupCounts",
+    "EpochView",
+    "block_steps",
+    "COUNT_FIELDS",
+]
 
 COUNT_FIELDS = (
     "blocks",
@@ -96,6 +113,26 @@ class StepLayout:
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
+class GroupLayout:
+    """One rank's share of ``k`` consecutive global steps, laid out together (no I/O)."""
+
+    steps: np.ndarray
+    """``(k,)`` global steps, ascending and consecutive."""
+    blocks_per_step: int
+    """``B``: this rank's blocks per step."""
+    blocks: np.ndarray
+    """``(k * B,)`` plan blocks, step after step (``-1``: a whole padding block)."""
+    spans: Spans
+    """The stretches of those blocks (``spans.block`` indexes :attr:`blocks`)."""
+    starts: np.ndarray
+    """``(S,)`` first token of each stretch to read (context and lookahead included)."""
+    stops: np.ndarray
+    """``(S,)`` one past the last token to read."""
+    pools: np.ndarray
+    """``(k * B,)`` mixture pool of each block (0 without a mixture; -1 for a padding block)."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
 class StepCounts:
     """What one packed step (or one rank's share) holds, per mixture pool."""
 
@@ -106,6 +143,27 @@ class StepCounts:
     starts: tuple[np.ndarray, ...]
     """Per pool, table ids of the documents whose first token is in the step (a document seen
     twice, as in a repeated mixture pass, appears twice over the run)."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class GroupCounts:
+    """:class:`StepCounts` of each step of a group, in three arrays (cheap to send)."""
+
+    counts: np.ndarray
+    """``(k, P, len(COUNT_FIELDS))`` int64."""
+    starts: np.ndarray
+    """Table ids of the documents starting in the group, by step then pool."""
+    bounds: np.ndarray
+    """``(k * P + 1,)``: step ``i``, pool ``p`` holds ``starts[bounds[i * P + p]:...+ 1]]``."""
+
+    def step(self, i: int) -> StepCounts:
+        """The :class:`StepCounts` of step ``i`` of the group."""
+        P = self.counts.shape[1]
+        b = self.bounds[i * P : (i + 1) * P + 1].tolist()
+        return StepCounts(
+            counts=self.counts[i],
+            starts=tuple(self.starts[b[p] : b[p + 1]] for p in range(P)),
+        )
 
 
 class EpochView:
@@ -164,6 +222,86 @@ class EpochView:
             drop_last=self.drop_last,
             order=self.block_order,
         )
+
+    def group(self, steps: np.ndarray, *, rank: int = 0, world_size: int = 1) -> GroupLayout:
+        """:meth:`layout` of consecutive steps at once: one ``spans`` call for all their blocks."""
+        if self.global_batch % world_size:
+            raise PlanError(
+                f"global batch {self.global_batch} does not split over {world_size} ranks"
+            )
+        steps = np.asarray(steps, dtype=np.int64).reshape(-1)
+        B = self.global_batch // world_size
+        blocks = steps_blocks(
+            steps,
+            rank=rank,
+            world_size=world_size,
+            batch_size=B,
+            num_blocks=self.plan.num_blocks,
+            drop_last=self.drop_last,
+            order=self.block_order,
+        ).reshape(-1)
+        spans = self.plan.spans(blocks)
+        starts, stops = token_ranges(spans, lookahead=self.lookahead)
+        return GroupLayout(
+            steps=steps,
+            blocks_per_step=B,
+            blocks=blocks,
+            spans=spans,
+            starts=starts,
+            stops=stops,
+            pools=self.plan.block_pools(blocks),
+        )
+
+    def pack_group(
+        self,
+        layout: GroupLayout,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        out: np.ndarray | None = None,
+    ) -> PackedGroup:
+        """Pack a group's tokens (``offsets``: CSR over its stretches) into its steps' batches
+        (``out``: an optional ``(4, k * B, L)`` int64 buffer, see :func:`pack_group`)."""
+        return pack_group(
+            layout.spans,
+            tokens,
+            offsets,
+            steps=len(layout.steps),
+            blocks_per_step=layout.blocks_per_step,
+            seq_len=self.seq_len,
+            eos_id=self.eos_id,
+            pad_id=self.pad_id,
+            lookahead=self.lookahead,
+            out=out,
+        )
+
+    def count_group(self, layout: GroupLayout, packed: PackedGroup, num_pools: int) -> GroupCounts:
+        """:meth:`count` of each step of a group, computed for the whole group at once."""
+        k, B, P = len(layout.steps), layout.blocks_per_step, num_pools
+        spans, pools = layout.spans, layout.pools
+        owner = np.where(pools >= 0, pools, 0)  # a whole padding block counts on pool 0
+        key = np.arange(k * B, dtype=np.int64) // B * P + owner  # (k * B,) (step, pool) of block
+        n = k * P
+        out = np.zeros((n, len(COUNT_FIELDS)), dtype=np.int64)
+        out[:, 0] = np.bincount(key[pools >= 0], minlength=n)
+        out[:, 3] = np.bincount(key, weights=(packed.doc_ids == -1).sum(axis=1), minlength=n)
+        out[:, 4] = np.bincount(key, weights=(packed.labels != -100).sum(axis=1), minlength=n)
+        ids = np.zeros(0, dtype=np.int64)
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        if len(spans):
+            skey = key[spans.block]  # (S,) (step, pool) of each stretch
+            ctx = packed.context
+            ctx_len = ctx[:, 1] - ctx[:, 0] if ctx is not None else np.zeros(len(spans), np.int64)
+            body = spans.tok_end - spans.tok_start - ctx_len
+            out[:, 1] = np.bincount(skey, weights=body, minlength=n)
+            out[:, 2] = np.bincount(skey, weights=spans.has_eos, minlength=n)
+            out[:, 5] = np.bincount(skey, weights=ctx_len, minlength=n)
+            first = spans.tok_start == 0
+            ids, fkey = spans.row_id[first], skey[first]
+            if P > 1:
+                order = np.argsort(fkey, kind="stable")
+                ids, fkey = ids[order], fkey[order]
+            bounds = np.searchsorted(fkey, np.arange(n + 1))
+        return GroupCounts(counts=out.reshape(k, P, len(COUNT_FIELDS)), starts=ids, bounds=bounds)
 
     def layout(self, step: int, *, rank: int = 0, world_size: int = 1) -> StepLayout:
         """Rank ``rank``'s blocks of ``step`` with their stretches and token ranges (no I/O)."""

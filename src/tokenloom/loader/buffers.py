@@ -1,0 +1,137 @@
+"""Reused output buffers: packed groups are written into memory that is already mapped.
+
+A group of steps is packed into one ``(4, k * B, L)`` int64 buffer (``input_ids``, ``labels``,
+``position_ids``, ``doc_ids``). Fresh buffers of megabytes cost more than the packing itself: the
+kernel zero-fills every page on first touch, and with several processes on a loaded machine that
+system time was the largest item after ``take``. So buffers are recycled:
+
+* :class:`RecycledBuffers` (one process): a buffer is handed out again once nothing references it
+  any more: every batch tensor is a view of its group's buffer, so the buffer's reference count
+  says whether the consumer still holds a batch of it. A consumer that keeps batches simply makes
+  the pool allocate more (as plain allocation would).
+* :class:`SharedSlots` (a DataLoader worker and the training process): a fixed ring of slots in
+  one shared-memory tensor, with one flag byte per slot. The worker packs into a free slot and
+  sends the slot number (the memory itself crosses once, as one file descriptor); the training
+  process copies the slot into a recycled buffer and frees the slot at once, so the ring never
+  waits on what the training loop keeps.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+
+__all__ = ["RecycledBuffers", "SharedSlots", "scratch"]
+
+_SCRATCH = threading.local()
+
+
+def scratch(name: str, n: int, dtype: type = np.int64) -> np.ndarray:
+    """A reused per-thread array of ``n`` values for temporaries that never leave a function
+    (contents undefined). Large temporaries allocated afresh on every call cost page faults."""
+    key = (name, np.dtype(dtype).str)
+    bufs = getattr(_SCRATCH, "bufs", None)
+    if bufs is None:
+        bufs = _SCRATCH.bufs = {}
+    buf = bufs.get(key)
+    if buf is None or buf.shape[0] < n:
+        buf = bufs[key] = np.empty(max(n, 1 << 16), dtype=dtype)
+    return buf[:n]
+
+
+class RecycledBuffers:
+    """``int64`` buffers reused once unreferenced (thread-safe).
+
+    Args:
+        keep: Buffers kept for reuse at most (more may be handed out; they are not kept).
+    """
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._pool: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"keep": self.keep}  # buffers stay in their process
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        """A C-contiguous int64 array of ``shape`` that nothing else references."""
+        with self._lock:
+            for buf in self._pool:
+                # the pool, the loop variable and getrefcount's argument: nobody else
+                if buf.shape == shape and sys.getrefcount(buf) == 3:
+                    return buf
+            buf = np.empty(shape, dtype=np.int64)
+            if len(self._pool) < self.keep:
+                self._pool.append(buf)
+            else:  # forget an unreferenced buffer of another shape, if any
+                for i, old in enumerate(self._pool):
+                    if old.shape != shape and sys.getrefcount(old) == 3:
+                        self._pool[i] = buf
+                        break
+            return buf
+
+
+class SharedSlots:
+    """A worker's ring of ``slots`` shared-memory slots of ``slot_size`` int64 each.
+
+    Created in the worker; pickled into the training process with the first group (as two
+    shared-memory tensors), after that only slot numbers cross.
+    """
+
+    def __init__(self, slots: int, slot_size: int) -> None:
+        import torch
+
+        data = torch.UntypedStorage._new_shared(slots * slot_size * 8)
+        flags = torch.UntypedStorage._new_shared(slots)
+        self.data = torch.empty(0, dtype=torch.int64).set_(data).view(slots, slot_size)
+        self.flags = torch.empty(0, dtype=torch.uint8).set_(flags).view(slots)
+        self.flags.zero_()
+        self._data_np = self.data.numpy()
+        self._flags_np = self.flags.numpy()
+
+    def __getstate__(self) -> dict:
+        return {"data": self.data, "flags": self.flags}
+
+    def __setstate__(self, state: dict) -> None:
+        self.data, self.flags = state["data"], state["flags"]
+        self._data_np = self.data.numpy()
+        self._flags_np = self.flags.numpy()
+
+    @property
+    def slots(self) -> int:
+        return int(self._flags_np.shape[0])
+
+    def acquire(
+        self, shape: tuple[int, ...], *, timeout_s: float, poll_s: float = 0.0005
+    ) -> tuple[int | None, np.ndarray | None]:
+        """A free slot (waiting up to ``timeout_s`` for the training process to release one)
+        as an array of ``shape``; it stays busy until :meth:`release`. ``(None, None)`` when
+        none came free in time."""
+        n = int(np.prod(shape))
+        if n > self._data_np.shape[1]:
+            return None, None
+        flags = self._flags_np
+        deadline = time.monotonic() + timeout_s
+        while True:
+            free = np.flatnonzero(flags == 0)
+            if len(free):
+                j = int(free[0])
+                flags[j] = 1
+                return j, self._data_np[j, :n].reshape(shape)
+            if time.monotonic() > deadline:
+                return None, None
+            time.sleep(poll_s)
+
+    def view(self, slot: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Slot ``slot`` as an array of ``shape`` (the training process's side)."""
+        return self._data_np[slot, : int(np.prod(shape))].reshape(shape)
+
+    def release(self, slot: int) -> None:
+        self._flags_np[slot] = 0

@@ -1,0 +1,142 @@
+"""Several steps packed at once equal the same steps packed one by one; the reused buffers and
+the loader's vectorised gather agree with their obvious counterparts."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.loader.helpers import (
+    EOS,
+    PAD,
+    assert_packed_equal,
+    columns,
+    corpora,
+    epochs,
+    gather,
+    make_rows,
+    seeds,
+)
+from tokenloom.loader import EpochView, plan_epoch, step_blocks
+from tokenloom.loader.bestfit import plan_bestfit
+from tokenloom.loader.buffers import RecycledBuffers
+from tokenloom.loader.plan import steps_blocks
+from tokenloom.loader.read import _gather
+from tokenloom.loader.window import plan_windowed_epoch
+
+
+def _plan(kind: str, rows: dict, L: int, seed: int, epoch: int):
+    ids, counts = columns(rows)
+    if kind == "window":
+        window = max(L // 2, 1)
+        return plan_windowed_epoch(
+            ids, counts, seed=seed, epoch=epoch, seq_len=L, window=window, overlap=window // 2
+        )
+    if kind == "best_fit":
+        return plan_bestfit(ids, counts, seed=seed, epoch=epoch, seq_len=L, fit_window=4)
+    return plan_epoch(ids, counts, seed=seed, epoch=epoch, seq_len=L)
+
+
+@settings(derandomize=True, max_examples=120, deadline=None)
+@given(
+    corpus=corpora(max_docs=14),
+    seed=seeds,
+    epoch=epochs,
+    kind=st.sampled_from(["concat", "window", "best_fit"]),
+    per_rank=st.integers(1, 3),
+    world_size=st.integers(1, 3),
+    order=st.sampled_from(["sequential", "interleave"]),
+    lookahead=st.booleans(),
+    drop_last=st.booleans(),
+    group=st.integers(1, 5),
+    data=st.data(),
+)
+def test_a_group_of_steps_equals_its_steps_packed_one_by_one(
+    corpus, seed, epoch, kind, per_rank, world_size, order, lookahead, drop_last, group, data
+):
+    L, lengths = corpus
+    rows = make_rows(lengths)
+    plan = _plan(kind, rows, L, seed, epoch)
+    view = EpochView(
+        plan,
+        global_batch=per_rank * world_size,
+        drop_last=drop_last,
+        block_order=order,
+        lookahead=lookahead,
+        eos_id=EOS,
+        pad_id=PAD,
+    )
+    if view.steps == 0:
+        return
+    rank = data.draw(st.integers(0, world_size - 1))
+    first = data.draw(st.integers(0, view.steps - 1))
+    steps = np.arange(first, min(first + group, view.steps))
+    layout = view.group(steps, rank=rank, world_size=world_size)
+    tokens, offsets = gather(layout.spans, rows, lookahead=lookahead)
+    packed = view.pack_group(layout, tokens, offsets)
+    counts = view.count_group(layout, packed, 1)
+    for i, s in enumerate(steps.tolist()):
+        one = view.layout(s, rank=rank, world_size=world_size)
+        want = view.pack(one, *gather(one.spans, rows, lookahead=lookahead))
+        got = packed.step(i)
+        assert_packed_equal(got, want)
+        assert got.context_positions == want.context_positions
+        if want.context is None:
+            assert got.context is None
+        else:
+            np.testing.assert_array_equal(got.context, want.context)
+        ref = view.count(one, want, 1)
+        np.testing.assert_array_equal(counts.step(i).counts, ref.counts)
+        for a, b in zip(counts.step(i).starts, ref.starts, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(
+    per_rank=st.integers(1, 4),
+    world_size=st.integers(1, 4),
+    num_blocks=st.integers(1, 60),
+    order=st.sampled_from(["sequential", "interleave"]),
+    drop_last=st.booleans(),
+)
+def test_steps_blocks_is_step_blocks_row_by_row(per_rank, world_size, num_blocks, order, drop_last):
+    g = per_rank * world_size
+    total = num_blocks // g if drop_last else -(-num_blocks // g)
+    kw = dict(batch_size=per_rank, world_size=world_size, num_blocks=num_blocks,
+              drop_last=drop_last, order=order)  # fmt: skip
+    for rank in range(world_size):
+        rows = steps_blocks(np.arange(total), rank=rank, **kw)
+        for s in range(total):
+            np.testing.assert_array_equal(rows[s], step_blocks(s, rank=rank, **kw))
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(lengths=st.lists(st.integers(0, 9), max_size=12), data=st.data())
+def test_vectorised_gather_equals_slicing(lengths, data):
+    buf = np.arange(200, dtype=np.uint16) * 3
+    n = np.asarray(lengths, dtype=np.int64)
+    begin = np.asarray(
+        [data.draw(st.integers(0, len(buf) - k)) for k in lengths], dtype=np.int64
+    ).reshape(-1)
+    at = np.zeros(len(n) + 1, dtype=np.int64)
+    np.cumsum(n, out=at[1:])
+    out = np.zeros(int(at[-1]), dtype=buf.dtype)
+    _gather(buf, begin, n, at, out)
+    want = [buf[b : b + k] for b, k in zip(begin.tolist(), lengths, strict=True)]
+    np.testing.assert_array_equal(out, np.concatenate(want) if want else out[:0])
+
+
+def test_a_buffer_is_reused_only_once_no_view_of_it_is_left():
+    pool = RecycledBuffers(keep=4)
+    a = pool.take((4, 2, 3))
+    view = a[1, :1]
+    del a
+    b = pool.take((4, 2, 3))
+    assert not np.shares_memory(b, view)  # a view keeps its buffer busy
+    del view
+    c = pool.take((4, 2, 3))
+    assert c.shape == (4, 2, 3) and not np.shares_memory(b, c)
+    del c
+    d = pool.take((4, 2, 3))  # c's buffer is free again
+    assert d.flags.c_contiguous and d.dtype == np.int64
