@@ -100,7 +100,7 @@ class EpochPlan:
     source_ids: np.ndarray
     """``(N,)`` int64: table ``id`` of each selected row, ascending (empty rows included)."""
     source_lens: np.ndarray
-    """``(N,)`` int64: tokens of each selected row."""
+    """``(N,)`` int64 (or int32, as the selection holds them): tokens of each selected row."""
     empty_rows: int
     """Selected rows with no tokens; they contribute nothing to the stream."""
     num_tokens: int
@@ -127,14 +127,14 @@ class EpochPlan:
     def lengths(self) -> np.ndarray:
         """``(n,)`` int64: tokens of each document in visiting order (all ``>= 1``). Built on
         each call, like :attr:`row_ids`."""
-        return _readonly(self.source_lens[self.order])
+        return _readonly(self.source_lens[self.order].astype(np.int64, copy=False))
 
     @property
     def starts(self) -> np.ndarray:
         """``(n + 1,)`` int64: stream offset of each document; ``starts[n] == stream_len``.
         Built on each call, like :attr:`row_ids`."""
         out = np.zeros(self.num_docs + 1, dtype=np.int64)
-        np.cumsum(self.source_lens[self.order] + 1, out=out[1:])
+        np.cumsum(np.add(self.source_lens[self.order], 1, dtype=np.int64), out=out[1:])
         return _readonly(out)
 
     def doc_rows(self, docs: np.ndarray) -> np.ndarray:
@@ -162,7 +162,7 @@ class EpochPlan:
         if int(marks[g1] - marks[g0]) <= 2 * wanted + 4 * K * self.stream_len // max(n, 1):
             # Nearby ranges (a step's consecutive blocks): one run of groups, one prefix sum.
             docs = np.arange(g0 * K, min(g1 * K, n), dtype=np.int64)
-            sizes = self.source_lens[self.order[g0 * K : g1 * K]] + 1
+            sizes = np.add(self.source_lens[self.order[g0 * K : g1 * K]], 1, dtype=np.int64)
             starts = np.cumsum(sizes)
             starts -= sizes
             starts += marks[g0]
@@ -175,7 +175,7 @@ class EpochPlan:
         groups = np.unique(np.repeat(c0, span) + (np.arange(total) - np.repeat(offsets, span)))
         docs = (groups[:, None] * K + np.arange(K, dtype=np.int64)).ravel()  # (g * K,)
         docs = docs[docs < n]  # only the last group can be short
-        sizes = self.source_lens[self.order[docs]] + 1
+        sizes = np.add(self.source_lens[self.order[docs]], 1, dtype=np.int64)
         ends = np.cumsum(sizes)
         before = ends - sizes  # exclusive prefix over all groups taken
         head = (np.arange(docs.shape[0]) // K) * K  # (D,) index of each group's first document
@@ -215,6 +215,15 @@ def _as_int64_1d(name: str, values: np.ndarray) -> np.ndarray:
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise PlanError(f"{name} must hold integers, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def _as_counts_1d(values: np.ndarray) -> np.ndarray:
+    """Token counts as given when int32 or int64 (a shared selection's narrow counts are read in
+    place, not copied per process), else as int64."""
+    arr = np.asarray(values)
+    if arr.ndim == 1 and arr.dtype in (np.dtype(np.int32), np.dtype(np.int64)):
+        return arr
+    return _as_int64_1d("n_tokens", arr)
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -277,7 +286,7 @@ def stream_marks(order: np.ndarray, lens: np.ndarray) -> np.ndarray:
     marks = np.empty(-(-n // K) + 1, dtype=np.int64)
     base = 0
     for a in range(0, n, _MARK_CHUNK):
-        sizes = lens[order[a : a + _MARK_CHUNK]] + 1
+        sizes = np.add(lens[order[a : a + _MARK_CHUNK]], 1, dtype=np.int64)
         ends = np.cumsum(sizes)
         marks[a // K : a // K + -(-sizes.shape[0] // K)] = base + (ends - sizes)[::K]
         base += int(ends[-1])
@@ -314,7 +323,7 @@ def plan_epoch(
             ``seq_len < 1``.
     """
     ids = _as_int64_1d("row_ids", row_ids)
-    lens = _as_int64_1d("n_tokens", n_tokens)
+    lens = _as_counts_1d(n_tokens)
     if ids.shape != lens.shape:
         raise PlanError(f"row_ids has {ids.shape[0]} rows but n_tokens has {lens.shape[0]}")
     if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:

@@ -1,11 +1,12 @@
 """``Planner``: a :class:`~tokenloom.loader.spec.LoaderSpec` resolved against its table.
 
-Opening a planner pins the table version and scans what the plan is computed from — ``(id,
+Opening a planner pins the table version and resolves what the plan is computed from — ``(id,
 n_tokens)`` of the selected rows (per pool for a mixture), cut points of long rows, the token
 column's tokenizer identity — and nothing else: no token list is read. From there every epoch's
 plan, its :class:`~tokenloom.loader.view.EpochView`, its exact sizes and the plan's fingerprint
 inputs are pure computations. A large selection's visiting order is shared by every process of
-the node through a :class:`~tokenloom.loader.planstore.PlanStore` (built once, memory-mapped).
+the node through a :class:`~tokenloom.loader.planstore.PlanStore` (built once, memory-mapped),
+and so are the scanned inputs of a large selection (one scan per node).
 The dataset reads through a planner; the ledger, ``trace``, ``verify`` and ``stats`` use one
 without torch.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -40,19 +42,33 @@ __all__ = ["Planner"]
 _PLANS_KEPT = 2  # the current epoch and the next (a reader thread may look ahead)
 
 
-def union_inputs(parts: list[PlanInputs]) -> PlanInputs:
-    """One row-id -> stable-row-id map over every pool (a row may sit in several pools)."""
-    ids = np.concatenate([p.row_ids for p in parts])
-    rowids = np.concatenate([p.rowids for p in parts])
-    counts = np.concatenate([p.n_tokens for p in parts])
-    uniq, first = np.unique(ids, return_index=True)
+def union_inputs(parts: list[PlanInputs], store: PlanStore | None = None) -> PlanInputs:
+    """One row-id -> stable-row-id map over every pool (a row may sit in several pools); shared
+    through ``store`` when every pool's inputs are."""
+
+    def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        ids = np.concatenate([p.row_ids for p in parts])
+        uniq, first = np.unique(ids, return_index=True)
+        del ids
+        counts = np.concatenate([p.n_tokens for p in parts])[first]
+        rowids = np.concatenate([p.rowids for p in parts])[first]
+        arrays = {"row_ids": uniq, "n_tokens": counts, "rowids": rowids}
+        meta = {"version": parts[0].version, "null_rows": sum(p.null_rows for p in parts)}
+        return arrays, {**meta, "tokenizer": parts[0].tokenizer}
+
+    path = None
+    if store is not None and all(p.shared is not None for p in parts):
+        pools = ";".join(os.path.basename(p.shared or "") for p in parts)
+        key = hashlib.sha256(f"union-v1;{pools}".encode()).hexdigest()[:32]
+        arrays, meta, path = store.arrays(key, build)
+    else:
+        arrays, meta = build()
     return PlanInputs(
-        version=parts[0].version,
-        row_ids=uniq,
-        n_tokens=counts[first],
-        rowids=rowids[first],
-        null_rows=sum(p.null_rows for p in parts),
-        tokenizer=parts[0].tokenizer,
+        version=int(meta["version"]),
+        null_rows=int(meta["null_rows"]),
+        tokenizer=dict(meta["tokenizer"]),
+        shared=path,
+        **arrays,
     )
 
 
@@ -90,6 +106,15 @@ class Planner:
         self.uri: str = handle.uri
         self.storage_options = dict(storage_options) if storage_options else None
         ds = handle.dataset
+        if isinstance(plan_store, str) and plan_store != "default":
+            raise LoaderError(
+                f"plan_store must be a PlanStore, None or 'default', not {plan_store!r}"
+            )
+        self.store: PlanStore | None = (
+            PlanStore.default() if isinstance(plan_store, str) else plan_store
+        )
+        """Where large plan inputs and epoch layouts are shared on this node (``None``: in
+        memory)."""
         count = spec.count_column
         assert count is not None  # derived by LoaderSpec
         if spec.mixture:
@@ -100,10 +125,11 @@ class Planner:
                     count_column=count,
                     filter=and_filters(ds, pool.filter, spec.filter),
                     allow_missing=spec.allow_missing,
+                    store=self.store,
                 )
                 for pool in spec.mixture
             ]
-            self.inputs: PlanInputs = union_inputs(self.pool_inputs)
+            self.inputs: PlanInputs = union_inputs(self.pool_inputs, self.store)
         else:
             self.pool_inputs = []
             self.inputs = scan_plan_inputs(
@@ -112,6 +138,7 @@ class Planner:
                 count_column=count,
                 filter=spec.filter,
                 allow_missing=spec.allow_missing,
+                store=self.store,
             )
         recipe = spec.recipe
         self.cuts = read_cut_points(
@@ -131,14 +158,6 @@ class Planner:
         """Which table this is (not only which version): see ``table_identity``."""
         self.spec: LoaderSpec = spec.replace(version=handle.version)
         """The spec with the version pinned (what checkpoints record)."""
-        if isinstance(plan_store, str) and plan_store != "default":
-            raise LoaderError(
-                f"plan_store must be a PlanStore, None or 'default', not {plan_store!r}"
-            )
-        self.store: PlanStore | None = (
-            PlanStore.default() if isinstance(plan_store, str) else plan_store
-        )
-        """Where large epoch layouts are shared on this node (``None``: in memory)."""
         self._plans: OrderedDict[int, BlockPlan] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -269,7 +288,8 @@ class Planner:
         if self.spec.mixture:
             pools = []
             for p, inp in zip(self.spec.mixture, self.pool_inputs, strict=True):
-                digest = hashlib.sha256(inp.row_ids.tobytes() + inp.n_tokens.tobytes())
+                counts = inp.n_tokens.astype(np.int64, copy=False)  # as ever, whatever its dtype
+                digest = hashlib.sha256(inp.row_ids.tobytes() + counts.tobytes())
                 pools.append(
                     {
                         "name": p.name,

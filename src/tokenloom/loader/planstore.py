@@ -1,4 +1,4 @@
-"""``PlanStore``: an epoch's layout built once per node and memory-mapped by every process.
+"""``PlanStore``: a plan's inputs and epoch layouts built once per node, mapped by every process.
 
 Every rank and every DataLoader worker of a job computes the same plan from the same stored
 counts (★3). For a large selection the layout (:attr:`~tokenloom.loader.plan.EpochPlan.order`
@@ -15,12 +15,21 @@ whose sizes disagree with the selection is rebuilt. Building epoch ``e`` removes
 epochs ``<= e - keep_epochs`` of the same selection and seed (a process still mapping one keeps
 its pages until it unmaps them). Small selections (under ``min_docs`` rows) are planned in
 memory: the plan costs milliseconds and a file per epoch would only add I/O.
+
+The plan's *inputs* (the ``id``, ``n_tokens`` and ``_rowid`` arrays a table scan yields, see
+:func:`~tokenloom.loader.read.scan_plan_inputs`) are shared the same way by :meth:`PlanStore.
+arrays`: the first process to resolve a selection scans the table under the lock and writes
+the arrays (``inputs/<key>/<name>.npy`` plus ``meta.json``), the others map them. Their key is
+a digest of what the scan depends on (table URI, version and data files, filter, columns,
+options; see :func:`~tokenloom.loader.read.plan_inputs_key`), not of the contents, which are
+not known before the scan. Inputs are not pruned: one set per (table version, selection).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -35,7 +44,14 @@ import numpy as np
 from tokenloom.loader.plan import MARK_EVERY
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 
-__all__ = ["PlanStore", "PLAN_CACHE_ENV", "LAYOUT_FORMAT", "SHARE_MIN_DOCS", "default_plan_dir"]
+__all__ = [
+    "PlanStore",
+    "PLAN_CACHE_ENV",
+    "LAYOUT_FORMAT",
+    "SHARE_MIN_DOCS",
+    "default_plan_dir",
+    "open_arrays",
+]
 
 PLAN_CACHE_ENV = "TOKENLOOM_PLAN_CACHE"
 """Environment variable naming the node-local plan directory (``off`` or empty: no store)."""
@@ -47,6 +63,8 @@ SHARE_MIN_DOCS = 1 << 20
 """Selections from this many rows are shared through the store; smaller ones stay in memory."""
 
 _DIGESTS_KEPT = 8  # selections whose digest a store remembers (pools of a mixture, epochs)
+_HASH_CHUNK = 1 << 20  # elements converted at a time while hashing (no full-size temporary)
+_KEY = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 def default_plan_dir() -> str | None:
@@ -78,6 +96,10 @@ class PlanStore:
         """Layouts this process built and wrote."""
         self.mapped = 0
         """Layouts this process mapped from files (its own included)."""
+        self.inputs_built = 0
+        """Sets of plan inputs (:meth:`arrays`) this process built and wrote."""
+        self.inputs_mapped = 0
+        """Sets of plan inputs this process mapped from files (its own included)."""
         self._digests: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, str]] = {}
 
     @classmethod
@@ -89,7 +111,8 @@ class PlanStore:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_digests"] = {}  # a worker re-hashes its own arrays; never pickle them here
-        state["built"] = state["mapped"] = 0  # the counters are per process
+        for counter in ("built", "mapped", "inputs_built", "inputs_mapped"):
+            state[counter] = 0  # the counters are per process
         return state
 
     def selection_key(self, ids: np.ndarray, lens: np.ndarray) -> str:
@@ -101,9 +124,10 @@ class PlanStore:
             return hit[2]
         h = hashlib.sha256(LAYOUT_FORMAT.encode())
         for arr in (ids, lens):
-            a = np.ascontiguousarray(arr, dtype=np.int64)
-            h.update(str(a.shape[0]).encode() + b";")
-            h.update(memoryview(a).cast("B"))
+            h.update(str(arr.shape[0]).encode() + b";")
+            for lo in range(0, arr.shape[0], _HASH_CHUNK):  # the int64 bytes, whatever the dtype
+                part = np.ascontiguousarray(arr[lo : lo + _HASH_CHUNK], dtype=np.int64)
+                h.update(memoryview(part).cast("B"))
         key = h.hexdigest()[:24]
         self._digests[memo] = (ids, lens, key)
         while len(self._digests) > _DIGESTS_KEPT:
@@ -154,7 +178,7 @@ class PlanStore:
             mapped = self._open(final, lens) if os.path.isdir(final) else None
             if mapped is None:
                 order, marks = build()
-                self._write(final, order, marks)
+                self._write(final, {"order": order, "marks": marks}, None)
                 self._prune(parent, seed, epoch)
                 self.built += 1
                 mapped = self._open(final, lens)
@@ -162,6 +186,54 @@ class PlanStore:
                     return order, marks
         self.mapped += 1
         return mapped
+
+    def arrays(
+        self,
+        key: str,
+        build: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]],
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any], str | None]:
+        """Named 1-D arrays of one length and a small JSON ``meta``: mapped from the store,
+        built there first if absent (the plan's inputs, see the module docstring).
+
+        Args:
+            key: What ``build`` computes, as a hex digest of everything it depends on.
+            build: Computes ``(arrays, meta)`` (called by at most one process per node, unless
+                its arrays are shorter than ``min_docs``: then every process builds its own).
+
+        Returns:
+            ``(arrays, meta, path)``: read-only mapped arrays and the directory they live in,
+            or the built arrays and ``None`` (small, or the store is not writable).
+        """
+        if not _KEY.match(key):
+            raise ValueError(f"store keys are hex digests, got {key!r}")
+        final = os.path.join(self.root, "inputs", key)
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            lock = open(final + ".lock", "a+b")  # noqa: SIM115 - closed by the with below
+        except OSError as exc:
+            warnings.warn(
+                f"plan store {self.root} is not writable ({exc}); keeping the plan inputs in "
+                f"memory (set {PLAN_CACHE_ENV} to a local writable directory, or 'off')",
+                stacklevel=2,
+            )
+            return (*build(), None)
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one scan per node; the others wait, then map
+            found = open_arrays(final) if os.path.isdir(final) else None
+            if found is None:
+                shutil.rmtree(final, ignore_errors=True)  # unreadable leftovers
+                arrays, meta = build()
+                n = {a.shape for a in arrays.values()}
+                assert len(n) == 1 and len(next(iter(n))) == 1, "arrays of one length"
+                if next(iter(n))[0] < self.min_docs:
+                    return arrays, meta, None
+                self._write(final, arrays, meta)
+                self.inputs_built += 1
+                found = open_arrays(final)
+                if found is None:  # pragma: no cover - only a broken file system gets here
+                    return arrays, meta, None
+        self.inputs_mapped += 1
+        return (*found, final)
 
     def _open(self, final: str, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         try:
@@ -182,13 +254,18 @@ class PlanStore:
         return order, marks
 
     @staticmethod
-    def _write(final: str, order: np.ndarray, marks: np.ndarray) -> None:
+    def _write(final: str, arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> None:
         tmp = f"{os.path.dirname(final)}/.{os.path.basename(final)}.{secrets.token_hex(6)}.tmp"
         os.makedirs(tmp)
         try:
-            for name, arr in (("order", order), ("marks", marks)):
+            for name, arr in arrays.items():
                 with open(os.path.join(tmp, f"{name}.npy"), "wb") as f:
                     np.save(f, arr)
+                    f.flush()
+                    os.fsync(f.fileno())
+            if meta is not None:
+                with open(os.path.join(tmp, "meta.json"), "w") as f:
+                    json.dump({**meta, "arrays": sorted(arrays)}, f)
                     f.flush()
                     os.fsync(f.fileno())
             os.rename(tmp, final)  # atomic: a reader sees the whole layout or none
@@ -209,3 +286,20 @@ class PlanStore:
                         pass
                 else:
                     shutil.rmtree(path, ignore_errors=True)
+
+
+def open_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+    """The arrays and meta :meth:`PlanStore.arrays` wrote at ``path``, mapped read-only; ``None``
+    when they are missing, unreadable or not all of one length."""
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+        names = meta.pop("arrays")
+        arrays = {
+            n: np.asarray(np.load(os.path.join(path, f"{n}.npy"), mmap_mode="r")) for n in names
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if len({a.shape for a in arrays.values()}) > 1 or any(a.ndim != 1 for a in arrays.values()):
+        return None
+    return arrays, meta

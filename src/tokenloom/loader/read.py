@@ -1,7 +1,9 @@
 """The only loader module that does I/O: resolve the plan's inputs from the table, and read the
 token ranges a batch's spans need.
 
-The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns.
+The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns,
+done once per node when a :class:`~tokenloom.loader.planstore.PlanStore` is given (the other
+processes map the arrays the first one wrote).
 Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
 group of steps, and gathered into the packer's layout with one vectorised ``take``. A document
 that goes on past a group is kept in a small LRU while its later blocks are packed, so a document
@@ -10,7 +12,9 @@ of millions of tokens is read once per process and costs linear work.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import threading
 import time
@@ -29,6 +33,9 @@ from tokenloom.table.filters import validate_filter
 
 __all__ = [
     "PlanInputs",
+    "INPUTS_FORMAT",
+    "plan_inputs_key",
+    "narrow_counts",
     "table_identity",
     "TokenReader",
     "scan_plan_inputs",
@@ -42,29 +49,75 @@ class LoaderError(TokenloomError):
     """The loader cannot be built as asked (missing column, bad filter, no tokenizer)."""
 
 
+INPUTS_FORMAT = "plan-inputs-v1;row_ids=int64;n_tokens=int32|int64;rowids=uint64"
+"""Identity of what a shared set of plan inputs holds (part of its key)."""
+
+_INPUT_ARRAYS = ("row_ids", "n_tokens", "rowids")
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class PlanInputs:
-    """What the plan is computed from (small: three int64 per selected row)."""
+    """What the plan is computed from (small: 20 bytes per selected row, or 24 when a count
+    needs int64). Arrays mapped from a plan store are read-only; pickling such inputs (a spawned
+    DataLoader worker) sends the store's path, and the worker maps the same files."""
 
     version: int
     row_ids: np.ndarray
     """The ``id`` of each selected row, ascending (int64)."""
     n_tokens: np.ndarray
-    """Stored token counts (int64; null counts as 0)."""
+    """Stored token counts, null counted as 0: int32 when every count fits (values are exact
+    either way), else int64."""
     rowids: np.ndarray
     """Stable Lance row ids, aligned with ``row_ids`` (uint64)."""
     null_rows: int
     """Selected rows whose token list is null (planned as zero-length)."""
     tokenizer: dict
     """The token column's tokenizer identity (from its field metadata), or {}."""
+    shared: str | None = None
+    """The plan store directory the arrays are mapped from (``None``: in this process's memory)."""
+
+    def __reduce__(self) -> tuple:
+        if self.shared is not None and os.path.isdir(self.shared):
+            return (_map_plan_inputs, (self.shared,))
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return (_plan_inputs, (fields,))
+
+
+def _plan_inputs(fields: dict) -> PlanInputs:
+    return PlanInputs(**fields)
+
+
+def _map_plan_inputs(path: str) -> PlanInputs:
+    """The plan inputs a plan store holds at ``path``, mapped read-only."""
+    from tokenloom.loader.planstore import PLAN_CACHE_ENV, open_arrays
+
+    found = open_arrays(path)
+    if found is None or set(found[0]) != set(_INPUT_ARRAYS):
+        raise LoaderError(
+            f"the plan inputs at {path} are gone or unreadable (the plan store was cleared "
+            f"while the job ran?); restart the job, or set {PLAN_CACHE_ENV}=off"
+        )
+    arrays, meta = found
+    return PlanInputs(
+        version=int(meta["version"]),
+        null_rows=int(meta["null_rows"]),
+        tokenizer=dict(meta["tokenizer"]),
+        shared=path,
+        **arrays,
+    )
+
+
+def narrow_counts(counts: np.ndarray) -> np.ndarray:
+    """Counts as int32 when every one fits (exact), else int64."""
+    if counts.size == 0 or int(counts.max()) <= np.iinfo(np.int32).max:
+        return counts.astype(np.int32, copy=False)
+    return counts.astype(np.int64, copy=False)
 
 
 def table_identity(ds: lance.LanceDataset) -> str:
     """A short digest of the pinned version's data files (their names are random per write): a
     table deleted and built again at the same URI has other files under the same version
     numbers, so a checkpoint can tell the two apart. Metadata only; no data is read."""
-    import hashlib
-
     names = sorted(f.path for frag in ds.get_fragments() for f in frag.data_files())
     return "files:" + hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
 
@@ -76,6 +129,30 @@ def tokenizer_identity(ds: lance.LanceDataset, token_column: str) -> dict:
     return json.loads(raw) if raw else {}
 
 
+def plan_inputs_key(
+    ds: lance.LanceDataset,
+    *,
+    token_column: str,
+    count_column: str,
+    filter: str | None,
+    allow_missing: bool,
+) -> str:
+    """Digest of everything a scan's result depends on: the table (URI, version and the
+    version's data files, so a table rebuilt at the same URI differs), the validated filter,
+    the token and count columns, ``allow_missing`` and :data:`INPUTS_FORMAT`."""
+    parts = {
+        "format": INPUTS_FORMAT,
+        "uri": ds.uri,
+        "version": int(ds.version),
+        "identity": table_identity(ds),
+        "filter": filter,
+        "token_column": token_column,
+        "count_column": count_column,
+        "allow_missing": bool(allow_missing),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
 def scan_plan_inputs(
     ds: lance.LanceDataset,
     *,
@@ -83,8 +160,13 @@ def scan_plan_inputs(
     count_column: str,
     filter: str | None,
     allow_missing: bool = False,
+    store: Any = None,
 ) -> PlanInputs:
     """Scan ``(id, count)`` of the rows under ``filter``; never reads token lists.
+
+    Args:
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore`: the first process of
+            the node scans and writes the arrays, the others map them (large selections only).
 
     Raises:
         LoaderError: A column the plan uses is not computed (null) for some rows it selects —
@@ -92,6 +174,39 @@ def scan_plan_inputs(
             keep a row — unless ``allow_missing`` (then null counts are zero-length rows).
     """
     filter = validate_filter(ds, filter)
+    scan = {
+        "token_column": token_column,
+        "count_column": count_column,
+        "filter": filter,
+        "allow_missing": allow_missing,
+    }
+    if store is None:
+        return _scan_plan_inputs(ds, **scan)
+
+    def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        inputs = _scan_plan_inputs(ds, **scan)
+        arrays = {k: getattr(inputs, k) for k in _INPUT_ARRAYS}
+        meta = {"version": inputs.version, "null_rows": inputs.null_rows}
+        return arrays, {**meta, "tokenizer": inputs.tokenizer}
+
+    arrays, meta, path = store.arrays(plan_inputs_key(ds, **scan), build)
+    return PlanInputs(
+        version=int(meta["version"]),
+        null_rows=int(meta["null_rows"]),
+        tokenizer=dict(meta["tokenizer"]),
+        shared=path,
+        **arrays,
+    )
+
+
+def _scan_plan_inputs(
+    ds: lance.LanceDataset,
+    *,
+    token_column: str,
+    count_column: str,
+    filter: str | None,
+    allow_missing: bool,
+) -> PlanInputs:
     if filter is not None and not allow_missing:
         _refuse_unknown_filter_rows(ds, filter)
     for col in (token_column, count_column):
@@ -121,7 +236,7 @@ def scan_plan_inputs(
     return PlanInputs(
         version=ds.version,
         row_ids=table.column("id").to_numpy().astype(np.int64, copy=False),
-        n_tokens=pc.fill_null(counts, 0).to_numpy().astype(np.int64, copy=False),
+        n_tokens=narrow_counts(pc.fill_null(counts, 0).to_numpy()),
         rowids=table.column("_rowid").to_numpy().astype(np.uint64, copy=False),
         null_rows=int(null_rows),
         tokenizer=tokenizer_identity(ds, token_column),
