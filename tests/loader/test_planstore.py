@@ -131,3 +131,116 @@ def test_unwritable_store_plans_in_memory(tmp_path) -> None:
     with pytest.warns(UserWarning, match="not writable"):
         plan = plan_epoch(ids, lens, seed=2, epoch=0, seq_len=64, store=store)
     assert_same_plan(plan, plan_epoch(ids, lens, seed=2, epoch=0, seq_len=64))
+
+
+def _inputs_equal(got, want) -> None:
+    for name in ("row_ids", "n_tokens", "rowids"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert np.array_equal(a, b) and a.dtype == b.dtype, name
+    assert (got.version, got.null_rows, got.tokenizer) == (
+        want.version,
+        want.null_rows,
+        want.tokenizer,
+    )
+
+
+def test_plan_inputs_scanned_once_then_mapped(tmp_path, paragraphs) -> None:
+    uri = token_table(tmp_path, paragraphs[:120])
+    spec = LoaderSpec(table=uri, seq_len=32, global_batch=4, seed=3, filter="id >= 7")
+    root = str(tmp_path / "plans")
+    alone = Planner(spec, plan_store=None)
+    first = Planner(spec, plan_store=PlanStore(root, min_docs=0))
+    second = Planner(spec, plan_store=PlanStore(root, min_docs=0))  # another rank
+    assert (first.store.inputs_built, first.store.inputs_mapped) == (1, 1)
+    assert (second.store.inputs_built, second.store.inputs_mapped) == (0, 1)
+    assert alone.inputs.n_tokens.dtype == np.int32 and alone.inputs.shared is None
+    for shared in (first, second):
+        _inputs_equal(shared.inputs, alone.inputs)
+        assert shared.inputs.shared == first.inputs.shared
+        assert is_mapped(shared.inputs.row_ids) and not shared.inputs.n_tokens.flags.writeable
+    assert sorted(os.listdir(first.inputs.shared)) == [
+        "meta.json",
+        "n_tokens.npy",
+        "row_ids.npy",
+        "rowids.npy",
+    ]
+    assert first.plan_inputs() == alone.plan_inputs()
+    assert np.array_equal(first.plan(0).order, alone.plan(0).order)
+    clone = pickle.loads(pickle.dumps(second))  # a spawned DataLoader worker maps, never copies
+    assert len(pickle.dumps(second.inputs)) < 1000
+    assert is_mapped(clone.inputs.rowids) and clone.inputs.shared == first.inputs.shared
+    _inputs_equal(clone.inputs, alone.inputs)
+    small = pickle.loads(pickle.dumps(alone.inputs))  # in memory: the arrays travel
+    _inputs_equal(small, alone.inputs)
+
+
+def test_plan_inputs_key_names_the_selection(tmp_path, paragraphs) -> None:
+    from tokenloom.loader.read import plan_inputs_key
+    from tokenloom.table import Table
+
+    uri = token_table(tmp_path, paragraphs[:40])
+    ds = Table.open(uri).dataset
+    base = {
+        "token_column": "input_ids",
+        "count_column": "n_tokens",
+        "filter": None,
+        "allow_missing": False,
+    }
+    keys = {
+        plan_inputs_key(ds, **base),
+        plan_inputs_key(ds, **{**base, "filter": "id > 3"}),
+        plan_inputs_key(ds, **{**base, "count_column": "other"}),
+        plan_inputs_key(ds, **{**base, "token_column": "other"}),
+        plan_inputs_key(ds, **{**base, "allow_missing": True}),
+        plan_inputs_key(ds.checkout_version(1), **base),
+    }
+    assert len(keys) == 6
+    assert plan_inputs_key(Table.open(uri).dataset, **base) == plan_inputs_key(ds, **base)
+
+
+def test_plan_inputs_racing_threads_scan_once_and_a_bad_copy_is_rebuilt(
+    tmp_path, paragraphs
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    uri = token_table(tmp_path, paragraphs[:60])
+    spec = LoaderSpec(table=uri, seq_len=32, global_batch=4, seed=1)
+    root = str(tmp_path / "plans")
+    with ThreadPoolExecutor(3) as pool:  # flock excludes separate opens within one process too
+        planners = list(
+            pool.map(lambda _: Planner(spec, plan_store=PlanStore(root, min_docs=0)), range(3))
+        )
+    assert sum(p.store.inputs_built for p in planners) == 1
+    want = Planner(spec, plan_store=None).inputs
+    path = planners[0].inputs.shared
+    (tmp_path / "plans" / "inputs" / os.path.basename(path) / "meta.json").write_text("{")
+    again = Planner(spec, plan_store=PlanStore(root, min_docs=0))
+    assert again.store.inputs_built == 1 and again.inputs.shared == path
+    _inputs_equal(again.inputs, want)
+    big = Planner(spec, plan_store=PlanStore(str(tmp_path / "big"), min_docs=10_000))
+    assert big.inputs.shared is None and big.store.inputs_built == 0  # small: in memory
+    _inputs_equal(big.inputs, want)
+
+
+def test_mixture_inputs_and_union_shared(tmp_path, paragraphs) -> None:
+    uri = token_table(tmp_path, paragraphs[:80])
+    spec = LoaderSpec(
+        table=uri,
+        seq_len=32,
+        global_batch=4,
+        seed=5,
+        mixture={"even": ["id % 2 = 0", 0.4], "low": ["id < 50", 0.6, 3]},  # rows in both
+        budget_tokens=20_000,
+    )
+    shared = Planner(spec, plan_store=PlanStore(str(tmp_path / "plans"), min_docs=0))
+    alone = Planner(spec, plan_store=None)
+    assert shared.store.inputs_built == 3  # two pools and their union
+    _inputs_equal(shared.inputs, alone.inputs)
+    for a, b in zip(shared.pool_inputs, alone.pool_inputs, strict=True):
+        _inputs_equal(a, b)
+    assert shared.plan_inputs() == alone.plan_inputs()
+    a, b = shared.view(0), alone.view(0)
+    assert a.steps == b.steps
+    for step in range(a.steps):
+        pa, pb = a.skeleton(a.layout(step)), b.skeleton(b.layout(step))
+        assert np.array_equal(pa.spans, pb.spans)
