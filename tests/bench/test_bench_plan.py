@@ -18,16 +18,28 @@ def test_plan_bench_smoke(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     cases = {c["name"]: c for c in doc["cases"]}
-    assert list(cases) == ["reference (int64 arrays)", "memory", "shared x1", "shared x2"]
+    assert list(cases) == [
+        "reference (int64 arrays)",
+        "memory",
+        "memory x2",
+        "shared x1",
+        "shared x2",
+    ]
     for c in cases.values():
         assert c["docs"] == 30000 and c["seconds_per_epoch"] > 0 and c["node_bytes"] > 0
         assert len(c["runs"]) == c["procs"] and isinstance(c["passed"], bool)
     # The reference holds int64 row ids, lengths and starts for each of the 2 epochs.
     assert cases["reference (int64 arrays)"]["runs"][0]["heap_bytes"] >= 48 * 30000
+    # Plan inputs: id int64 + n_tokens int32 + _rowid uint64 in each process, or once per node.
+    assert cases["reference (int64 arrays)"]["inputs_bytes_per_doc"] == 24
+    assert cases["memory"]["inputs_bytes_per_doc"] == 20
+    assert cases["memory x2"]["inputs_bytes_per_doc"] == 40
     # Each epoch's layout was built by one process and mapped by the other; files count once.
     shared = cases["shared x2"]
     assert sum(r["built"] for r in shared["runs"]) == 2
-    assert shared["file_bytes"] == cases["shared x1"]["file_bytes"] > 2 * 4 * 29000
+    assert shared["file_bytes"] == cases["shared x1"]["file_bytes"] > (2 * 4 + 20) * 29000
+    assert 20 <= shared["inputs_bytes_per_doc"] < 20.1  # the files once (npy headers)
+    assert [r["inputs_bytes"] for r in shared["runs"]] == [0, 0]
     assert [r["name"] for r in doc["recipes"]][0] == "concat"
     assert not list(tmp_path.iterdir())  # the stores are removed after the run
 

@@ -2,26 +2,31 @@
 
 The plan is computed from the stored counts alone, so it is measured on synthetic ``n_tokens``
 arrays (lognormal lengths, median 450 / mean 800 tokens, as :mod:`tokenloom.bench.loader_data`)
-of millions of documents, without a table. Each case runs in fresh forked processes (they share
-the parent's inputs copy-on-write, as DataLoader workers do) which plan ``epochs`` epochs and keep
-them, like the planner's cache of the current and next epoch:
+of millions of documents, without a table. Each case runs in fresh forked processes which first
+take the plan's inputs as a rank does after scanning the table (``id`` int64, ``n_tokens``,
+``_rowid`` uint64: :class:`~tokenloom.loader.read.PlanInputs`), then plan ``epochs`` epochs
+from them and keep them, like the planner's cache of the current and next epoch:
 
 * ``reference``: the former layout (int64 ``row_ids``, ``lengths``, ``starts`` by a stable
-  ``argsort``), for a side-by-side ratio;
-* ``memory``: :func:`~tokenloom.loader.plan.plan_epoch` without a store (one process's copy);
+  ``argsort``) from the former inputs (three int64 arrays per process), for a side-by-side ratio;
+* ``memory`` / ``memory xN``: :func:`~tokenloom.loader.plan.plan_epoch` without a store, each of
+  1 or N processes with its own inputs (``n_tokens`` as int32, as the scan now yields them);
 * ``shared xN``: N processes started together on an empty
-  :class:`~tokenloom.loader.planstore.PlanStore`; one builds, the others wait and map.
+  :class:`~tokenloom.loader.planstore.PlanStore`; one writes the inputs and builds each layout,
+  the others wait and map them (:meth:`~tokenloom.loader.planstore.PlanStore.arrays`, as the
+  planner's shared scan).
 
 Memory is read, not estimated: each process's growth of anonymous memory (``Anonymous`` of
 ``/proc/self/smaps_rollup``: its private heap, what the node pays per process) and what numpy
 holds (``tracemalloc``); the store's files are counted once per node. Bytes per document = (sum
-over processes of the anonymous growth + the files) / documents. Goals: < 10 s per epoch and
-<= 12 bytes per document for the whole node.
+over processes of the anonymous growth + the files) / documents, inputs included. Goals: < 10 s
+per epoch and <= 12 bytes per document for the whole node.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import multiprocessing as mp
 import os
 import tempfile
@@ -100,6 +105,8 @@ class ProcRun:
     """Layouts this process built into the store."""
     lookup_us: float
     """Microseconds to look up one step's spans (``_LOOKUP_BATCH`` blocks), 0 when not measured."""
+    inputs_bytes: int = 0
+    """Bytes of the plan inputs this process holds in its own memory (0 when mapped)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +119,15 @@ class PlanCase:
     epochs: int
     runs: list[ProcRun]
     file_bytes: int
-    """Bytes of the store's files (counted once per node)."""
+    """Bytes of the store's files, inputs included (counted once per node)."""
+    inputs_file_bytes: int = 0
+    """Of which the plan inputs' files."""
+
+    @property
+    def inputs_per_doc(self) -> float:
+        """Bytes per document the node holds for the plan's inputs (every process's own copy,
+        or the store's files once)."""
+        return (sum(r.inputs_bytes for r in self.runs) + self.inputs_file_bytes) / self.docs
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -182,6 +197,8 @@ class PlanBench:
                     "node_bytes": c.node_bytes,
                     "bytes_per_doc": c.bytes_per_doc,
                     "file_bytes": c.file_bytes,
+                    "inputs_file_bytes": c.inputs_file_bytes,
+                    "inputs_bytes_per_doc": c.inputs_per_doc,
                     "passed": c.passed,
                     "runs": [asdict(r) for r in c.runs],
                 }
@@ -246,13 +263,21 @@ def _child(
     store = PlanStore(root, min_docs=0) if mode == "shared" else None
     barrier.wait()
     started, cpu = time.perf_counter(), time.process_time()
+    inputs = _inputs(mode, ids, lens, store, cfg.seed)
+    del ids, lens  # the parent's arrays stand for the table; the process plans from its inputs
+    own = 0 if mode == "shared" else sum(a.nbytes for a in inputs.values())
     held: list[Any] = []
     for epoch in range(cfg.epochs):
         if mode == "reference":
-            held.append(_reference_plan(ids, lens, cfg.seed, epoch))
+            held.append(_reference_plan(inputs["row_ids"], inputs["n_tokens"], cfg.seed, epoch))
         else:
             plan = plan_epoch(
-                ids, lens, seed=cfg.seed, epoch=epoch, seq_len=cfg.seq_len, store=store
+                inputs["row_ids"],
+                inputs["n_tokens"],
+                seed=cfg.seed,
+                epoch=epoch,
+                seq_len=cfg.seq_len,
+                store=store,
             )
             int(np.add.reduce(plan.order, dtype=np.uint64))  # every page read once
             held.append(plan)
@@ -270,9 +295,33 @@ def _child(
             heap_peak=peak,
             built=store.built if store is not None else 0,
             lookup_us=lookup,
+            inputs_bytes=own,
         )
     )
-    del held
+    del held, inputs
+
+
+def _inputs(
+    mode: str, ids: np.ndarray, lens: np.ndarray, store: Any, seed: int
+) -> dict[str, np.ndarray]:
+    """The arrays a rank holds after resolving its selection (a copy stands for the scan)."""
+    from tokenloom.loader.read import narrow_counts
+
+    def scan() -> dict[str, np.ndarray]:
+        wide = mode == "reference"  # the former inputs: three int64 arrays
+        return {
+            "row_ids": ids.copy(),
+            "n_tokens": lens.astype(np.int64) if wide else narrow_counts(lens).copy(),
+            "rowids": np.arange(ids.shape[0], dtype=np.int64 if wide else np.uint64),
+        }
+
+    if store is None:
+        return scan()
+    key = hashlib.sha256(f"plan-bench;{ids.shape[0]};{seed}".encode()).hexdigest()[:32]
+    arrays, _, _ = store.arrays(key, lambda: (scan(), {}))
+    for a in arrays.values():
+        int(np.add.reduce(a, dtype=np.uint64))  # every page read once, as a rank's plan does
+    return arrays
 
 
 def _run_case(
@@ -297,9 +346,12 @@ def _run_case(
         c.join()
         if c.exitcode != 0:
             raise RuntimeError(f"plan bench process of {name!r} exited with {c.exitcode}")
-    files = 0
+    files = inputs = 0
     for base, _, names in os.walk(root):
-        files += sum(os.path.getsize(os.path.join(base, n)) for n in names if n.endswith(".npy"))
+        size = sum(os.path.getsize(os.path.join(base, n)) for n in names if n.endswith(".npy"))
+        files += size
+        if os.path.relpath(base, root).split(os.sep)[0] == "inputs":
+            inputs += size
     return PlanCase(
         name=name,
         docs=int(ids.shape[0]),
@@ -307,6 +359,7 @@ def _run_case(
         epochs=cfg.epochs,
         runs=runs,
         file_bytes=files,
+        inputs_file_bytes=inputs,
     )
 
 
@@ -373,6 +426,7 @@ def run_plan_bench(cfg: PlanBenchConfig, *, log: Callable[[str], None] = print) 
             tokens[n] = int(lens.sum())
             plan_cases = [("memory", "memory", 1), ("shared x1", "shared", 1)]
             if cfg.procs > 1:
+                plan_cases.insert(1, (f"memory x{cfg.procs}", "memory", cfg.procs))
                 plan_cases.append((f"shared x{cfg.procs}", "shared", cfg.procs))
             if n <= cfg.reference_max_docs:
                 plan_cases.insert(0, ("reference (int64 arrays)", "reference", 1))
@@ -402,9 +456,11 @@ def format_plan_report(bench: PlanBench) -> str:
         f"epoch plan, lognormal lengths (median 450 / mean 800), seq_len {cfg.seq_len}, "
         f"{cfg.epochs} epoch(s) held per process; goals: < {GOAL_SECONDS:g} s per epoch, "
         f"<= {GOAL_BYTES_PER_DOC:g} B/doc per node (s/epoch: wall time of the slowest process; "
-        "cpu s: its CPU time)",
-        f"{'docs':>12}  {'case':<26}{'s/epoch':>8}{'cpu s':>7}{'B/doc node':>11}{'files MB':>9}"
-        f"{'heap B/doc':>11}{'peak B/doc':>11}{'spans us/step':>14}  goal",
+        "cpu s: its CPU time; B/doc node includes the plan inputs of every process, of which "
+        "'inputs')",
+        f"{'docs':>12}  {'case':<26}{'s/epoch':>8}{'cpu s':>7}{'B/doc node':>11}"
+        f"{'inputs':>8}{'files MB':>9}{'heap B/doc':>11}{'peak B/doc':>11}{'spans us/step':>14}"
+        "  goal",
     ]
     refs = {c.docs: c for c in bench.cases if c.name.startswith("reference")}
     for c in bench.cases:
@@ -414,7 +470,7 @@ def format_plan_report(bench: PlanBench) -> str:
         lookup = max(r.lookup_us for r in c.runs)
         lines.append(
             f"{n:>12,}  {c.name:<26}{c.seconds_per_epoch:>8.2f}{c.cpu_per_epoch:>7.2f}"
-            f"{c.bytes_per_doc:>11.2f}"
+            f"{c.bytes_per_doc:>11.2f}{c.inputs_per_doc:>8.2f}"
             f"{c.file_bytes / 1e6:>9.1f}{heap:>11.2f}{peak:>11.2f}"
             f"{(f'{lookup:.0f}' if lookup else '-'):>14}  {'PASS' if c.passed else 'MISS'}"
         )
