@@ -254,7 +254,7 @@ def _child(
     barrier: Any,
     results: Any,
 ) -> None:
-    from tokenloom.loader.plan import plan_epoch
+    from tokenloom.loader.plan import narrow_counts, plan_epoch
     from tokenloom.loader.planstore import PlanStore
 
     gc.collect()
@@ -263,7 +263,7 @@ def _child(
     store = PlanStore(root, min_docs=0) if mode == "shared" else None
     barrier.wait()
     started, cpu = time.perf_counter(), time.process_time()
-    inputs = _inputs(mode, ids, lens, store, cfg.seed)
+    inputs = _inputs(mode, ids, lens, store, cfg.seed, narrow_counts)
     del ids, lens  # the parent's arrays stand for the table; the process plans from its inputs
     own = 0 if mode == "shared" else sum(a.nbytes for a in inputs.values())
     held: list[Any] = []
@@ -302,16 +302,17 @@ def _child(
 
 
 def _inputs(
-    mode: str, ids: np.ndarray, lens: np.ndarray, store: Any, seed: int
+    mode: str, ids: np.ndarray, lens: np.ndarray, store: Any, seed: int, narrow: Callable
 ) -> dict[str, np.ndarray]:
-    """The arrays a rank holds after resolving its selection (a copy stands for the scan)."""
-    from tokenloom.loader.read import narrow_counts
+    """The arrays a rank holds after resolving its selection (a copy stands for the scan;
+    ``narrow`` is :func:`~tokenloom.loader.plan.narrow_counts`, imported before measuring)."""
 
     def scan() -> dict[str, np.ndarray]:
         wide = mode == "reference"  # the former inputs: three int64 arrays
+        counts = lens.astype(np.int64) if wide else narrow(lens)
         return {
             "row_ids": ids.copy(),
-            "n_tokens": lens.astype(np.int64) if wide else narrow_counts(lens).copy(),
+            "n_tokens": counts.copy() if counts is lens else counts,
             "rowids": np.arange(ids.shape[0], dtype=np.int64 if wide else np.uint64),
         }
 

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
+from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.spec import count_column_for
 from tokenloom.table.filters import validate_filter
 
@@ -35,7 +36,6 @@ __all__ = [
     "PlanInputs",
     "INPUTS_FORMAT",
     "plan_inputs_key",
-    "narrow_counts",
     "table_identity",
     "TokenReader",
     "scan_plan_inputs",
@@ -105,13 +105,6 @@ def _map_plan_inputs(path: str) -> PlanInputs:
         shared=path,
         **arrays,
     )
-
-
-def narrow_counts(counts: np.ndarray) -> np.ndarray:
-    """Counts as int32 when every one fits (exact), else int64."""
-    if counts.size == 0 or int(counts.max()) <= np.iinfo(np.int32).max:
-        return counts.astype(np.int32, copy=False)
-    return counts.astype(np.int64, copy=False)
 
 
 def table_identity(ds: lance.LanceDataset) -> str:
