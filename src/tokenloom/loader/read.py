@@ -3,9 +3,10 @@ token ranges a batch's spans need.
 
 The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns.
 Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
-group of steps, and gathered into the packer's layout with one vectorised ``take``. A document
-that goes on past a group is kept in a small LRU while its later blocks are packed, so a document
-of millions of tokens is read once per process and costs linear work.
+group of steps (on an object store cut into a few concurrent takes of neighbouring rows), and
+gathered into the packer's layout with one vectorised ``take``. A document that goes on past a
+group is kept in a small LRU while its later blocks are packed, so a document of millions of
+tokens is read once per process and costs linear work.
 """
 
 from __future__ import annotations
