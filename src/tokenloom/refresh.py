@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -107,34 +108,49 @@ def _jobs(ds: Any, missing: dict[str, int]) -> tuple[list[tuple[str, dict, list[
     return order, lost
 
 
-def _run(uri: str, name: str, ident: dict, cols: list[str], workers: int | None, progress):  # noqa: ANN001, ANN202
-    """Run one job again; returns (job label, versions)."""
+def _run(  # noqa: ANN202
+    uri: str,
+    name: str,
+    ident: dict,
+    cols: list[str],
+    workers: int | None,
+    progress,  # noqa: ANN001
+    so: Mapping[str, str] | None,
+):
+    """Run one job again (``so``: the object-store options); returns (job label, versions)."""
     kwargs = dict(ident.get("kwargs") or {})
     if name in ("TextHash", "ExactLookup"):
         from tokenloom.curate.jobs import dedup_exact
 
-        return "dedup", dedup_exact(uri, workers=workers, progress=progress).versions
+        return "dedup", dedup_exact(
+            uri, workers=workers, progress=progress, storage_options=so
+        ).versions
     if name in ("MinHash", "NearLookup"):
         from tokenloom.curate.jobs import dedup_near
         from tokenloom.curate.lsh import DEFAULT_THRESHOLD
 
         threshold = kwargs.get("threshold", DEFAULT_THRESHOLD)
         keep = kwargs.get("keep", "first")
-        res = dedup_near(uri, threshold=threshold, keep=keep, workers=workers, progress=progress)
+        res = dedup_near(
+            uri, threshold=threshold, keep=keep, workers=workers, progress=progress,
+            storage_options=so,
+        )  # fmt: skip
         return f"dedup --near --threshold {threshold} --keep {keep}", res.versions
     if name == "Quality":
         from tokenloom.curate.jobs import score_quality
 
-        return "score", score_quality(uri, workers=workers, progress=progress).versions
+        return "score", score_quality(
+            uri, workers=workers, progress=progress, storage_options=so
+        ).versions
     if name == "Encode":
         from tokenloom.table import Table
         from tokenloom.tokenize.column import TOKENIZER_META_KEY, tokenize_table
 
-        schema = Table.open(uri).schema()
+        schema = Table.open(uri, storage_options=so).schema()
         column = next(c for c in cols if TOKENIZER_META_KEY in (schema.field(c).metadata or {}))
         res = tokenize_table(
             uri, kwargs["spec"], column=column, workers=workers, roundtrip_sample=0,
-            progress=progress,
+            progress=progress, storage_options=so,
         )  # fmt: skip
         return f"tokenize --tokenizer {kwargs['spec']} --column {column}", [
             v for v in [res.version] if v is not None
@@ -142,7 +158,10 @@ def _run(uri: str, name: str, ident: dict, cols: list[str], workers: int | None,
     if name == "LineBoundaries":
         from tokenloom.tokenize.boundaries import add_boundaries
 
-        res = add_boundaries(uri, kwargs["column"], workers=workers, progress=progress)
+        res = add_boundaries(
+            uri, kwargs["column"], workers=workers, progress=progress,
+            storage_options=dict(so) if so else None,
+        )  # fmt: skip
         return f"tokenize --boundaries ({kwargs['column']})", [
             v for v in [res.version] if v is not None
         ]
@@ -152,20 +171,30 @@ def _run(uri: str, name: str, ident: dict, cols: list[str], workers: int | None,
         res = embed_table(
             uri, column=ident["inputs"][0], output=cols[0], workers=workers,
             max_tokens=kwargs.get("max_tokens", MAX_TOKENS), progress=progress,
+            storage_options=so,
         )  # fmt: skip
         return "embed", [v for v in [res.version] if v is not None]
     from tokenloom.backfill import add_column
     from tokenloom.backfill.udf import load_udf
+    from tokenloom.table import Table
 
     udf = load_udf(ident["ref"], **kwargs)
     res = add_column(
-        uri, cols[0] if len(udf.columns) == 1 else None, udf, workers=workers, progress=progress
+        Table.open(uri, storage_options=so),
+        cols[0] if len(udf.columns) == 1 else None,
+        udf,
+        workers=workers,
+        progress=progress,
     )
     return f"backfill run --udf {ident['ref']}", [v for v in [res.version] if v is not None]
 
 
 def refresh_table(
-    uri: str, *, workers: int | None = None, progress: bool | None = None
+    uri: str,
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> RefreshResult:
     """Compute every derived column for the rows it lacks, each with the UDF that made it.
 
@@ -173,6 +202,7 @@ def refresh_table(
         uri: The table (its latest version).
         workers: Backfill workers per job (default: CPU count, at most 8; 0 runs inline).
         progress: Progress bars on stderr (default: when stderr is a terminal).
+        storage_options: Object-store options for every job (with the ``AWS_*`` environment).
 
     Returns:
         The jobs run and the columns that could not be filled (``not_refreshable``).
@@ -180,13 +210,13 @@ def refresh_table(
     from tokenloom.table import Table
     from tokenloom.table.coverage import missing_rows
 
-    ds = Table.open(uri).dataset
+    ds = Table.open(uri, storage_options=storage_options).dataset
     missing = missing_rows(ds)
     jobs, lost = _jobs(ds, missing)
     result = RefreshResult(table=uri, rows=ds.count_rows(), not_refreshable=lost)
     for name, ident, cols in jobs:
         started = time.perf_counter()
-        label, versions = _run(uri, name, ident, cols, workers, progress)
+        label, versions = _run(uri, name, ident, cols, workers, progress, storage_options)
         result.steps.append(
             RefreshStep(
                 job=label,
@@ -196,7 +226,7 @@ def refresh_table(
                 seconds=round(time.perf_counter() - started, 3),
             )
         )
-    after = Table.open(uri).dataset
+    after = Table.open(uri, storage_options=storage_options).dataset
     result.version = after.version
     still = missing_rows(after)
     result.not_refreshable = {c: n for c, n in still.items()}

@@ -59,15 +59,6 @@ NO_JSON = {
 }
 """Commands without ``--json``, with the reason."""
 
-NO_STORAGE_OPTIONS = {
-    "verify": "its library call takes no storage options yet (an object store is reached "
-    "through the AWS_* environment)",
-    "refresh": "its library call takes no storage options yet (AWS_* environment only)",
-    "gc": "its library call takes no storage options yet (AWS_* environment only)",
-    "images pack-stats": "the image row loader takes no storage options yet (AWS_* only)",
-}
-"""Commands that take ``--table`` but not ``--storage-options``, with the reason."""
-
 SYNONYMS = {
     "--out": ("--output", "--out-dir", "--output-dir", "--outdir", "--dest"),
     "--columns": ("--cols",),
@@ -139,10 +130,7 @@ def test_every_command_with_a_table_takes_storage_options():
         flags = _options(cmd)
         if "--table" not in flags:
             continue
-        if name in NO_STORAGE_OPTIONS:
-            assert "--storage-options" not in flags, f"drop {name!r} from NO_STORAGE_OPTIONS"
-        else:
-            assert "--storage-options" in flags, f"`tokenloom {name}` lacks --storage-options"
+        assert "--storage-options" in flags, f"`tokenloom {name}` lacks --storage-options"
 
 
 def test_one_flag_name_per_concept():

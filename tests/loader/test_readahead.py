@@ -99,3 +99,15 @@ def test_rows_per_take_fills_the_object_store_merge_window():
     # 32 MiB of tokens: 2,048 rows per take leave 16 KiB between neighbours (window / 4)
     assert rows_per_take(32 << 20, remote=True) == 2048 == 4 * (32 << 20) // COALESCE_BYTES
     assert rows_per_take(10e9, remote=True) == MAX_REMOTE_TAKE_ROWS
+
+
+def test_split_rows_cuts_ascending_ids_into_neighbouring_runs():
+    from tokenloom.loader.read import split_rows
+
+    ids = np.arange(10, 1010, dtype=np.uint64)
+    parts = split_rows(ids, min_rows=256, max_parts=4)
+    assert [len(p) for p in parts] == [334, 333, 333]  # 1000 // 256 = 3 runs of >= 256
+    np.testing.assert_array_equal(np.concatenate(parts), ids)
+    assert len(split_rows(ids, min_rows=256, max_parts=2)) == 2
+    assert len(split_rows(ids[:511], min_rows=256, max_parts=4)) == 1
+    assert [len(p) for p in split_rows(ids[:3], min_rows=1, max_parts=4)] == [1, 1, 1]

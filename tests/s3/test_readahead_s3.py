@@ -41,3 +41,26 @@ def test_read_ahead_is_sized_from_measured_latency(s3_server, s3_prefix, tmp_pat
     assert len(got) == len(expected) > 4
     for a, b in zip(got, expected, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_split_takes_give_the_same_stream(s3_server, s3_prefix, tmp_path, monkeypatch):
+    """A group's take cut into several concurrent takes of neighbouring rows reads the same
+    tokens (the cut is forced down to one row per take here)."""
+    from tokenloom.loader import read
+
+    local = token_table(tmp_path, real_paragraphs(80))
+    remote = f"{s3_prefix}/t.lance"
+    fs, path = filesystem(remote, s3_server.storage_options)
+    pafs.copy_files(local, path, destination_filesystem=fs)
+    _, expected = _stream(local, None)
+    monkeypatch.setattr(read, "SPLIT_TAKE_ROWS", 1)
+    parts = []
+    real = read.split_rows
+    monkeypatch.setattr(
+        read, "split_rows", lambda ids, **kw: parts.append(real(ids, **kw)) or parts[-1]
+    )
+    _, got = _stream(remote, s3_server.storage_options)
+    assert max(len(p) for p in parts) == read.SPLIT_TAKE_PARTS  # the takes were split
+    assert len(got) == len(expected) > 4
+    for a, b in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option
+from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
 
 __all__ = ["command"]
 
@@ -23,9 +23,12 @@ killed before its commit), stale backfill job directories, unit results, tempora
 and lock files, and with --runs stale *.tmp-<pid> checkpoint files. A file any
 version references is never touched; old versions stay (Lance's
 cleanup_old_versions removes those). A running ingest or backfill of the table
-is waited for (its pid, host and start are shown) up to --lock-timeout seconds.""",
+is waited for (its pid, host and start are shown) up to --lock-timeout seconds.
+On an object store (s3://...) nothing records running writers: pass a
+--min-age longer than any ingest or backfill of the table takes.""",
 )
 @table_option
+@storage_options_option
 @click.option(
     "--runs",
     default=None,
@@ -53,6 +56,7 @@ is waited for (its pid, host and start are shown) up to --lock-timeout seconds."
 @json_option
 def command(
     table: str,
+    storage_options: dict,
     runs: str | None,
     delete: bool,
     lock_timeout: float,
@@ -63,8 +67,9 @@ def command(
     from tokenloom.table.gc import collect_garbage
 
     report = collect_garbage(
-        table, runs=runs, delete=delete, lock_timeout=lock_timeout, min_age=min_age
-    )
+        table, runs=runs, delete=delete, lock_timeout=lock_timeout, min_age=min_age,
+        storage_options=storage_options,
+    )  # fmt: skip
     if as_json:
         emit_json(report.to_json())
         return

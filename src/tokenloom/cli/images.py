@@ -8,6 +8,7 @@ from tokenloom.cli.options import (
     emit_json,
     filter_option,
     json_option,
+    storage_options_option,
     table_option,
     version_option,
 )
@@ -63,6 +64,7 @@ Examples:
   tokenloom images pack-stats --table img.lance --budget 256 --plot padding.png""",
 )
 @table_option
+@storage_options_option
 @click.option("--budget", default=256, show_default=True, type=click.IntRange(min=1))
 @click.option("--image-cap", default=4, show_default=True, type=click.IntRange(min=1))
 @click.option("--patch", default=16, show_default=True, type=click.IntRange(min=1))
@@ -73,6 +75,7 @@ Examples:
 @json_option
 def pack_stats(
     table: str,
+    storage_options: dict,
     budget: int,
     image_cap: int,
     patch: int,
@@ -90,7 +93,7 @@ def pack_stats(
 
     blocks = ImageTextBlocks(
         table, budget=budget, image_cap=image_cap, grid=PatchGrid(patch=patch, max_side=max_side),
-        filter=filter, version=table_version, global_batch=1,
+        filter=filter, version=table_version, global_batch=1, storage_options=storage_options,
     )  # fmt: skip
     order = blocks.plan(0)[0]
     ledgers = plan_padding(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, table_option, workers_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    storage_options_option,
+    table_option,
+    workers_option,
+)
 
 __all__ = ["command"]
 
@@ -24,14 +30,15 @@ that job again, computing only the rows the column lacks. Exit status 1
 when a column is left that no recorded UDF can fill (it is named).""",
 )
 @table_option
+@storage_options_option
 @workers_option
 @json_option
-def command(table: str, workers: int | None, as_json: bool) -> None:
+def command(table: str, storage_options: dict, workers: int | None, as_json: bool) -> None:
     """Bring every derived column (dedup flags, quality, token ids, embeddings, your UDFs) up to
     date with the rows appended since it was computed, each with its recorded UDF."""
     from tokenloom.refresh import RefreshError, refresh_table
 
-    res = refresh_table(table, workers=workers)
+    res = refresh_table(table, workers=workers, storage_options=storage_options)
     if as_json:
         emit_json(res.to_json())
     else:

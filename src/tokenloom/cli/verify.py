@@ -11,6 +11,7 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    storage_options_option,
     table_option,
 )
 
@@ -37,6 +38,7 @@ Examples:
       --overlap 128 --json""",
 )
 @table_option
+@storage_options_option
 @loader_options
 @click.option(
     "--steps",
@@ -48,12 +50,12 @@ Examples:
     help="Steps per sample, and steps read before the resume check saves its state.",
 )
 @json_option
-def command(table: str, k: int, as_json: bool, **loader: Any) -> None:
+def command(table: str, storage_options: dict, k: int, as_json: bool, **loader: Any) -> None:
     """Check the loader's batches against the table before a long training job."""
     from tokenloom.verify import verify
 
     spec = loader_spec(table, loader)
-    report = verify(spec, steps=k)
+    report = verify(spec, steps=k, storage_options=storage_options)
     if as_json:
         emit_json(report.to_json())
     else:

@@ -5,9 +5,10 @@ The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of t
 done once per node when a :class:`~tokenloom.loader.planstore.PlanStore` is given (the other
 processes map the arrays the first one wrote).
 Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
-group of steps, and gathered into the packer's layout with one vectorised ``take``. A document
-that goes on past a group is kept in a small LRU while its later blocks are packed, so a document
-of millions of tokens is read once per process and costs linear work.
+group of steps (on an object store cut into a few concurrent takes of neighbouring rows), and
+gathered into the packer's layout with one vectorised ``take``. A document that goes on past a
+group is kept in a small LRU while its later blocks are packed, so a document of millions of
+tokens is read once per process and costs linear work.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import lance
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
@@ -256,6 +259,20 @@ def _refuse_unknown_filter_rows(ds: lance.LanceDataset, filter: str) -> None:
     )
 
 
+SPLIT_TAKE_ROWS = 256
+"""On an object store, rows per concurrent sub-take of one group's take (at least)."""
+SPLIT_TAKE_PARTS = 4
+"""On an object store, most sub-takes one group's take is split into (one take issues its
+GETs in waves; a few takes at once keep more in flight)."""
+
+
+def split_rows(ids: np.ndarray, *, min_rows: int, max_parts: int) -> list[np.ndarray]:
+    """``ids`` (ascending) cut into at most ``max_parts`` runs of neighbouring rows, each of at
+    least ``min_rows`` (but one run when there are fewer than ``2 * min_rows``)."""
+    parts = int(min(max_parts, max(len(ids) // max(min_rows, 1), 1)))
+    return [p for p in np.array_split(ids, parts) if len(p)] if parts > 1 else [ids]
+
+
 class TokenReader:
     """Reads the token ranges of spans (one per process; datasets are opened lazily)."""
 
@@ -274,6 +291,7 @@ class TokenReader:
         self.storage_options = storage_options
         self.cache_tokens = cache_tokens
         self._ds: lance.LanceDataset | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # I/O threads share the cache and the counters
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cached = 0
@@ -284,6 +302,7 @@ class TokenReader:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_ds"] = None  # Lance handles do not cross processes
+        state["_pool"] = None
         state["_lock"] = None
         state["_cache"] = OrderedDict()
         state["_cached"] = 0
@@ -356,8 +375,7 @@ class TokenReader:
         taken = np.empty(0, dtype=np.int64)
         if len(missing):
             started = time.perf_counter()
-            table = self.dataset._take_rows(uniq[missing].tolist(), columns=[self.token_column])
-            col = table.column(self.token_column).combine_chunks()
+            col = self._take(uniq[missing]).combine_chunks()
             read = (len(missing), col.nbytes, time.perf_counter() - started)
             with self._lock:
                 self.read_seconds += read[2]
@@ -413,6 +431,24 @@ class TokenReader:
             lo = int(base[j])
             self._remember(int(uniq[j]), taken[lo : lo + int(row_len[j])].copy())
         return tokens, offsets, read
+
+    def _take(self, ids: np.ndarray) -> Any:
+        """The token column of rows ``ids`` (ascending) as one Arrow list array. On an object
+        store the take is split into runs of neighbouring rows taken at once on a few threads:
+        one take's requests are issued in waves, so parallel takes keep more GETs in flight."""
+        column = self.token_column
+        parts = [ids]
+        if "://" in self.uri and not self.uri.startswith("file://"):
+            parts = split_rows(ids, min_rows=SPLIT_TAKE_ROWS, max_parts=SPLIT_TAKE_PARTS)
+        if len(parts) == 1:
+            return self.dataset._take_rows(ids.tolist(), columns=[column]).column(column)
+        ds = self.dataset
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(SPLIT_TAKE_PARTS, thread_name_prefix="take")
+        tables = list(self._pool.map(lambda p: ds._take_rows(p.tolist(), columns=[column]), parts))
+        chunks = [c for t in tables for c in t.column(column).chunks]
+        return pa.chunked_array(chunks, type=tables[0].schema.field(column).type)
 
     def _remember(self, rid: int, arr: np.ndarray) -> None:
         if len(arr) > self.cache_tokens:

@@ -13,6 +13,12 @@ Safety against writers running at the same time: gc holds the table's ingest loc
 backfill job's lock while it lists and deletes orphans (waiting at most ``lock_timeout`` seconds,
 naming the holder), and a file modified after gc started is never an orphan (a writer that
 started since has not committed yet).
+
+On an object store (``s3://...``) orphans are listed and deleted through the store's API. It
+keeps no writer journals and no file locks, so only the backfill jobs run from this machine
+are waited for (their locks live in its cache) and only the age rule protects the files of
+other running writers: pass ``min_age`` longer than any ingest or backfill takes to commit.
+Backfill leftovers under an object-store checkpoint root are not collected yet.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +35,7 @@ from tokenloom.errors import TableError
 from tokenloom.table.core import Table, normalize_uri
 from tokenloom.table.journal import live_files, referenced_files
 from tokenloom.table.locks import FileLock
+from tokenloom.table.storage import is_remote, join
 
 __all__ = ["GcItem", "GcReport", "collect_garbage", "orphan_files", "referenced_files"]
 
@@ -76,13 +83,43 @@ class GcReport:
         }
 
 
-def orphan_files(uri: str, table: Table, *, before: float) -> tuple[list[GcItem], int]:
+def _remote_files(uri: str, sub: str, storage_options: Mapping[str, str] | None):  # noqa: ANN202
+    """``(uri, path relative to the table, bytes, mtime)`` of every object under ``uri/sub``."""
+    from pyarrow import fs as pafs
+
+    from tokenloom.table.storage import filesystem
+
+    fs, top = filesystem(join(uri, sub), storage_options)
+    infos = fs.get_file_info(pafs.FileSelector(top, recursive=True, allow_not_found=True))
+    for info in sorted(infos, key=lambda i: i.path):
+        if info.type != pafs.FileType.File:
+            continue
+        rel = f"{sub}/{info.path[len(top) :].lstrip('/')}"
+        mtime = info.mtime.timestamp() if info.mtime is not None else 0.0
+        yield join(uri, rel), os.path.normpath(rel), int(info.size or 0), mtime
+
+
+def orphan_files(
+    uri: str,
+    table: Table,
+    *,
+    before: float,
+    storage_options: Mapping[str, str] | None = None,
+) -> tuple[list[GcItem], int]:
     """Files under ``data/`` and ``_deletions/`` that no version references and no running
     writer has listed in its journal, older than ``before`` (a Unix time); and the number of
-    versions kept."""
+    versions kept. An object-store table is listed with ``storage_options``."""
     referenced = referenced_files(table) | live_files(uri)
     versions = len(table.dataset.versions())
     out = []
+    if is_remote(uri):
+        for sub in _SCANNED:
+            for path, rel, size, mtime in _remote_files(uri, sub, storage_options):
+                if rel in referenced or mtime >= before:
+                    continue
+                why = f"referenced by none of the {versions} versions"
+                out.append(GcItem(kind="orphan", path=path, bytes=size, reason=why))
+        return out, versions
     for sub in _SCANNED:
         top = os.path.join(uri, sub)
         for dirpath, _dirs, files in os.walk(top):
@@ -134,13 +171,25 @@ def stale_checkpoint_files(runs: str, *, before: float) -> list[GcItem]:
 
 
 @contextmanager
-def _writers_locked(uri: str, root: str, timeout: float | None) -> Iterator[None]:
+def _writers_locked(
+    uri: str, root: str, timeout: float | None, storage_options: Mapping[str, str] | None
+) -> Iterator[None]:
     """Hold every backfill job lock of the table (running ingests are protected by their
-    journals instead: see :func:`~tokenloom.table.journal.live_files`)."""
+    journals instead: see :func:`~tokenloom.table.journal.live_files`). The jobs of an
+    object-store table are locked in this machine's cache, where a running job holds them."""
     from tokenloom.backfill.hygiene import LOCK_NAME
 
     with ExitStack() as stack:
-        if os.path.isdir(root):
+        if is_remote(root):
+            from tokenloom.backfill.engine import _local_lock_dir
+            from tokenloom.table.storage import list_names
+
+            for name in list_names(root, storage_options):
+                path = os.path.join(_local_lock_dir(join(root, name)), LOCK_NAME)
+                if name != "_results" and os.path.exists(path):  # no file: no job ran here
+                    lock = FileLock(path, what=f"backfill job {name}", keep_file=True)
+                    stack.callback(lock.acquire(timeout).release)
+        elif os.path.isdir(root):
             for name in sorted(os.listdir(root)):
                 job = os.path.join(root, name)
                 if os.path.isdir(job) and name != "_results":
@@ -152,11 +201,15 @@ def _writers_locked(uri: str, root: str, timeout: float | None) -> Iterator[None
         yield
 
 
-def _remove(items: Iterable[GcItem]) -> None:
+def _remove(items: Iterable[GcItem], storage_options: Mapping[str, str] | None = None) -> None:
     from tokenloom.backfill.hygiene import remove_path
+    from tokenloom.table.storage import delete
 
     for item in items:
-        remove_path(item.path)
+        if is_remote(item.path):
+            delete(item.path, storage_options)
+        else:
+            remove_path(item.path)
 
 
 def collect_garbage(
@@ -167,11 +220,13 @@ def collect_garbage(
     lock_timeout: float | None = 0,
     min_age: float = 0.0,
     checkpoint_dir: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> GcReport:
     """Find (and with ``delete=True`` remove) what runs on ``table`` left behind.
 
     Args:
-        table: A local table.
+        table: The table: a local directory or an object-store URI (see the module docstring
+            for what protects running writers there).
         runs: A training runs directory to clear of stale ``*.tmp-<pid>`` checkpoint files.
         delete: Remove what was found; otherwise only report it (a dry run).
         lock_timeout: Seconds to wait for a running ingest or backfill of this table
@@ -179,9 +234,9 @@ def collect_garbage(
         min_age: Only files at least this many seconds old (for writers tokenloom does not
             know about, which take no lock).
         checkpoint_dir: The backfill checkpoint root (default: the table's).
+        storage_options: Object-store options (with the ``AWS_*`` environment).
 
     Raises:
-        TableError: for an object-store table (gc lists local files).
         LockTimeoutError: when a writer kept its lock past ``lock_timeout``.
     """
     from tokenloom.backfill.checkpoint import default_checkpoint_root
@@ -189,21 +244,23 @@ def collect_garbage(
 
     started = time.time()
     uri = normalize_uri(table)
-    if "://" in uri:
-        raise TableError(f"gc works on local tables only, not {uri}")
-    handle = Table.open(uri)
+    handle = Table.open(uri, storage_options=storage_options)
+    so = handle.storage_options or None
     root = checkpoint_dir or default_checkpoint_root(uri)
     before = started - max(0.0, min_age)
     report = GcReport(table=uri, dry_run=not delete)
-    with _writers_locked(uri, root, lock_timeout):
-        orphans, report.versions_kept = orphan_files(uri, handle.checkout(), before=before)
+    with _writers_locked(uri, root, lock_timeout, so):
+        orphans, report.versions_kept = orphan_files(
+            uri, handle.checkout(), before=before, storage_options=so
+        )
         if delete:
-            _remove(orphans)
+            _remove(orphans, so)
     report.items += orphans
-    backfill = stale_backfill_items(root, handle.checkout().schema())
-    if delete:
-        backfill = remove_items(backfill)
-    report.items += backfill
+    if not is_remote(root):  # TODO(s3-hygiene): stale job prefixes on object stores
+        backfill = stale_backfill_items(root, handle.checkout().schema())
+        if delete:
+            backfill = remove_items(backfill)
+        report.items += backfill
     if runs is not None:
         stale = stale_checkpoint_files(runs, before=before)
         if delete:

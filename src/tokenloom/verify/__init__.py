@@ -10,6 +10,7 @@ Importing this package does not import torch; :func:`verify` does (``tokenloom[t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tokenloom.verify.report import CHECKS, CheckResult, VerifyError, VerifyReport
@@ -17,9 +18,16 @@ from tokenloom.verify.report import CHECKS, CheckResult, VerifyError, VerifyRepo
 __all__ = ["CHECKS", "CheckResult", "VerifyError", "VerifyReport", "verify"]
 
 
-def verify(spec: Any, *, steps: int = 8, **options: Any) -> VerifyReport:
+def verify(
+    spec: Any,
+    *,
+    steps: int = 8,
+    storage_options: Mapping[str, str] | None = None,
+    **options: Any,
+) -> VerifyReport:
     """Run every check on a :class:`~tokenloom.loader.LoaderSpec` (or a table path plus the
-    spec's fields as keywords); see :func:`tokenloom.verify.run.verify`.
+    spec's fields as keywords), reaching an object store with ``storage_options``; see
+    :func:`tokenloom.verify.run.verify`.
 
     Raises:
         MissingDependencyError: torch is not installed.
@@ -32,4 +40,4 @@ def verify(spec: Any, *, steps: int = 8, **options: Any) -> VerifyReport:
 
     if not isinstance(spec, LoaderSpec):
         spec = LoaderSpec.from_options(table=spec, **options)
-    return run(spec, steps=steps)
+    return run(spec, steps=steps, storage_options=storage_options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -39,17 +40,19 @@ def take(dl: Any, n: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def check_resume(spec: LoaderSpec, *, steps: int) -> CheckResult:
-    """Check 5 (see the module docstring)."""
+def check_resume(
+    spec: LoaderSpec, *, steps: int, storage_options: Mapping[str, str] | None = None
+) -> CheckResult:
+    """Check 5 (see the module docstring); ``storage_options`` reach an object store."""
     from tokenloom.loader import DataLoader
 
     started = time.perf_counter()
     k = steps
-    whole = take(DataLoader(dataset(spec)), 2 * k)
-    first = DataLoader(dataset(spec))
+    whole = take(DataLoader(dataset(spec, storage_options)), 2 * k)
+    first = DataLoader(dataset(spec, storage_options))
     take(first, k)
     state = json.loads(json.dumps(first.state_dict()))
-    resumed_ds = dataset(spec)
+    resumed_ds = dataset(spec, storage_options)
     resumed_ds.load_state_dict(state)
     resumed = take(DataLoader(resumed_ds), k)
     problem = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.verify.isolation import check_isolation
@@ -33,7 +33,9 @@ def _guarded(name: str, run: Callable[[], CheckResult]) -> CheckResult:
         )
 
 
-def verify(spec: LoaderSpec, *, steps: int = 8) -> VerifyReport:
+def verify(
+    spec: LoaderSpec, *, steps: int = 8, storage_options: Mapping[str, str] | None = None
+) -> VerifyReport:
     """Check a loader spec on real batches of its epoch 0.
 
     Five checks (each module's docstring defines its check exactly): ``text_reconstruction``
@@ -46,6 +48,8 @@ def verify(spec: LoaderSpec, *, steps: int = 8) -> VerifyReport:
     Args:
         spec: The loader under test (:class:`~tokenloom.loader.LoaderSpec`).
         steps: Steps per sample (``k``), and the steps read before saving the resume state.
+        storage_options: Object-store options (with the ``AWS_*`` environment); never part of
+            the report.
 
     Returns:
         The :class:`VerifyReport`; ``report.passed`` says whether every check passed.
@@ -59,14 +63,17 @@ def verify(spec: LoaderSpec, *, steps: int = 8) -> VerifyReport:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise VerifyError(f"steps must be an integer >= 1, got {steps!r}")
     started = time.perf_counter()
-    sample = read_sample(spec, steps=steps)
+    sample = read_sample(spec, steps=steps, storage_options=storage_options)
     pinned = sample.spec
     checks = [
         _guarded("text_reconstruction", lambda: check_text(sample)),
         _guarded("token_ids", lambda: check_token_ids(sample)),
         _guarded("document_isolation", lambda: check_isolation(sample)),
         _guarded("loss_positions", lambda: check_loss(sample)),
-        _guarded("resume", lambda: check_resume(pinned, steps=steps)),
+        _guarded(
+            "resume",
+            lambda: check_resume(pinned, steps=steps, storage_options=storage_options),
+        ),
     ]
     return VerifyReport(
         table=sample.uri,

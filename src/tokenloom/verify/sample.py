@@ -12,6 +12,7 @@ rows are read back from the table and tokenized again from their text.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,12 +35,13 @@ __all__ = [
 ]
 
 
-def dataset(spec: LoaderSpec) -> Any:
+def dataset(spec: LoaderSpec, storage_options: Mapping[str, str] | None = None) -> Any:
     """A fresh :class:`~tokenloom.loader.PackedDataset` of ``spec`` on one rank (the global
-    stream is the same on any number, ★3)."""
+    stream is the same on any number, ★3); ``storage_options`` reach an object store."""
     from tokenloom.loader import PackedDataset
 
-    return PackedDataset(spec, rank=0, world_size=1)
+    so = dict(storage_options) if storage_options else None
+    return PackedDataset(spec, rank=0, world_size=1, storage_options=so)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -169,9 +171,8 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     pos = np.searchsorted(ds.inputs.row_ids, ids)
     rowids = ds.inputs.rowids[pos]
     column, count = ds.spec.token_column, ds.spec.count_column
-    table = Table.open(ds.uri, version=ds.version).dataset._take_rows(
-        rowids.tolist(), columns=["id", "text", column, count]
-    )
+    opened = Table.open(ds.uri, version=ds.version, storage_options=ds.planner.storage_options)
+    table = opened.dataset._take_rows(rowids.tolist(), columns=["id", "text", column, count])
     texts = table.column("text").to_pylist()
     stored = table.column(column).to_pylist()
     counts = table.column(count).to_pylist()
@@ -190,8 +191,11 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     }
 
 
-def read_sample(spec: LoaderSpec, *, steps: int) -> Sample:
-    """Build the loader, draw the sample, read its batches and rows.
+def read_sample(
+    spec: LoaderSpec, *, steps: int, storage_options: Mapping[str, str] | None = None
+) -> Sample:
+    """Build the loader, draw the sample, read its batches and rows (``storage_options`` reach
+    an object store, with the ``AWS_*`` environment).
 
     Raises:
         VerifyError: The token column records no tokenizer, or the filter selects no tokens.
@@ -199,7 +203,7 @@ def read_sample(spec: LoaderSpec, *, steps: int) -> Sample:
     """
     from tokenloom.tokenize.registry import load_tokenizer
 
-    ds = dataset(spec)
+    ds = dataset(spec, storage_options)
     identity = dict(ds.inputs.tokenizer)
     if not identity.get("name"):
         raise VerifyError(

@@ -52,6 +52,7 @@ class ImageTextBlocks:
         filter, version, seed, rank, world_size: As for the other loaders.
         on_error: ``raise`` or ``skip`` a sample whose image does not decode.
         threads: Decode threads.
+        storage_options: Object-store options for Lance (with the ``AWS_*`` environment).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class ImageTextBlocks:
         world_size: int = 1,
         on_error: str = "raise",
         threads: int = 2,
+        storage_options: dict | None = None,
     ) -> None:
         from tokenloom.table import Table
 
@@ -83,7 +85,7 @@ class ImageTextBlocks:
                 f"global batch {global_batch} blocks does not split over rank {rank} of "
                 f"{world_size}; pick a multiple of the world size"
             )
-        t = Table.open(table, version=version)
+        t = Table.open(table, version=version, storage_options=storage_options)
         cols = ["image", "prompt", "response", "width", "height"]
         self.selection = scan_selection(t.dataset, filter=filter, columns=cols)
         meta = t.dataset._take_rows(
@@ -99,7 +101,9 @@ class ImageTextBlocks:
             [len(p) + len(r) + 1 for p, r in zip(self.prompts, self.responses, strict=True)],
             dtype=np.int64,
         )
-        self.reader = RowReader(t.uri, t.version, ["image"])
+        self.reader = RowReader(
+            t.uri, t.version, ["image"], storage_options=t.storage_options or None
+        )
         self.version = t.version
         self.budget, self.global_batch, self.image_cap = budget, global_batch, image_cap
         self.policy, self.window, self.seed, self.filter = policy, window, seed, filter
