@@ -12,7 +12,7 @@ from tests.conftest import run_cli
 
 def test_plan_bench_smoke(tmp_path) -> None:
     out = run_cli(
-        "bench", "plan", "--docs", "30000", "--procs", "2", "--recipe-docs", "3000",
+        "bench", "plan", "--docs", "30000", "--node-processes", "2", "--recipe-docs", "3000",
         "--workdir", str(tmp_path), "--json",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

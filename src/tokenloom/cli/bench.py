@@ -385,7 +385,7 @@ def _loader_s3_bench(
     epilog="""\b
 Examples:
   tokenloom bench plan                                 # 17.5M and 100M documents
-  tokenloom bench plan --docs 2000000 --procs 2 --recipe-docs 200000
+  tokenloom bench plan --docs 2000000 --node-processes 2 --recipe-docs 200000
   tokenloom bench plan --docs 17500000 --json
 Build time and bytes per document of the epoch plan, one process and N processes sharing
 one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc per node.""",
@@ -398,7 +398,7 @@ one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc p
     help="Comma-separated corpus sizes (documents; lognormal lengths, median 450 / mean 800).",
 )
 @click.option(
-    "--procs",
+    "--node-processes",
     default=4,
     show_default=True,
     type=click.IntRange(min=1),
@@ -429,7 +429,7 @@ one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc p
 @json_option
 def plan_bench(
     docs: str,
-    procs: int,
+    node_processes: int,
     epochs: int,
     seq_len: int,
     recipe_docs: int,
@@ -444,7 +444,7 @@ def plan_bench(
         sizes = tuple(int(d.replace("_", "")) for d in docs.split(",") if d.strip())
         config = PlanBenchConfig(
             docs=sizes,
-            procs=procs,
+            procs=node_processes,
             epochs=epochs,
             seq_len=seq_len,
             recipe_docs=recipe_docs,
