@@ -304,17 +304,11 @@ class EpochView:
         return GroupCounts(counts=out.reshape(k, P, len(COUNT_FIELDS)), starts=ids, bounds=bounds)
 
     def layout(self, step: int, *, rank: int = 0, world_size: int = 1) -> StepLayout:
-        """Rank ``rank``'s blocks of ``step`` with their stretches and token ranges (no I/O)."""
-        blocks = self.blocks(step, rank=rank, world_size=world_size)
-        spans = self.plan.spans(blocks)
-        starts, stops = token_ranges(spans, lookahead=self.lookahead)
+        """Rank ``rank``'s blocks of ``step`` with their stretches and token ranges (no I/O):
+        :meth:`group` of that one step."""
+        g = self.group(np.array([step]), rank=rank, world_size=world_size)
         return StepLayout(
-            step=step,
-            blocks=blocks,
-            spans=spans,
-            starts=starts,
-            stops=stops,
-            pools=self.plan.block_pools(blocks),
+            step=step, blocks=g.blocks, spans=g.spans, starts=g.starts, stops=g.stops, pools=g.pools
         )
 
     def pack(self, layout: StepLayout, tokens: np.ndarray, offsets: np.ndarray) -> PackedArrays:
@@ -331,29 +325,19 @@ class EpochView:
         )
 
     def count(self, layout: StepLayout, packed: PackedArrays, num_pools: int) -> StepCounts:
-        """Per-pool counts of a packed layout (:class:`StepCounts`); the ledger and the loader
-        both count with this, so their numbers agree by construction of one function."""
-        spans, pools = layout.spans, layout.pools
-        P = num_pools
-        owner = np.where(pools >= 0, pools, 0)  # a whole padding block counts on pool 0
-        out = np.zeros((P, len(COUNT_FIELDS)), dtype=np.int64)
-        out[:, 0] = np.bincount(owner[pools >= 0], minlength=P)[:P]
-        out[:, 3] = np.bincount(owner, weights=(packed.doc_ids == -1).sum(axis=1), minlength=P)[:P]
-        out[:, 4] = np.bincount(owner, weights=(packed.labels != -100).sum(axis=1), minlength=P)[:P]
-        starts: list[np.ndarray] = []
-        if len(spans):
-            stretch_pool = owner[spans.block]
-            ctx = packed.context  # (S, 2) context-only token range of each stretch, or None
-            ctx_len = ctx[:, 1] - ctx[:, 0] if ctx is not None else np.zeros(len(spans), np.int64)
-            body = spans.tok_end - spans.tok_start - ctx_len
-            out[:, 1] = np.bincount(stretch_pool, weights=body, minlength=P)[:P]
-            out[:, 2] = np.bincount(stretch_pool, weights=spans.has_eos, minlength=P)[:P]
-            out[:, 5] = np.bincount(stretch_pool, weights=ctx_len, minlength=P)[:P]
-            first = spans.tok_start == 0
-            starts = [spans.row_id[first & (stretch_pool == p)] for p in range(P)]
-        else:
-            starts = [np.zeros(0, dtype=np.int64) for _ in range(P)]
-        return StepCounts(counts=out, starts=tuple(starts))
+        """Per-pool counts of a packed layout (:class:`StepCounts`): :meth:`count_group` of that
+        one step, so the ledger (step by step) and the loader (group by group) count with one
+        function."""
+        one = GroupLayout(
+            steps=np.array([layout.step]),
+            blocks_per_step=len(layout.blocks),
+            blocks=layout.blocks,
+            spans=layout.spans,
+            starts=layout.starts,
+            stops=layout.stops,
+            pools=layout.pools,
+        )
+        return self.count_group(one, packed, num_pools).step(0)  # type: ignore[arg-type]
 
     def skeleton(self, layout: StepLayout) -> PackedArrays:
         """:meth:`pack` with placeholder token ids: every field but the ids, without reading."""
