@@ -46,3 +46,37 @@ def so_args(server: LocalS3) -> list[str]:
     for key, value in server.storage_options.items():
         out += ["--storage-options", f"{key}={value}"]
     return out
+
+
+def jsonl_bytes(records) -> bytes:
+    """``records`` as JSON lines."""
+    import json
+
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+def invoke_ok(args: list[str]) -> str:
+    """Run ``tokenloom ARGS`` in-process; assert it succeeded; its output."""
+    from click.testing import CliRunner
+
+    from tokenloom.cli.main import cli
+
+    out = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    return out.output
+
+
+@pytest.fixture
+def bare_cwd(tmp_path, monkeypatch):
+    """An empty current directory and no ``AWS_*`` environment: what a command reaches of the
+    store it reaches through ``--storage-options`` alone, and whatever it writes beside the table
+    would show up here."""
+    import os
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    return cwd

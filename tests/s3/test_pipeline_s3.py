@@ -13,60 +13,45 @@ import zstandard
 from click.testing import CliRunner
 
 from tests.conftest import real_paragraphs
-from tests.s3.conftest import put_object, so_args
+from tests.s3.conftest import invoke_ok, jsonl_bytes, put_object, so_args
 from tokenloom.cli.main import cli
 
 torch = pytest.importorskip("torch")
 
 
-def _jsonl(records) -> bytes:
-    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
-
-
-def _invoke(args: list[str]) -> str:
-    out = CliRunner().invoke(cli, args, catch_exceptions=False)
-    assert out.exit_code == 0, out.output
-    return out.output
-
-
-def test_pipeline_end_to_end_on_s3(s3_server, s3_prefix, tmp_path, monkeypatch):
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
+def test_pipeline_end_to_end_on_s3(s3_server, s3_prefix, bare_cwd, tmp_path, monkeypatch):
+    cwd = bare_cwd
     paras = real_paragraphs(60)
     raw = f"{s3_prefix}/raw"
-    put_object(s3_server, f"{raw}/a.jsonl", _jsonl([{"text": t} for t in paras[:30]]))
+    put_object(s3_server, f"{raw}/a.jsonl", jsonl_bytes([{"text": t} for t in paras[:30]]))
     put_object(
         s3_server,
         f"{raw}/b.jsonl.zst",
         zstandard.ZstdCompressor().compress(
-            _jsonl([{"text": t} for t in paras[30:]] + [{"text": paras[0]}, {"nope": 1}])
+            jsonl_bytes([{"text": t} for t in paras[30:]] + [{"text": paras[0]}, {"nope": 1}])
         ),
     )
     table = f"{s3_prefix}/corpus.lance"
     so = so_args(s3_server)
 
-    out = _invoke(
+    out = invoke_ok(
         ["ingest", f"{raw}/a.jsonl", f"{raw}/b.jsonl.zst", "--table", table, "--json", *so]
     )
     res = json.loads(out)
     assert res["rows_written"] == 61 and res["rejected"] == {"missing_text_field": 1}
     assert res["rejects_path"].startswith(f"{table}/_tokenloom/rejects/")
 
-    out = _invoke(["dedup", "--table", table, "--workers", "0", "--json", *so])
+    out = invoke_ok(["dedup", "--table", table, "--workers", "0", "--json", *so])
     assert json.loads(out)["flagged"] == 1
-    _invoke(["tokenize", "--table", table, "--tokenizer", "gpt2", "--workers", "0", *so])
-    status = _invoke(["backfill", "status", "--table", table, *so])
+    invoke_ok(["tokenize", "--table", table, "--tokenizer", "gpt2", "--workers", "0", *so])
+    status = invoke_ok(["backfill", "status", "--table", table, *so])
     assert "committed" in status
-    info = json.loads(_invoke(["info", "--table", table, "--json", *so]))
+    info = json.loads(invoke_ok(["info", "--table", table, "--json", *so]))
     names = {c["name"] for c in info["columns"]}
     assert {"is_dup", "input_ids", "n_tokens"} <= names
 
     run = str(tmp_path / "run")
-    _invoke([
+    invoke_ok([
         "train", "--table", table, "--out", run, "--seq-len", "32", "--global-batch-size", "2",
         "--steps", "3", "--filter", "NOT is_dup", "--log-every", "1", "--eval-every", "100",
         "--checkpoint-every", "100", *so,
@@ -75,12 +60,12 @@ def test_pipeline_end_to_end_on_s3(s3_server, s3_prefix, tmp_path, monkeypatch):
     assert json.dumps(record).count("aws_secret_access_key") == 0  # credentials never recorded
     assert record["loader"]["table"] == table
 
-    trace = json.loads(_invoke(["trace", "--checkpoint", run, "--step", "2", "--json", *so]))
+    trace = json.loads(invoke_ok(["trace", "--checkpoint", run, "--step", "2", "--json", *so]))
     assert trace["rows"] and trace["table"] == table
 
-    _invoke(["index", "--table", table, "--no-vector", *so])
+    invoke_ok(["index", "--table", table, "--no-vector", *so])
     word = max(re.findall(r"[A-Za-z]{6,}", paras[5]), key=len)
-    hits = json.loads(_invoke(["search", "--table", table, word, "--json", *so]))
+    hits = json.loads(invoke_ok(["search", "--table", table, word, "--json", *so]))
     assert 5 in [h["id"] for h in hits["hits"]], (word, hits)
 
     assert os.listdir(cwd) == []  # nothing written to the current directory
@@ -90,11 +75,11 @@ def test_aws_environment_alone_reaches_the_table(s3_server, s3_prefix, tmp_path,
     monkeypatch.chdir(tmp_path)
     for key, value in s3_server.env.items():
         monkeypatch.setenv(key, value)
-    put_object(s3_server, f"{s3_prefix}/in.jsonl", _jsonl([{"text": "hello s3 world"}]))
+    put_object(s3_server, f"{s3_prefix}/in.jsonl", jsonl_bytes([{"text": "hello s3 world"}]))
     table = f"{s3_prefix}/t.lance"
-    out = json.loads(_invoke(["ingest", f"{s3_prefix}/in.jsonl", "--table", table, "--json"]))
+    out = json.loads(invoke_ok(["ingest", f"{s3_prefix}/in.jsonl", "--table", table, "--json"]))
     assert out["rows_written"] == 1
-    assert json.loads(_invoke(["info", "--table", table, "--json"]))
+    assert json.loads(invoke_ok(["info", "--table", table, "--json"]))
     assert os.listdir(tmp_path) == []
 
 
