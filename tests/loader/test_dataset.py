@@ -323,3 +323,30 @@ def test_options_a_packed_dataset_would_silently_ignore_are_refused(table):
         PackedDataset(table, seq_len=L, packing="bestfit")
     with pytest.raises(PlanError, match="unknown loader option"):
         PackedDataset(table, seq_len=L, fit_windw=8)
+
+
+def test_worker_batches_lent_from_shared_memory_equal_in_process_ones(table):
+    """Batches handed over from a worker's slots without a copy hold every field of the
+    in-process batches, whether the loop drops each batch at once or keeps the last few (a slot
+    goes back to its worker only once no batch of it is left)."""
+
+    def loader(workers):
+        ds = PackedDataset(
+            table, seq_len=L, global_batch=4, seed=1, block_order="sequential", read_group=1
+        )
+        return DataLoader(ds, num_workers=workers)
+
+    want = list(loader(0))
+    assert len(want) > 20  # more groups than a worker's ring holds: slots are reused
+    held: list[dict] = []
+    for i, batch in enumerate(loader(2)):
+        held.append(batch)
+        if len(held) > 3:
+            held.pop(0)
+        for j, got in enumerate(held, start=i - len(held) + 1):  # checked again while held
+            assert got.keys() == want[j].keys()
+            for key, value in got.items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.equal(value, want[j][key]), (j, key)
+                else:
+                    assert value == want[j][key], (j, key)

@@ -3,7 +3,11 @@ the loader's vectorised gather agree with their obvious counterparts."""
 
 from __future__ import annotations
 
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
 import numpy as np
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +24,7 @@ from tests.loader.helpers import (
 )
 from tokenloom.loader import EpochView, plan_epoch, step_blocks
 from tokenloom.loader.bestfit import plan_bestfit
-from tokenloom.loader.buffers import RecycledBuffers
+from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
 from tokenloom.loader.plan import steps_blocks
 from tokenloom.loader.read import _gather
 from tokenloom.loader.window import plan_windowed_epoch
@@ -140,3 +144,40 @@ def test_a_buffer_is_reused_only_once_no_view_of_it_is_left():
     del c
     d = pool.take((4, 2, 3))  # c's buffer is free again
     assert d.flags.c_contiguous and d.dtype == np.int64
+
+
+def test_a_lent_slot_goes_back_to_the_worker_once_no_batch_of_it_is_left():
+    worker = SharedSlots(3, 24, lendable=2)
+    trainer = pickle.loads(ForkingPickler.dumps(worker))  # as a DataLoader sends it
+    j, out = worker.acquire((4, 2, 3), timeout_s=0)
+    assert j is not None and out is not None
+    out[...] = np.arange(24).reshape(4, 2, 3)
+    arrays = trainer.lend(j, (4, 2, 3))
+    np.testing.assert_array_equal(arrays, np.arange(24).reshape(4, 2, 3))  # no copy: the slot
+    batch = {"input_ids": torch.from_numpy(arrays[0, 1:]), "labels": arrays[1, 1:]}
+    del arrays, out
+    assert trainer.lent == 1
+    k, _ = worker.acquire((4, 2, 3), timeout_s=0)
+    m, _ = worker.acquire((4, 2, 3), timeout_s=0)
+    assert {j, k, m} == {0, 1, 2}
+    assert worker.acquire((4, 2, 3), timeout_s=0) == (None, None)  # the batch holds slot j
+    del batch["input_ids"]
+    assert trainer.lent == 1  # the labels view still does
+    del batch
+    assert trainer.lent == 0
+    assert worker.acquire((4, 2, 3), timeout_s=0)[0] == j
+
+
+def test_past_lendable_slots_the_training_process_copies_instead():
+    worker = SharedSlots(4, 6, lendable=1)
+    trainer = pickle.loads(ForkingPickler.dumps(worker))
+    j, _ = worker.acquire((1, 6), timeout_s=0)
+    k, _ = worker.acquire((1, 6), timeout_s=0)
+    kept = trainer.lend(j, (1, 6))
+    assert trainer.lend(k, (1, 6)) is None  # the caller copies slot k out and releases it
+    trainer.release(k)
+    assert worker.acquire((1, 6), timeout_s=0)[0] == k
+    del kept
+    assert trainer.lent == 0
+    j, _ = worker.acquire((1, 6), timeout_s=0)
+    assert trainer.lend(j, (1, 6)) is not None  # lending again once the first came back

@@ -11,9 +11,12 @@ system time was the largest item after ``take``. So buffers are recycled:
   the pool allocate more (as plain allocation would).
 * :class:`SharedSlots` (a DataLoader worker and the training process): a fixed ring of slots in
   one shared-memory tensor, with one flag byte per slot. The worker packs into a free slot and
-  sends the slot number (the memory itself crosses once, as one file descriptor); the training
-  process copies the slot into a recycled buffer and frees the slot at once, so the ring never
-  waits on what the training loop keeps.
+  sends the slot number (the memory itself crosses once, as one file descriptor). The training
+  process *lends* the slot to the batches (:meth:`SharedSlots.lend`: the batch tensors are views
+  of the shared memory, no copy) and the slot goes back to the worker when the last view of it is
+  gone. At most ``lendable`` slots are lent at a time; past that the training process copies the
+  slot into a recycled buffer and frees it at once, so a training loop that keeps batches costs
+  a copy, never a stuck worker.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -78,14 +82,36 @@ class RecycledBuffers:
             return buf
 
 
+class _Lease:
+    """The owner of a lent slot's array: numpy views keep their base alive, and the base of
+    every view of the lent array is this object, so it is collected (and the slot freed) only
+    once the last view, or tensor over a view, is gone."""
+
+    __slots__ = ("__array_interface__", "_memory", "_slots", "_slot")
+
+    def __init__(self, memory: np.ndarray, slots: SharedSlots, slot: int) -> None:
+        self.__array_interface__ = memory.__array_interface__
+        self._memory = memory  # keeps the shared mapping alive as long as any view
+        self._slots, self._slot = slots, slot
+
+    def __del__(self) -> None:
+        self._slots._returned(self._slot)
+
+
 class SharedSlots:
     """A worker's ring of ``slots`` shared-memory slots of ``slot_size`` int64 each.
 
     Created in the worker; pickled into the training process with the first group (as two
     shared-memory tensors), after that only slot numbers cross.
+
+    Args:
+        slots: Slots in the ring.
+        slot_size: int64 values per slot.
+        lendable: Slots the training process may lend to batches at a time (the rest of the
+            ring is for groups being built and in transit).
     """
 
-    def __init__(self, slots: int, slot_size: int) -> None:
+    def __init__(self, slots: int, slot_size: int, lendable: int = 0) -> None:
         import torch
 
         data = torch.UntypedStorage._new_shared(slots * slot_size * 8)
@@ -93,16 +119,22 @@ class SharedSlots:
         self.data = torch.empty(0, dtype=torch.int64).set_(data).view(slots, slot_size)
         self.flags = torch.empty(0, dtype=torch.uint8).set_(flags).view(slots)
         self.flags.zero_()
+        self.lendable = lendable
+        self._local()
+
+    def _local(self) -> None:
         self._data_np = self.data.numpy()
         self._flags_np = self.flags.numpy()
+        self._lent = 0
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"data": self.data, "flags": self.flags}
+        return {"data": self.data, "flags": self.flags, "lendable": self.lendable}
 
     def __setstate__(self, state: dict) -> None:
         self.data, self.flags = state["data"], state["flags"]
-        self._data_np = self.data.numpy()
-        self._flags_np = self.flags.numpy()
+        self.lendable = state["lendable"]
+        self._local()
 
     @property
     def slots(self) -> int:
@@ -132,6 +164,27 @@ class SharedSlots:
     def view(self, slot: int, shape: tuple[int, ...]) -> np.ndarray:
         """Slot ``slot`` as an array of ``shape`` (the training process's side)."""
         return self._data_np[slot, : int(np.prod(shape))].reshape(shape)
+
+    def lend(self, slot: int, shape: tuple[int, ...]) -> Any:
+        """Slot ``slot`` as an array of ``shape`` (the training process's side, no copy) that
+        frees the slot once neither it nor any view of it is referenced; ``None`` when
+        :attr:`lendable` slots are already lent (then copy the slot out and :meth:`release`
+        it)."""
+        with self._lock:
+            if self._lent >= self.lendable:
+                return None
+            self._lent += 1
+        return np.asarray(_Lease(self.view(slot, shape), self, slot))
+
+    def _returned(self, slot: int) -> None:
+        with self._lock:
+            self._lent -= 1
+        self._flags_np[slot] = 0
+
+    @property
+    def lent(self) -> int:
+        """Slots lent to batches now."""
+        return self._lent
 
     def release(self, slot: int) -> None:
         self._flags_np[slot] = 0

@@ -50,8 +50,11 @@ __all__ = ["PackedDataset", "as_tensors"]
 
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
 # A worker's groups in transit: the DataLoader's prefetch (2 per worker by default, up to
-# prefetch_factor * workers when the other workers are done) plus the one being copied out.
+# prefetch_factor * workers when the other workers are done) plus the one being handed out.
 _SLOTS_IN_TRANSIT = 8
+# Slots the training process lends to batches at a time (the group being handed out, the batches
+# a training loop still holds); past that it copies groups out, so keeping batches never stalls.
+_SLOTS_LENT = 4
 _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 
 
@@ -272,7 +275,7 @@ class PackedDataset(IterableDataset):
         """Several consecutive steps read with ONE take of all their rows and packed with one
         call (in an I/O thread: ``take`` and the numpy packer release the GIL for most of their
         time); the consumer hands them out step by step. ``slots``: in a DataLoader worker, pack
-        into a shared-memory slot that the training process copies out of."""
+        into a shared-memory slot that the training process lends to the batches."""
         layout = view.group(
             np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
@@ -328,7 +331,9 @@ class PackedDataset(IterableDataset):
             slots = None
             if info is not None and groups:
                 size_values = 4 * len(groups[0]) * self.blocks_per_rank * self.seq_len
-                slots = SharedSlots(depth + _SLOTS_IN_TRANSIT, size_values)
+                slots = SharedSlots(
+                    depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, size_values, lendable=_SLOTS_LENT
+                )
             build = self._build_group
 
             def submit(g: range) -> Any:
@@ -426,16 +431,19 @@ class _Group:
     """``time.monotonic()`` when the worker handed the group out (the in-transit gauge)."""
 
     def settle(self, slots: SharedSlots, buffers: RecycledBuffers) -> _Group:
-        """In the training process: the group with its arrays copied out of its slot into a
-        recycled buffer, and the slot freed for the worker at once (so the worker never waits
-        on batches the training loop keeps)."""
+        """In the training process: the group with its arrays in its slot, lent to the batches
+        (:meth:`SharedSlots.lend`: freed for the worker once no batch of it is referenced), or
+        copied out into a recycled buffer and the slot freed at once when the training loop
+        already holds all the slots it may (so the worker never waits on batches it keeps)."""
         if self.slot is None:
             return self
         p = self.packed
         shape = (4, p.steps * p.blocks_per_step, self.seq_len)
-        arrays = buffers.take(shape)
-        np.copyto(arrays, slots.view(self.slot, shape))
-        slots.release(self.slot)
+        arrays = slots.lend(self.slot, shape)
+        if arrays is None:
+            arrays = buffers.take(shape)
+            np.copyto(arrays, slots.view(self.slot, shape))
+            slots.release(self.slot)
         return replace(self, packed=replace(p, arrays=arrays), slot=None, slots=None)
 
     @property
