@@ -82,8 +82,8 @@ def test_local_tables_keep_the_fixed_depth_and_explicit_values_win(tmp_path):
 
     dl = DataLoader(PackedDataset(uri, seq_len=32, global_batch=4, seed=1), num_workers=2)
     assert sum(1 for _ in dl) == len(default)
-    assert dl.stats.pipelines == 2 and dl.stats.io_threads == 2  # one thread per worker
-    assert "read-ahead 1 threads, 4 groups ahead" in dl.stats.summary()
+    assert dl.stats.pipelines == 2 and dl.stats.io_threads == 4  # two threads per worker
+    assert "read-ahead 2 threads, 4 groups ahead" in dl.stats.summary()
 
 
 def test_rows_per_take_fills_the_object_store_merge_window():
