@@ -78,7 +78,8 @@ class PackedDataset(IterableDataset):
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
         io_threads: Threads reading and packing ahead (not part of the stream; default:
             sized from the first read group's measured wall and CPU time, see
-            :mod:`~tokenloom.loader.readahead`; at least 2, in-process and in each DataLoader worker).
+            :mod:`~tokenloom.loader.readahead`; at least 2, in-process and in each DataLoader
+            worker).
         read_ahead: Read groups in flight (default: sized with ``io_threads``).
         read_group: Steps per group: per ``take``, per pack and per worker message (default:
             sized to ~256 rows per take).
