@@ -272,9 +272,10 @@ def test_stats_add_up_across_workers(table):
         assert s.rows_packed == sum(len(b["spans"]) for b in batches)
         assert s.loss_positions == sum(int((b["labels"] != -100).sum()) for b in batches)
         assert s.rows_read >= s.rows_planned == len(_rows(table))
-        # one pipeline per worker, each submitting at most read_ahead (4) groups of 2 steps
-        assert s.pipelines == max(workers, 1) and s.capacity == 8
-        assert 0 < s.planned_max <= 8 and 0 < s.packed_max
+        # one pipeline per worker, each holding at most read_ahead (4) groups of 2 steps ahead
+        # plus the group being handed out
+        assert s.pipelines == max(workers, 1) and s.capacity == 10
+        assert 0 < s.planned_max <= 8 and 0 < s.packed_max <= s.capacity
         assert s.pipeline_seconds > 0 and s.planned_area > 0
         assert (s.transit_max > 0) == (workers > 0)
         assert s.startup_seconds > 0 and s.wall_seconds >= s.wait_seconds > 0

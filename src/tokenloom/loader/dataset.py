@@ -327,7 +327,8 @@ class PackedDataset(IterableDataset):
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
         skip = 1 if probed is not None else 0
         gauge = self.gauge
-        gauge.start(capacity=depth * size)
+        # the group being handed out stays in the packed queue while its successor is submitted
+        gauge.start(capacity=(depth + 1) * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
             slots = None
             if info is not None and groups:
