@@ -9,7 +9,6 @@ import dataclasses
 import json
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("torch")
 
@@ -86,19 +85,26 @@ def test_loader_bench_smoke(tmp_path):
     assert result.cache == "warm" and result.resident in (None, 1.0)
 
 
-def test_cli_rejects_an_unknown_loader():
-    from tokenloom.cli.main import cli
-
-    result = CliRunner().invoke(cli, ["bench", "loader", "--only", "tokenloom,ray"])
-    assert result.exit_code == 2
-    assert "unknown loader(s) ray" in result.output
-
-
-def test_cli_rejects_an_unknown_cache_state(tmp_path):
-    result = run_cli("bench", "loader", "--cache", "warm,hot", "--workdir", str(tmp_path))
-    assert result.returncode == 2
-    assert "--cache" in result.stderr and "warm,cold" in result.stderr
-    assert list(tmp_path.iterdir()) == []  # refused before anything was built
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--only", "tokenloom,ray"], "unknown loader(s) ray"),
+        (["--cache", "warm,hot"], "warm,cold"),
+        (["--gpu-sim", "124M,7B"], "--gpu-sim"),
+        (["--store", "s3", "--latency-ms", "0,fast"], "is not a list of numbers"),
+        (["--store", "s3", "--latency-ms", "-5"], "give latencies >= 0"),
+        (["--store", "s3", "--latency-ms", ","], "give latencies >= 0"),
+        (["--store", "s3", "--only", "lancedb,webdataset"], "--store s3 measures"),
+        (["--store", "gcs"], "--store"),
+    ],
+)
+def test_cli_refuses_bad_options_before_building_anything(tmp_path, args, says):
+    """Every refusal of ``bench loader`` is a usage error (exit 2, through a real process) that
+    names the option, and nothing is built or started first."""
+    result = run_cli("bench", "loader", *args, "--workdir", str(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_lancedb_streaming_dataset_reads_the_tokenloom_table(tmp_path):

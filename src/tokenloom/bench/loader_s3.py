@@ -13,14 +13,19 @@ floor for a store on other machines.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tokenloom.bench.loader_cases import CaseResult, CaseSpec
 from tokenloom.bench.loader_data import EOS_ID, Built, CorpusSpec
+
+if TYPE_CHECKING:
+    from tokenloom.bench.loader import LoaderBenchConfig
 
 __all__ = ["S3_LOADERS", "S3BenchConfig", "S3Bench", "run_s3_bench", "format_s3_report"]
 
@@ -38,15 +43,11 @@ _LOCAL = "local"
 class S3BenchConfig:
     """One run of the object-store benchmark."""
 
-    docs: int = 20_000
-    """Documents of the synthetic corpus (as ``tokenloom bench loader``)."""
-    seconds: float = 5.0
-    """Measuring budget per case, after its first batch."""
-    steps: int | None = None
-    """Measure this many batches per case instead of ``seconds``."""
-    workdir: str = "~/.cache/tokenloom/bench-loader"
-    """Where the local copies are cached; the server's data lives in a temporary directory
-    under it, removed at the end."""
+    run: LoaderBenchConfig
+    """The corpus, block shape, budget per case and work dir, as ``tokenloom bench loader``
+    (its ``docs``, ``seq_len``, ``batch_size``, ``seed``, ``seconds``/``steps``, ``workdir``:
+    the local copies are cached there, and the server's data lives in a temporary directory
+    under it, removed at the end)."""
     latencies_ms: tuple[float, ...] = (0.0, 20.0)
     """Request latencies to measure (0: straight to the server, no proxy)."""
     only: tuple[str, ...] = S3_LOADERS
@@ -54,9 +55,6 @@ class S3BenchConfig:
     """DataLoader workers of every case. 0: each loader reads in the measuring process (with
     its own threads); a small corpus's epoch lasts about a second, and spawned workers
     restart every epoch, which would be measured instead of reading."""
-    seq_len: int = 1024
-    batch_size: int = 8
-    seed: int = 0
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.only) - set(S3_LOADERS))
@@ -104,7 +102,7 @@ class S3Bench:
 
     def to_json(self) -> dict:
         return {
-            "config": {**self.config.__dict__},
+            "config": dataclasses.asdict(self.config),
             "builds": {k: b.__dict__ for k, b in self.builds.items()},
             "results": {
                 store: {k: r.to_json() for k, r in row.items()}
@@ -120,15 +118,15 @@ class S3Bench:
 def _build(config: S3BenchConfig, log: Callable[[str], None]) -> dict[str, Built]:
     from tokenloom.bench.loader_data import build_mds, build_parquet, build_table
 
-    root = os.path.abspath(os.path.expanduser(config.workdir))
-    corpus = CorpusSpec(docs=config.docs, seed=config.seed)
+    root = os.path.abspath(os.path.expanduser(config.run.workdir))
+    corpus = CorpusSpec(docs=config.run.docs, seed=config.run.seed)
     jobs = {
         "tokenloom": lambda: build_table(os.path.join(root, corpus.name + ".lance"), corpus),
         "parquet": lambda: build_parquet(os.path.join(root, corpus.name + ".parquet"), corpus),
         "mds": lambda: build_mds(
-            os.path.join(root, f"{corpus.name}-L{config.seq_len}.mds"),
+            os.path.join(root, f"{corpus.name}-L{config.run.seq_len}.mds"),
             corpus,
-            seq_len=config.seq_len,
+            seq_len=config.run.seq_len,
         ),
     }
     builds = {}
@@ -149,25 +147,22 @@ def _upload(local: str, uri: str, options: dict) -> None:
 
 
 def _measure(config: S3BenchConfig, loader: str, path: str, options: dict | None) -> CaseResult:
-    from tokenloom.bench.loader import LoaderBenchConfig, run_case
+    from tokenloom.bench.loader import run_case
 
     spec = CaseSpec(
         label=_LABELS[loader],
         kind=loader,
         path=path,
         workers=config.workers,
-        seq_len=config.seq_len,
-        batch_size=config.batch_size,
-        seconds=config.seconds,
-        steps=config.steps,
+        seq_len=config.run.seq_len,
+        batch_size=config.run.batch_size,
+        seconds=config.run.seconds,
+        steps=config.run.steps,
         eos_id=EOS_ID,
         pad_id=EOS_ID,
         storage_options=tuple(sorted((options or {}).items())),
     )
-    runner = LoaderBenchConfig(
-        docs=config.docs, seconds=config.seconds, steps=config.steps, workdir=config.workdir
-    )
-    return run_case(spec, runner)
+    return run_case(spec, config.run)
 
 
 def run_s3_bench(
@@ -181,7 +176,7 @@ def run_s3_bench(
     bench = S3Bench(config=config)
     log("preparing the local copies ...")
     bench.builds = _build(config, log)
-    root = os.path.abspath(os.path.expanduser(config.workdir))
+    root = os.path.abspath(os.path.expanduser(config.run.workdir))
 
     def measure(store: str, paths: dict[str, str], options: dict | None) -> None:
         row = bench.results.setdefault(store, {})
@@ -221,7 +216,7 @@ def format_s3_report(bench: S3Bench) -> str:
     config = bench.config
     stores = config.stores
     lines = [
-        f"{config.docs:,} documents, (B, L) = ({config.batch_size}, {config.seq_len}), "
+        f"{config.run.docs:,} documents, (B, L) = ({config.run.batch_size}, {config.run.seq_len}), "
         f"{config.workers} workers per loader; S3 = SeaweedFS on 127.0.0.1 (same cores), "
         "latency added per request by a proxy",
         f"  {'M tokens/s':<46}" + "".join(f"{s:>12}" for s in stores),

@@ -363,16 +363,20 @@ def _loader_s3_bench(
     try:
         latencies = tuple(float(x) for x in latency.split(",") if x.strip())
     except ValueError:
-        raise click.BadParameter(f"{latency!r} is not a list of numbers", "--latency-ms") from None
+        raise click.BadParameter(
+            f"{latency!r} is not a list of numbers", param_hint="--latency-ms"
+        ) from None
     if not latencies or min(latencies) < 0:
         raise click.BadParameter(f"{latency!r}: give latencies >= 0", param_hint="--latency-ms")
     names = tuple(n for n in (s.strip() for s in only.split(",")) if n in S3_LOADERS)
     if not names:
-        raise click.BadParameter(f"--store s3 measures {','.join(S3_LOADERS)}", "--only")
-    config = S3BenchConfig(
-        docs=docs, seconds=seconds, steps=steps, workdir=workdir, latencies_ms=latencies,
-        only=names,
-    )  # fmt: skip
+        raise click.BadParameter(f"--store s3 measures {','.join(S3_LOADERS)}", param_hint="--only")
+    from tokenloom.bench.loader import LoaderBenchConfig
+
+    run = LoaderBenchConfig(
+        docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=("tokenloom",)
+    )
+    config = S3BenchConfig(run=run, latencies_ms=latencies, only=names)
     bench = run_s3_bench(config, log=lambda msg: click.echo(msg, err=True))
     if as_json:
         emit_json(bench.to_json())
