@@ -230,16 +230,16 @@ def mds_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         yield from dl
 
 
-def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
-    """Parquet row groups in random order (or ``options=(("order", "sequential"),)``: in file
-    order), packed with numpy (see ``loader_parquet``)."""
+def _parquet_epochs(spec: CaseSpec, single_rows: bool) -> Iterator[Any]:
+    """Epoch after epoch of a Parquet reader (see ``loader_parquet``) through a DataLoader."""
     from torch.utils.data import DataLoader
 
-    from tokenloom.bench.loader_parquet import ParquetBlocks
+    from tokenloom.bench.loader_parquet import ParquetBlocks, ParquetRows
 
+    source = ParquetRows if single_rows else ParquetBlocks
     epoch = 0
     while True:
-        ds = ParquetBlocks(
+        ds = source(
             spec.path,
             seq_len=spec.seq_len,
             batch_size=spec.batch_size,
@@ -252,23 +252,15 @@ def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         epoch += 1
 
 
+def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """Parquet row groups in random order (or ``options=(("order", "sequential"),)``: in file
+    order), packed with numpy."""
+    return _parquet_epochs(spec, single_rows=False)
+
+
 def parquet_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     """Parquet documents read one by one in a global random order, packed with numpy."""
-    from torch.utils.data import DataLoader
-
-    from tokenloom.bench.loader_parquet import ParquetRows
-
-    epoch = 0
-    while True:
-        ds = ParquetRows(
-            spec.path,
-            seq_len=spec.seq_len,
-            batch_size=spec.batch_size,
-            eos_id=spec.eos_id,
-            epoch=epoch,
-        )
-        yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **_spawn(spec.workers))
-        epoch += 1
+    return _parquet_epochs(spec, single_rows=True)
 
 
 def webdataset_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:

@@ -104,35 +104,17 @@ class ParquetBlocks(IterableDataset):
             carry = stream[n * per_batch :]
 
 
-class ParquetRows(IterableDataset):
+class ParquetRows(ParquetBlocks):
     """``(B, L)`` int64 batches of a Parquet file, each document read alone, in one seeded
     global random order of the rows (worker ``w`` of ``W`` takes every ``W``-th of it).
 
-    Args: as :class:`ParquetBlocks` (no ``order``).
+    Args: as :class:`ParquetBlocks` (``order`` is not used: the rows are always shuffled).
     """
-
-    def __init__(
-        self,
-        path: str,
-        *,
-        seq_len: int,
-        batch_size: int,
-        eos_id: int,
-        seed: int = 0,
-        epoch: int = 0,
-    ) -> None:
-        super().__init__()
-        self.path = path
-        self.seq_len = seq_len
-        self.batch_size = batch_size
-        self.eos_id = eos_id
-        self.seed = seed
-        self.epoch = epoch
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         info = get_worker_info()
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        pf = open_parquet(self.path, {})
+        pf = open_parquet(self.path, self.storage_options)
         meta = pf.metadata
         first_row = np.zeros(meta.num_row_groups + 1, dtype=np.int64)  # (G + 1,)
         np.cumsum(
