@@ -163,15 +163,8 @@ class PlanStore:
             return build()
         final = self.path(ids, lens, seed=seed, epoch=epoch)
         parent = os.path.dirname(final)
-        try:
-            os.makedirs(parent, exist_ok=True)
-            lock = open(final + ".lock", "a+b")  # noqa: SIM115 - closed by the with below
-        except OSError as exc:
-            warnings.warn(
-                f"plan store {self.root} is not writable ({exc}); planning in memory "
-                f"(set {PLAN_CACHE_ENV} to a local writable directory, or 'off')",
-                stacklevel=2,
-            )
+        lock = self._lock(final, "planning")
+        if lock is None:
             return build()
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait, then map
@@ -186,6 +179,20 @@ class PlanStore:
                     return order, marks
         self.mapped += 1
         return mapped
+
+    def _lock(self, final: str, fallback: str) -> Any:
+        """The lock file beside ``final`` (its folder created), or ``None`` with a warning that
+        the caller is ``fallback`` in memory because the store is not writable."""
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            return open(final + ".lock", "a+b")  # noqa: SIM115 - the caller closes it (with)
+        except OSError as exc:
+            warnings.warn(
+                f"plan store {self.root} is not writable ({exc}); {fallback} in memory "
+                f"(set {PLAN_CACHE_ENV} to a local writable directory, or 'off')",
+                stacklevel=3,
+            )
+            return None
 
     def arrays(
         self,
@@ -207,15 +214,8 @@ class PlanStore:
         if not _KEY.match(key):
             raise ValueError(f"store keys are hex digests, got {key!r}")
         final = os.path.join(self.root, "inputs", key)
-        try:
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            lock = open(final + ".lock", "a+b")  # noqa: SIM115 - closed by the with below
-        except OSError as exc:
-            warnings.warn(
-                f"plan store {self.root} is not writable ({exc}); keeping the plan inputs in "
-                f"memory (set {PLAN_CACHE_ENV} to a local writable directory, or 'off')",
-                stacklevel=2,
-            )
+        lock = self._lock(final, "keeping the plan inputs")
+        if lock is None:
             return (*build(), None)
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one scan per node; the others wait, then map
