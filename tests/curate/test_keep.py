@@ -82,6 +82,14 @@ def test_bad_keep_values_are_usage_errors(tmp_path):
     assert out.returncode == 1 and "source-priority needs its sources" in out.stderr
     out = run_cli("dedup", "--table", uri, "--keep", "longest")
     assert out.returncode == 2 and "pass it with --near" in out.stderr
+    for keep, says in [
+        ("shortest", "is not one of first, longest"),
+        ("source-priority:a,a", "names a source twice"),
+        ("longest:a", "only it takes a list"),
+    ]:
+        out = run_cli("dedup", "--table", uri, "--near", "--keep", keep)
+        assert out.returncode == 1 and says in out.stderr, (keep, out.stderr)
+    assert "is_near_dup" not in Table.open(uri).schema().names  # nothing was computed
     with pytest.raises(CurateError, match="not one of"):
         KeepPolicy.parse("shortest")
 
