@@ -290,7 +290,7 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
 }
 
 _IMPORTS = {
-    "tokenloom": ("torch", "lance", "tokenloom.loader.dataset"),
+    "tokenloom": ("torch", "lance", "tokenloom.loader.dataloader"),
     "lancedb": ("torch", "lance", "lancedb.streaming"),
     "mds": ("torch", "tokenloom.bench.loader_mds"),
     "parquet": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),

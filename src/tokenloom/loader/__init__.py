@@ -54,7 +54,7 @@ from tokenloom.loader.view import BlockPlan, EpochView, StepCounts, StepLayout
 from tokenloom.loader.window import VirtualDocs, WindowedPlan, plan_windowed_epoch, windowed_spans
 
 _LAZY = {
-    "PackedDataset": "dataset",
+    "PackedDataset": "dataloader",
     "DataLoader": "dataloader",
     "LoaderStats": "stats",
     "Planner": "planner",  # imports Lance

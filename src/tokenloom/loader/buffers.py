@@ -10,7 +10,7 @@ system time was the largest item after ``take``. So buffers are recycled:
   says whether the consumer still holds a batch of it. A consumer that keeps batches simply makes
   the pool allocate more (as plain allocation would).
 * :class:`SharedSlots` (a DataLoader worker and the training process): a fixed ring of slots in
-  one shared-memory tensor, with one flag byte per slot. The worker packs into a free slot and
+  one shared-memory file, with one flag byte per slot. The worker packs into a free slot and
   sends the slot number (the memory itself crosses once, as one file descriptor). The training
   process *lends* the slot to the batches (:meth:`SharedSlots.lend`: the batch tensors are views
   of the shared memory, no copy) and the slot goes back to the worker when the last view of it is
@@ -21,14 +21,17 @@ system time was the largest item after ``take``. So buffers are recycled:
 
 from __future__ import annotations
 
+import mmap
+import os
 import sys
 import threading
 import time
+import uuid
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RecycledBuffers", "SharedSlots", "scratch"]
+__all__ = ["RecycledBuffers", "SharedSlots", "scratch", "shm_available", "remove_rings"]
 
 _SCRATCH = threading.local()
 
@@ -98,11 +101,53 @@ class _Lease:
         self._slots._returned(self._slot)
 
 
+SHM_DIR = "/dev/shm"
+"""Where POSIX shared memory is a file system (Linux); elsewhere workers send groups by value."""
+SHM_PREFIX = "tokenloom-slots-"
+"""Name prefix of the rings' files, followed by the creating worker's pid."""
+
+
+def shm_available() -> bool:
+    """Whether rings of shared slots can be made here."""
+    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+
+
+def remove_rings(pid: int) -> int:
+    """Remove the ring files a (dead) worker ``pid`` left behind; returns how many."""
+    removed = 0
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(f"{SHM_PREFIX}{pid}-"):
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _map(path: str, size: int, *, create: bool) -> mmap.mmap:
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)  # the mapping stays valid
+
+
 class SharedSlots:
     """A worker's ring of ``slots`` shared-memory slots of ``slot_size`` int64 each.
 
-    Created in the worker; pickled into the training process with the first group (as two
-    shared-memory tensors), after that only slot numbers cross.
+    Created in the worker as a file under :data:`SHM_DIR` (no torch: a worker imports numpy and
+    Lance only); pickled into the training process with the first group, which maps the same
+    file and unlinks its name at once (the memory lives until both sides unmap it, so nothing is
+    left behind however the processes end; a worker killed before its first message leaves a
+    file that :func:`remove_rings` clears). After that only slot numbers cross.
 
     Args:
         slots: Slots in the ring.
@@ -112,29 +157,40 @@ class SharedSlots:
     """
 
     def __init__(self, slots: int, slot_size: int, lendable: int = 0) -> None:
-        import torch
-
-        data = torch.UntypedStorage._new_shared(slots * slot_size * 8)
-        flags = torch.UntypedStorage._new_shared(slots)
-        self.data = torch.empty(0, dtype=torch.int64).set_(data).view(slots, slot_size)
-        self.flags = torch.empty(0, dtype=torch.uint8).set_(flags).view(slots)
-        self.flags.zero_()
+        self.path = os.path.join(SHM_DIR, f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self.shape = (int(slots), int(slot_size))
         self.lendable = lendable
+        self._mapping = _map(self.path, self._nbytes, create=True)
         self._local()
 
+    @property
+    def _nbytes(self) -> int:
+        slots, size = self.shape
+        return slots * (size * 8 + 1)
+
     def _local(self) -> None:
-        self._data_np = self.data.numpy()
-        self._flags_np = self.flags.numpy()
+        slots, size = self.shape
+        whole = np.frombuffer(self._mapping, dtype=np.uint8)
+        self._data_np = whole[: slots * size * 8].view(np.int64).reshape(slots, size)
+        self._flags_np = whole[slots * size * 8 :]
         self._lent = 0
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"data": self.data, "flags": self.flags, "lendable": self.lendable}
+        return {"path": self.path, "shape": self.shape, "lendable": self.lendable}
 
     def __setstate__(self, state: dict) -> None:
-        self.data, self.flags = state["data"], state["flags"]
-        self.lendable = state["lendable"]
+        self.path, self.shape, self.lendable = state["path"], state["shape"], state["lendable"]
+        self._mapping = _map(self.path, self._nbytes, create=False)
+        self.unlink()  # the training process is the last to map it
         self._local()
+
+    def unlink(self) -> None:
+        """Remove the ring's name (mappings stay valid); idempotent."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
     @property
     def slots(self) -> int:

@@ -1,8 +1,14 @@
-"""``DataLoader``: a torch DataLoader over a :class:`~tokenloom.loader.dataset.PackedDataset`.
+"""Torch's face of the loader: ``PackedDataset`` and ``DataLoader``.
 
-Spawned workers (Lance is not fork-safe), ``batch_size=None`` (the dataset yields whole
-batches), a ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
+:class:`PackedDataset` is the :class:`~tokenloom.loader.dataset.PackedStream` as a torch
+``IterableDataset`` (batches as tensors, zero-copy over the packed arrays). :class:`DataLoader`
+is a torch ``DataLoader`` over it with ``batch_size=None`` (the dataset yields whole batches), a
+``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
 :attr:`DataLoader.stats` adding up the workers' counters and the consumer's wait (stall) time.
+Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned
+processes (Lance is not fork-safe) that import no torch, each sending groups of steps through a
+shared-memory ring; torch's ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
+``multiprocessing_context`` and ``pin_memory`` keep their meaning.
 """
 
 from __future__ import annotations
@@ -11,21 +17,42 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
+from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.buffers import SharedSlots
-from tokenloom.loader.dataset import PackedDataset, _Group, as_tensors
+from tokenloom.loader.dataset import PackedStream, _Group
 from tokenloom.loader.gauge import TransitGauge
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
+from tokenloom.loader.workers import WorkerPool
 
-__all__ = ["DataLoader"]
+__all__ = ["DataLoader", "PackedDataset", "as_tensors"]
 
 
-def _keep(group: Any) -> Any:
-    """collate_fn of the workers: a group of steps as built (one message per group)."""
-    return group
+def as_tensors(batch: dict[str, Any], *, pin: bool = False) -> dict[str, Any]:
+    """The batch's numpy arrays as torch tensors (zero-copy; pinned copies with ``pin``)."""
+    out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    if pin:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
+class PackedDataset(PackedStream, IterableDataset):
+    __doc__ = PackedStream.__doc__
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Batches (dicts of tensors) of the rest of the current epoch, in this process."""
+        if get_worker_info() is not None:
+            raise LoaderError(
+                "a PackedDataset inside a torch DataLoader worker would interleave its groups "
+                "of steps out of order; use tokenloom.loader.DataLoader(dataset, num_workers=N), "
+                "whose workers keep the stream exact"
+            )
+        for batch in self.batches():
+            yield as_tensors(batch)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -42,7 +69,6 @@ class DataLoader(torch.utils.data.DataLoader):
             )
         if num_workers > 0:
             kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
-            kwargs.setdefault("collate_fn", _keep)  # workers send groups; tensors made here
         if kwargs.get("batch_size") is not None:
             raise LoaderError(
                 f"DataLoader(batch_size={kwargs['batch_size']}) would be ignored: a "
@@ -67,7 +93,18 @@ class DataLoader(torch.utils.data.DataLoader):
             yield from self._in_process(ds)
             return
         total = len(ds)
-        it = super().__iter__()
+        pool = WorkerPool(
+            ds.detached(),
+            self.num_workers,
+            context=self.multiprocessing_context,
+            prefetch=self.prefetch_factor or 2,
+            timeout=self.timeout,
+            init_fn=self.worker_init_fn,
+        )
+        self.worker_pool = pool
+        """The workers of the current (or last) pass."""
+        pin = self._pin()
+        it = iter(pool)
         last: float | None = None
         slots: dict[int, SharedSlots] = {}  # each worker's shared-memory slots
         while True:
@@ -90,11 +127,15 @@ class DataLoader(torch.utils.data.DataLoader):
                 ds._epoch, ds._step = group.epoch, group.first + i + 1
                 if ds._step >= total:
                     ds._epoch, ds._step = group.epoch + 1, 0
-                yield as_tensors(group.batch(i))
+                yield as_tensors(group.batch(i), pin=pin)
+
+    def _pin(self) -> bool:
+        return bool(self.pin_memory) and torch.cuda.is_available()
 
     def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
         snapshot = ds.stats.copy()
-        it = iter(ds)
+        it = ds.batches()
+        pin = self._pin()
         last: float | None = None
         while True:
             asked = time.monotonic()
@@ -106,7 +147,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self.stats.add(ds.stats.delta(snapshot))
             self.ledger.add(ds.last_counts)
             snapshot = ds.stats.copy()
-            yield batch
+            yield as_tensors(batch, pin=pin)
 
     def _clock(self, asked: float, last: float | None) -> float:
         """A batch arrived: the wait since ``asked`` is stall and the time since the previous

@@ -1,14 +1,15 @@
-"""``PackedDataset`` and ``DataLoader``: the epoch plan materialised as torch batches.
+"""``PackedStream``: the epoch plan materialised as packed numpy batches (no torch).
 
 The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row lands where; this
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
-(:mod:`~tokenloom.loader.group`) and hands out tensors. Steps are built in *groups* of consecutive
+(:mod:`~tokenloom.loader.group`) and hands out batches. Steps are built in *groups* of consecutive
 steps: one ``take`` for all their rows, one vectorised gather, one pack into a reused buffer
 (:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading. DataLoader
-worker ``w`` of ``W`` builds groups ``w, w+W, ...`` of this rank's steps into shared-memory slots
-and sends one message per group; torch's DataLoader delivers workers' messages round-robin, so
-the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
-fingerprint of the plan's inputs.
+worker ``w`` of ``W`` (:mod:`~tokenloom.loader.workers`) builds groups ``w, w+W, ...`` of this
+rank's steps into shared-memory slots and sends one message per group; the training process
+takes the workers' messages round-robin, so the stream is the same for any number of workers.
+The state is ``(epoch, step)`` plus a fingerprint of the plan's inputs. Torch's face of it,
+``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
 
-from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
+from tokenloom.loader.buffers import RecycledBuffers, SharedSlots, shm_available
 from tokenloom.loader.gauge import PipelineGauge
 from tokenloom.loader.group import PackedGroup
 from tokenloom.loader.planner import Planner
@@ -46,7 +45,7 @@ from tokenloom.loader.view import EpochView, GroupCounts, StepCounts
 from tokenloom.process import env_topology
 from tokenloom.table.storage import is_remote
 
-__all__ = ["PackedDataset", "as_tensors"]
+__all__ = ["PackedStream"]
 
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
 # A worker's groups in transit: the DataLoader's prefetch (2 per worker by default, up to
@@ -58,9 +57,11 @@ _SLOTS_LENT = 4
 _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 
 
-class PackedDataset(IterableDataset):
+class PackedStream:
     """Packed blocks of a token column, streamed from the table as a
-    :class:`~tokenloom.loader.spec.LoaderSpec` says.
+    :class:`~tokenloom.loader.spec.LoaderSpec` says (numpy; torch's face of it is
+    :class:`~tokenloom.loader.dataloader.PackedDataset`, whose arguments these are). A
+    DataLoader worker runs a detached copy (:meth:`detached`) and imports no torch.
 
     ``PackedDataset(spec, rank=r, world_size=w)`` is the form every tokenloom command uses. The
     keyword form ``PackedDataset("corpus.lance", seq_len=2048, global_batch=16, ...)`` takes the
@@ -309,11 +310,27 @@ class PackedDataset(IterableDataset):
             slot=slot,
         )
 
-    def __iter__(self) -> Iterator[Any]:
-        """Batches (dicts of tensors) in-process; in a DataLoader worker, groups of steps that
-        :class:`~tokenloom.loader.dataloader.DataLoader` hands out one step at a time."""
-        info = get_worker_info()
-        wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    def detached(self) -> PackedStream:
+        """This stream as a plain :class:`PackedStream` (what a worker is sent: unpickling it
+        imports no torch). Shares this object's state."""
+        out = PackedStream.__new__(PackedStream)
+        out.__dict__.update(self.__dict__)
+        return out
+
+    def batches(self) -> Iterator[dict[str, Any]]:
+        """The rest of the current epoch in this process: one dict of numpy arrays per step
+        (the cursor moves as each is handed out)."""
+        return self._iterate(None)
+
+    def groups(self, worker: int, workers: int) -> Iterator[_Group]:
+        """DataLoader worker ``worker`` of ``workers``: its groups of steps of the rest of the
+        current epoch (groups ``worker, worker + workers, ...``), packed into a shared-memory
+        ring where the platform has one, for the training process to hand out step by step."""
+        return self._iterate((worker, workers))
+
+    def _iterate(self, worker: tuple[int, int] | None) -> Iterator[Any]:
+        info = worker
+        wid, workers = worker if worker is not None else (0, 1)
         epoch, first = self._epoch, self._step
         view = self.view(epoch)
         total = view.steps
@@ -331,7 +348,7 @@ class PackedDataset(IterableDataset):
         gauge.start(capacity=(depth + 1) * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
             slots = None
-            if info is not None and groups:
+            if info is not None and groups and shm_available():
                 size_values = 4 * len(groups[0]) * self.blocks_per_rank * self.seq_len
                 slots = SharedSlots(
                     depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, size_values, lendable=_SLOTS_LENT
@@ -370,7 +387,7 @@ class PackedDataset(IterableDataset):
                     self._step = group.first + i + 1
                     if self._step >= total:
                         self._epoch, self._step = epoch + 1, 0
-                    yield as_tensors(group.batch(i))
+                    yield group.batch(i)
 
     def _size_reads(
         self, view: EpochView, epoch: int, groups: list[range], workers: int
@@ -490,8 +507,3 @@ class _Group:
             "loss_positions": int(p.loss_positions[i]),
             "pack_seconds": self.pack_seconds / p.steps,
         }
-
-
-def as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
-    """The batch's numpy arrays as torch tensors (zero-copy; tensors are left as they are)."""
-    return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}

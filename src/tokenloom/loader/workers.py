@@ -1,0 +1,207 @@
+"""DataLoader worker processes that import no torch.
+
+A torch DataLoader worker runs torch's worker loop, so every worker imports torch: about 190 MB
+resident per process before it reads a byte, most of it private (relocated library pages), which
+is most of what a loader tree's memory is on a small machine. tokenloom's workers only read and
+pack (:class:`~tokenloom.loader.dataset.PackedStream`: Lance and numpy), so
+:class:`WorkerPool` runs them as plain spawned processes instead:
+
+* worker ``w`` of ``W`` is sent a detached copy of the stream (its plan inputs are mapped from the
+  node's plan store, not copied) and builds groups ``w, w + W, ...`` of the rest of the epoch
+  into its shared-memory ring (:class:`~tokenloom.loader.buffers.SharedSlots`);
+* each group crosses as one small message on the worker's own bounded queue
+  (``prefetch_factor`` groups), so a worker never runs further ahead than its ring allows;
+* a spawned worker does not run the training script again: the stream needs nothing from
+  ``__main__``, and a script's ``import torch`` would undo the point (with a
+  ``worker_init_fn`` defined in ``__main__`` the script is run, as torch's workers do);
+* the training process reads the queues round-robin: the stream is the same for any ``W``;
+* a worker's exception is raised in the training process with the worker's traceback; a worker
+  that dies (killed, out of memory) is reported with its exit code instead of hanging; on any
+  exit the workers are stopped and any ring file they left is removed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.spawn
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tokenloom.loader.buffers import remove_rings
+from tokenloom.loader.read import LoaderError
+
+__all__ = ["WorkerPool", "WorkerError"]
+
+_POLL_S = 0.25  # how often a waiting training process checks that its worker is alive
+_STOP_S = 5.0  # how long a stopped worker may take to exit before it is killed
+
+
+class WorkerError(LoaderError):
+    """A DataLoader worker failed or died."""
+
+
+def _worker_main(
+    stream: Any, worker: int, workers: int, out: Any, init_fn: Callable[[int], None] | None
+) -> None:
+    """Body of worker ``worker``: its groups, then ``("done", info)`` or ``("error", ...)``."""
+    try:
+        if init_fn is not None:
+            init_fn(worker)
+        for group in stream.groups(worker, workers):
+            out.put(("group", group))
+        out.put(("done", {"torch_imported": "torch" in sys.modules}))
+    except BaseException as exc:  # noqa: BLE001 - reported to the training process
+        text = "".join(traceback.format_exception(exc))
+        try:
+            out.put(("error", (exc, text)))
+        except Exception:  # noqa: BLE001 - the exception itself does not pickle
+            out.put(("error", (None, text)))
+    finally:
+        out.close()
+        out.join_thread()  # everything put is flushed before the process exits
+
+
+_START_LOCK = threading.Lock()
+
+
+@contextmanager
+def _main_not_rerun(skip: bool) -> Iterator[None]:
+    """While starting workers: leave the parent's ``__main__`` out of what a spawned child
+    prepares (multiprocessing would run the script again in every worker)."""
+    if not skip:
+        yield
+        return
+    with _START_LOCK:
+        original = multiprocessing.spawn.get_preparation_data
+
+        def prepare(name: str) -> dict:
+            data = original(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        multiprocessing.spawn.get_preparation_data = prepare
+        try:
+            yield
+        finally:
+            multiprocessing.spawn.get_preparation_data = original
+
+
+def _raise(worker: int, exc: BaseException | None, text: str) -> None:
+    message = f"DataLoader worker {worker} failed:\n{text.rstrip()}"
+    if isinstance(exc, LoaderError | ValueError | TypeError | KeyError | OSError):
+        try:
+            new = type(exc)(message)
+        except Exception:  # noqa: BLE001 - a constructor with other arguments
+            new = None
+        if new is not None:
+            raise new from None
+    raise WorkerError(message)
+
+
+class WorkerPool:
+    """``workers`` spawned processes building a stream's groups; iterate for them in order.
+
+    Args:
+        stream: The :class:`~tokenloom.loader.dataset.PackedStream` (detached: no torch class).
+        workers: Number of processes (>= 1).
+        context: A multiprocessing context (default ``spawn``: Lance is not fork-safe).
+        prefetch: Groups each worker may have queued ahead of the training process.
+        timeout: Seconds to wait for one group before giving up (0: no limit; a dead worker is
+            detected either way).
+        init_fn: Called in each worker with its index before it reads (``worker_init_fn``).
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        workers: int,
+        *,
+        context: Any = None,
+        prefetch: int = 2,
+        timeout: float = 0.0,
+        init_fn: Callable[[int], None] | None = None,
+    ) -> None:
+        if workers < 1:
+            raise LoaderError(f"workers must be >= 1, got {workers}")
+        self.stream, self.workers = stream, int(workers)
+        self.context = context if context is not None else mp.get_context("spawn")
+        self.prefetch, self.timeout, self.init_fn = max(int(prefetch), 1), float(timeout), init_fn
+        self.torch_imported: bool | None = None
+        """Whether any worker had torch imported when it finished (``None`` until one did)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        ctx, W = self.context, self.workers
+        queues = [ctx.Queue(maxsize=self.prefetch) for _ in range(W)]
+        procs = [
+            ctx.Process(
+                target=_worker_main,
+                args=(self.stream, w, W, queues[w], self.init_fn),
+                name=f"tokenloom-loader-{w}",
+                daemon=True,
+            )
+            for w in range(W)
+        ]
+        uses_main = getattr(self.init_fn, "__module__", None) in ("__main__", "__mp_main__")
+        try:
+            with _main_not_rerun(not uses_main):
+                for p in procs:
+                    p.start()
+            w = 0
+            while True:
+                kind, payload = self._get(queues[w], procs[w], w)
+                if kind == "error":
+                    _raise(w, *payload)
+                if kind == "done":
+                    # groups are dealt round-robin: the first worker without one in its turn
+                    # means every later group index is past the epoch's end
+                    self.torch_imported = bool(self.torch_imported) or payload["torch_imported"]
+                    return
+                yield payload
+                w = (w + 1) % W
+        finally:
+            self._stop(procs, queues)
+
+    def _get(self, q: Any, proc: Any, w: int) -> tuple[str, Any]:
+        started = time.monotonic()
+        while True:
+            try:
+                return q.get(timeout=_POLL_S)
+            except queue.Empty:
+                pass
+            if not proc.is_alive():
+                try:  # what it put just before exiting
+                    return q.get(timeout=_POLL_S)
+                except queue.Empty:
+                    raise WorkerError(
+                        f"DataLoader worker {w} (pid {proc.pid}) exited unexpectedly with code "
+                        f"{proc.exitcode} (killed, or out of memory?)"
+                    ) from None
+            if self.timeout and time.monotonic() - started > self.timeout:
+                raise WorkerError(
+                    f"DataLoader timed out after {self.timeout:g} s waiting for worker {w}"
+                )
+
+    @staticmethod
+    def _stop(procs: list[Any], queues: list[Any]) -> None:
+        for p in procs:
+            if p.pid is not None and p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + _STOP_S
+        for p in procs:
+            if p.pid is None:
+                continue
+            p.join(max(deadline - time.monotonic(), 0.0))
+            if p.is_alive():
+                p.kill()
+                p.join()
+            remove_rings(p.pid)
+        for q in queues:
+            q.cancel_join_thread()
+            q.close()

@@ -1,0 +1,81 @@
+"""tokenloom's own DataLoader workers: no torch in them, exact order, failures reported, nothing
+left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+import torch
+
+from tests.conftest import real_paragraphs
+from tests.loader.tables import token_table
+from tests.loader.worker_hooks import fail_in_worker_1, kill_worker_1_soon
+from tokenloom.loader import DataLoader, PackedDataset
+from tokenloom.loader.buffers import SHM_DIR, SHM_PREFIX
+from tokenloom.loader.workers import WorkerError
+
+L = 32
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return token_table(tmp_path_factory.mktemp("workers"), real_paragraphs(200))
+
+
+def _ds(uri: str) -> PackedDataset:
+    return PackedDataset(uri, seq_len=L, global_batch=4, seed=5, read_group=2)
+
+
+def _rings() -> set[str]:
+    return {n for n in os.listdir(SHM_DIR) if n.startswith(SHM_PREFIX)}
+
+
+def test_workers_import_no_torch_and_keep_the_in_process_stream(table):
+    before = _rings()
+    expected = [b["input_ids"] for b in DataLoader(_ds(table), num_workers=0)]
+    dl = DataLoader(_ds(table), num_workers=3)
+    got = [b["input_ids"] for b in dl]
+    assert len(got) == len(expected) > 6
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert dl.worker_pool.torch_imported is False
+    assert not multiprocessing.active_children()
+    assert _rings() == before  # the training process unlinked every ring it mapped
+
+
+def test_a_worker_exception_is_raised_with_its_traceback(table):
+    dl = DataLoader(_ds(table), num_workers=2, worker_init_fn=fail_in_worker_1)
+    with pytest.raises(ValueError, match="worker 1 failed") as info:
+        list(dl)
+    assert "bad shard settings in worker 1" in str(info.value)
+    assert "fail_in_worker_1" in str(info.value)  # the worker's traceback
+    assert not multiprocessing.active_children()
+
+
+def test_a_killed_worker_is_reported_not_waited_for_and_its_ring_removed(table):
+    before = _rings()
+    dl = DataLoader(_ds(table), num_workers=2, worker_init_fn=kill_worker_1_soon)
+    with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) exited unexpectedly with code -9"):
+        for _ in dl:
+            pass
+    assert not multiprocessing.active_children()
+    assert _rings() == before
+
+
+def test_stopping_early_stops_the_workers(table):
+    dl = DataLoader(_ds(table), num_workers=2)
+    it = iter(dl)
+    next(it)
+    it.close()
+    assert not multiprocessing.active_children()
+    # the cursor says one batch was delivered; a new pass continues from there
+    assert dl.state_dict()["step"] == 1
+
+
+def test_a_plain_torch_dataloader_with_workers_is_refused(table):
+    plain = torch.utils.data.DataLoader(
+        _ds(table), batch_size=None, num_workers=1, multiprocessing_context="spawn"
+    )
+    with pytest.raises(Exception, match="tokenloom.loader.DataLoader"):
+        next(iter(plain))

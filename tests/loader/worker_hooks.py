@@ -1,0 +1,19 @@
+"""``worker_init_fn``s for the worker tests; this module imports no torch (a worker that runs
+one imports it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+
+def fail_in_worker_1(worker: int) -> None:
+    if worker == 1:
+        raise ValueError("bad shard settings in worker 1")
+
+
+def kill_worker_1_soon(worker: int) -> None:
+    """Worker 1 is killed (SIGKILL: no cleanup of its own) shortly after it starts reading."""
+    if worker == 1:
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
