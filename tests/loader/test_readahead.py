@@ -69,9 +69,12 @@ def test_local_tables_keep_the_fixed_depth_and_explicit_values_win(tmp_path):
         ds = PackedDataset(uri, seq_len=32, global_batch=4, seed=1, **kw)
         return ds, [np.asarray(b["input_ids"]) for b in ds]
 
-    ds, default = stream()
+    ds, default = stream(read_group=8)
     assert (ds.sizing.io_threads, ds.sizing.read_ahead, ds.sizing.measured) == (2, 4, False)
     assert ds.stats.pipelines == 1 and ds.stats.probe_wall_seconds == 0
+    # groups of 64 steps or more: one ahead per thread (a worker's ring holds fewer big groups)
+    big, _ = stream(read_group=64)
+    assert (big.sizing.io_threads, big.sizing.read_ahead) == (2, 2)
     ds2, explicit = stream(io_threads=1, read_ahead=1, read_group=1)
     assert (ds2.sizing.io_threads, ds2.sizing.read_ahead) == (1, 1)
     ds3, deep = stream(io_threads=5, read_ahead=9, read_group=2)
@@ -80,7 +83,9 @@ def test_local_tables_keep_the_fixed_depth_and_explicit_values_win(tmp_path):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
 
-    dl = DataLoader(PackedDataset(uri, seq_len=32, global_batch=4, seed=1), num_workers=2)
+    dl = DataLoader(
+        PackedDataset(uri, seq_len=32, global_batch=4, seed=1, read_group=8), num_workers=2
+    )
     assert sum(1 for _ in dl) == len(default)
     assert dl.stats.pipelines == 2 and dl.stats.io_threads == 4  # two threads per worker
     assert "read-ahead 2 threads, 4 groups ahead" in dl.stats.summary()

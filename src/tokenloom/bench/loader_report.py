@@ -122,7 +122,7 @@ class LoaderBench:
                 detail=(
                     f"max over tokenloom runs: {worst.label}, RSS {worst.peak_rss_mb:,.0f} MB "
                     f"(PSS {_mb(worst.peak_pss_mb)}, {worst.processes} processes, "
-                    f"{worst.baseline_rss_mb:,.0f} MB of it per process is imports)"
+                    f"{worst.baseline_rss_mb:,.0f} MB of it the training process's imports)"
                     if worst
                     else "no tokenloom run"
                 ),

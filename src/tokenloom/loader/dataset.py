@@ -48,12 +48,15 @@ from tokenloom.table.storage import is_remote
 __all__ = ["PackedStream"]
 
 _META = "_loader"  # per-batch worker metadata, removed by DataLoader
-# A worker's groups in transit: the DataLoader's prefetch (2 per worker by default, up to
-# prefetch_factor * workers when the other workers are done) plus the one being handed out.
-_SLOTS_IN_TRANSIT = 8
-# Slots the training process lends to batches at a time (the group being handed out, the batches
-# a training loop still holds); past that it copies groups out, so keeping batches never stalls.
-_SLOTS_LENT = 4
+# A worker's groups in transit: its queue (prefetch_factor, 2 by default), the one in the pipe
+# and the one the training process is settling. More only makes a worker wait for a slot.
+_SLOTS_IN_TRANSIT = 4
+# Slots the training process lends to batches at a time (the group being handed out and the one
+# before it, which a training loop may still hold a batch of); past that it copies groups out,
+# so keeping batches never stalls a worker. A slot is a group of ~1,000 rows: tens of MB.
+_SLOTS_LENT = 2
+_GROUP_BYTES = 8 << 20  # packed output of one local group at most (4 int64 fields)
+_AHEAD_STEPS = 64  # local read-ahead: 4 groups ahead, fewer big ones covering these steps
 _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 
 
@@ -258,7 +261,9 @@ class PackedStream:
     def _group_steps(self, view: EpochView) -> int:
         """Steps whose rows are read in one ``take``: about
         :func:`~tokenloom.loader.readahead.rows_per_take` rows per call (small takes pay a
-        fixed cost each, on an object store one GET per row; very large ones lose locality)."""
+        fixed cost each, on an object store one GET per row; very large ones lose locality);
+        locally also at most :data:`_GROUP_BYTES` of packed output (a worker's ring holds a few
+        groups: their size is most of a worker's memory)."""
         if self.read_group is not None:
             return self.read_group
         remote = is_remote(self.uri)
@@ -269,7 +274,10 @@ class PackedStream:
         take = rows_per_take(
             int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1), remote=remote
         )
-        return int(min(max(take // per_step, 1), 64 * take // TAKE_ROWS))
+        steps = take // per_step
+        if not remote:
+            steps = min(steps, _GROUP_BYTES // (4 * self.blocks_per_rank * self.seq_len * 8))
+        return int(min(max(steps, 1), 64 * take // TAKE_ROWS))
 
     def _build_group(
         self, view: EpochView, epoch: int, steps: range, slots: SharedSlots | None
@@ -396,14 +404,17 @@ class PackedStream:
         store the others from the first group, built here and timed (the group is returned,
         not built again; later epochs in this process reuse it); locally 2 threads in-process
         and in each worker (a worker's second thread overlaps one group's take with the next
-        group's pack: measured +7% tok/s with 2 workers on 2 cores), 4 groups ahead."""
+        group's pack: measured +7% tok/s with 2 workers on 2 cores), 4 groups ahead, or fewer
+        big ones covering :data:`_AHEAD_STEPS` steps (one per thread at least)."""
         cores = available_cores(max(workers, 1))
         floor = 2
         explicit = self.io_threads is not None and self.read_ahead is not None
         if explicit or not groups or not is_remote(self.uri):
+            size = len(groups[0]) if groups else 1
+            ahead = max(self.io_threads or floor, min(4, -(-_AHEAD_STEPS // size)))
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
-                read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
+                read_ahead=self.read_ahead or ahead,
             )  # fmt: skip
             self.stats.record_sizing(self.sizing)
             return None

@@ -35,8 +35,9 @@ __all__ = ["ReadAhead", "size_read_ahead", "available_cores", "timed", "rows_per
 
 log = logging.getLogger("tokenloom.loader")
 
-TAKE_ROWS = 256
-"""Rows per take on a local table (measured: 64 rows ~31M tok/s, 256 ~42M)."""
+TAKE_ROWS = 1024
+"""Rows per take on a local table (one warm thread, 400k rows: 80 rows 47M tok/s, 256 ~53M,
+1,024 ~59M; bigger groups also spread the per-group Python over more steps)."""
 COALESCE_BYTES = 64 << 10
 """Reads of one object closer than this become one GET (Lance's object-store block size)."""
 MAX_REMOTE_TAKE_ROWS = 4096
