@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 
 def fail_in_worker_1(worker: int) -> None:
@@ -13,7 +12,7 @@ def fail_in_worker_1(worker: int) -> None:
         raise ValueError("bad shard settings in worker 1")
 
 
-def kill_worker_1_soon(worker: int) -> None:
-    """Worker 1 is killed (SIGKILL: no cleanup of its own) shortly after it starts reading."""
+def kill_worker_1(worker: int) -> None:
+    """Worker 1 is killed (SIGKILL: no cleanup of its own) before it sends anything."""
     if worker == 1:
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -10,13 +10,13 @@ system time was the largest item after ``take``. So buffers are recycled:
   says whether the consumer still holds a batch of it. A consumer that keeps batches simply makes
   the pool allocate more (as plain allocation would).
 * :class:`SharedSlots` (a DataLoader worker and the training process): a fixed ring of slots in
-  one shared-memory file, with one flag byte per slot. The worker packs into a free slot and
-  sends the slot number (the memory itself crosses once, as one file descriptor). The training
-  process *lends* the slot to the batches (:meth:`SharedSlots.lend`: the batch tensors are views
-  of the shared memory, no copy) and the slot goes back to the worker when the last view of it is
-  gone. At most ``lendable`` slots are lent at a time; past that the training process copies the
-  slot into a recycled buffer and frees it at once, so a training loop that keeps batches costs
-  a copy, never a stuck worker.
+  one piece of anonymous shared memory, with one flag byte per slot. The worker packs into a
+  free slot and sends the slot number (the memory itself crosses once, as one file
+  descriptor). The training process *lends* the slot to the batches
+  (:meth:`SharedSlots.lend`: the batch tensors are views of the shared memory, no copy) and the
+  slot goes back to the worker when the last view of it is gone. At most ``lendable`` slots are
+  lent at a time; past that the training process copies the slot into a recycled buffer and
+  frees it at once, so a training loop that keeps batches costs a copy, never a stuck worker.
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ import os
 import sys
 import threading
 import time
-import uuid
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RecycledBuffers", "SharedSlots", "scratch", "shm_available", "remove_rings"]
+__all__ = ["RecycledBuffers", "SharedSlots", "scratch", "shm_available"]
 
 _SCRATCH = threading.local()
 
@@ -101,53 +100,20 @@ class _Lease:
         self._slots._returned(self._slot)
 
 
-SHM_DIR = "/dev/shm"
-"""Where POSIX shared memory is a file system (Linux); elsewhere workers send groups by value."""
-SHM_PREFIX = "tokenloom-slots-"
-"""Name prefix of the rings' files, followed by the creating worker's pid."""
-
-
 def shm_available() -> bool:
-    """Whether rings of shared slots can be made here."""
-    return os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
-
-
-def remove_rings(pid: int) -> int:
-    """Remove the ring files a (dead) worker ``pid`` left behind; returns how many."""
-    removed = 0
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:
-        return 0
-    for name in names:
-        if name.startswith(f"{SHM_PREFIX}{pid}-"):
-            try:
-                os.unlink(os.path.join(SHM_DIR, name))
-                removed += 1
-            except OSError:
-                pass
-    return removed
-
-
-def _map(path: str, size: int, *, create: bool) -> mmap.mmap:
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = os.open(path, flags, 0o600)
-    try:
-        if create:
-            os.ftruncate(fd, size)
-        return mmap.mmap(fd, size)
-    finally:
-        os.close(fd)  # the mapping stays valid
+    """Whether rings of shared slots can be made here (anonymous shared memory: Linux)."""
+    return hasattr(os, "memfd_create")
 
 
 class SharedSlots:
     """A worker's ring of ``slots`` shared-memory slots of ``slot_size`` int64 each.
 
-    Created in the worker as a file under :data:`SHM_DIR` (no torch: a worker imports numpy and
-    Lance only); pickled into the training process with the first group, which maps the same
-    file and unlinks its name at once (the memory lives until both sides unmap it, so nothing is
-    left behind however the processes end; a worker killed before its first message leaves a
-    file that :func:`remove_rings` clears). After that only slot numbers cross.
+    Created in the worker as anonymous shared memory (``memfd_create``: no name, no file; no
+    torch either, a worker imports numpy and Lance only). Pickled into the training process
+    with the first group: its descriptor crosses once (``multiprocessing.reduction.DupFd``)
+    and the training process maps the same memory. The kernel frees it when the last mapping
+    and descriptor are gone, so nothing is left behind however the processes end (``kill -9``
+    included). After that only slot numbers cross.
 
     Args:
         slots: Slots in the ring.
@@ -157,10 +123,11 @@ class SharedSlots:
     """
 
     def __init__(self, slots: int, slot_size: int, lendable: int = 0) -> None:
-        self.path = os.path.join(SHM_DIR, f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
         self.shape = (int(slots), int(slot_size))
         self.lendable = lendable
-        self._mapping = _map(self.path, self._nbytes, create=True)
+        self._fd = os.memfd_create("tokenloom-slots", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, self._nbytes)
+        self._mapping = mmap.mmap(self._fd, self._nbytes)
         self._local()
 
     @property
@@ -177,20 +144,18 @@ class SharedSlots:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "shape": self.shape, "lendable": self.lendable}
+        from multiprocessing.reduction import DupFd
+
+        return {"fd": DupFd(self._fd), "shape": self.shape, "lendable": self.lendable}
 
     def __setstate__(self, state: dict) -> None:
-        self.path, self.shape, self.lendable = state["path"], state["shape"], state["lendable"]
-        self._mapping = _map(self.path, self._nbytes, create=False)
-        self.unlink()  # the training process is the last to map it
-        self._local()
-
-    def unlink(self) -> None:
-        """Remove the ring's name (mappings stay valid); idempotent."""
+        self.shape, self.lendable = tuple(state["shape"]), state["lendable"]
+        self._fd = state["fd"].detach()
         try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+            self._mapping = mmap.mmap(self._fd, self._nbytes)
+        finally:
+            os.close(self._fd)  # the mapping keeps the memory
+        self._local()
 
     @property
     def slots(self) -> int:

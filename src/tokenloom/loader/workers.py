@@ -17,13 +17,15 @@ pack (:class:`~tokenloom.loader.dataset.PackedStream`: Lance and numpy), so
 * the training process reads the queues round-robin: the stream is the same for any ``W``;
 * a worker's exception is raised in the training process with the worker's traceback; a worker
   that dies (killed, out of memory) is reported with its exit code instead of hanging; on any
-  exit the workers are stopped and any ring file they left is removed.
+  exit the workers are stopped (their rings are anonymous memory: nothing to clean up); a
+  training process killed outright takes its workers with it (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import multiprocessing.spawn
+import os
 import queue
 import sys
 import threading
@@ -33,8 +35,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tokenloom.loader.buffers import remove_rings
 from tokenloom.loader.read import LoaderError
+from tokenloom.process import die_with_parent
 
 __all__ = ["WorkerPool", "WorkerError"]
 
@@ -47,15 +49,29 @@ class WorkerError(LoaderError):
 
 
 def _worker_main(
-    stream: Any, worker: int, workers: int, out: Any, init_fn: Callable[[int], None] | None
+    stream: Any,
+    worker: int,
+    workers: int,
+    out: Any,
+    init_fn: Callable[[int], None] | None,
+    parent: int,
+    ring_taken: Any,
 ) -> None:
-    """Body of worker ``worker``: its groups, then ``("done", info)`` or ``("error", ...)``."""
+    """Body of worker ``worker``: its groups, then ``("done", info)`` or ``("error", ...)``.
+
+    The ring's descriptor is handed over by this process (``DupFd``) when the training process
+    reads the first group, so a worker that is done waits for ``ring_taken`` before it exits."""
+    die_with_parent(parent)  # a training process killed by -9 takes its workers with it
+    sent_ring = False
     try:
         if init_fn is not None:
             init_fn(worker)
         for group in stream.groups(worker, workers):
+            sent_ring = sent_ring or group.slots is not None
             out.put(("group", group))
         out.put(("done", {"torch_imported": "torch" in sys.modules}))
+        if sent_ring:
+            ring_taken.wait()  # the training process sets it, or stops this process
     except BaseException as exc:  # noqa: BLE001 - reported to the training process
         text = "".join(traceback.format_exception(exc))
         try:
@@ -139,10 +155,11 @@ class WorkerPool:
     def __iter__(self) -> Iterator[Any]:
         ctx, W = self.context, self.workers
         queues = [ctx.Queue(maxsize=self.prefetch) for _ in range(W)]
+        taken = [ctx.Event() for _ in range(W)]
         procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(self.stream, w, W, queues[w], self.init_fn),
+                args=(self.stream, w, W, queues[w], self.init_fn, os.getpid(), taken[w]),
                 name=f"tokenloom-loader-{w}",
                 daemon=True,
             )
@@ -163,6 +180,8 @@ class WorkerPool:
                     # means every later group index is past the epoch's end
                     self.torch_imported = bool(self.torch_imported) or payload["torch_imported"]
                     return
+                if payload.slots is not None:
+                    taken[w].set()  # its ring is mapped here (unpickling took the descriptor)
                 yield payload
                 w = (w + 1) % W
         finally:
@@ -201,7 +220,6 @@ class WorkerPool:
             if p.is_alive():
                 p.kill()
                 p.join()
-            remove_rings(p.pid)
         for q in queues:
             q.cancel_join_thread()
             q.close()
