@@ -126,24 +126,3 @@ def test_lancedb_streaming_dataset_reads_the_tokenloom_table(tmp_path):
     )
     result = measure_case(spec)
     assert result.error is None and result.steps == 3 and result.tokens == 3 * 4 * 256
-
-
-@pytest.mark.slow
-def test_numpy_transport_prototype_delivers_the_same_batches(tmp_path):
-    """The bench-only transport prototype changes how batches travel, not what they hold."""
-    from tokenloom.bench.loader_data import CorpusSpec, build_table
-    from tokenloom.bench.loader_transport import NumpyTransportDataset, NumpyTransportLoader
-    from tokenloom.loader import DataLoader, PackedDataset
-
-    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=300)).path
-    real = DataLoader(
-        PackedDataset(uri, seq_len=256, global_batch=4, block_order="sequential"), num_workers=2
-    )
-    proto = NumpyTransportLoader(
-        NumpyTransportDataset(uri, seq_len=256, global_batch=4, block_order="sequential"), 2
-    )
-    for a, b in zip(real, proto, strict=True):
-        assert a.keys() == b.keys()
-        for key, value in a.items():
-            assert type(value) is type(b[key])
-            assert (value == b[key]).all() if hasattr(value, "shape") else value == b[key]

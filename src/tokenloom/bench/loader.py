@@ -36,7 +36,6 @@ from tokenloom.bench.loader_report import (
     _MIXTURE,
     _TL0,
     _TL2,
-    _TRANSPORT,
     Goal,
     LoaderBench,
     format_report,
@@ -59,8 +58,8 @@ __all__ = [
 ]
 
 ALL_LOADERS = ("tokenloom", "lancedb", *(b.name for b in BASELINES), "long", "recipes")
-"""The default selection. ``transport`` (opt-in) adds the bench-only numpy-transport prototype."""
-KNOWN_LOADERS = (*ALL_LOADERS, "transport")
+"""The default selection (every loader ``--only`` knows)."""
+KNOWN_LOADERS = ALL_LOADERS
 
 LANCEDB_SWEEP: tuple[tuple[tuple[str, object], ...], ...] = (
     # Its defaults (io_queue_depth=4, one transform thread per core) through its own loader.
@@ -169,16 +168,6 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
                     label=label, kind="tokenloom", path=paths["table"], workers=workers, **common
                 )
             )
-    if "transport" in config.only:
-        cases.append(
-            CaseSpec(
-                label=_TRANSPORT,
-                kind="tokenloom",
-                path=paths["table"],
-                options=(("transport", "numpy"),),
-                **common,
-            )
-        )
     if "long" in config.only:
         cases.append(CaseSpec(label=_LONG, kind="tokenloom", path=paths["long"], **common))
     if "recipes" in config.only:
@@ -227,7 +216,7 @@ def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[
     corpus, long_corpus = config.corpus, config.long_corpus
     wanted = set(config.only)
     jobs: list[tuple[str, Callable[[], Built]]] = []
-    if wanted & {"tokenloom", "lancedb", "long", "transport"}:
+    if wanted & {"tokenloom", "lancedb", "long"}:
         path = os.path.join(root, corpus.name + ".lance")
         jobs.append(("table", lambda: build_table(path, corpus)))
     if "long" in wanted:

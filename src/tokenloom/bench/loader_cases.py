@@ -112,16 +112,8 @@ def _spawn(workers: int) -> dict:
 
 
 def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
-    """tokenloom's ``PackedDataset`` + ``DataLoader`` (epochs follow one another).
-
-    With ``options=(("transport", "numpy"),)`` the bench-only prototype of
-    :mod:`~tokenloom.bench.loader_transport` is measured instead.
-    """
-    if spec.option("transport") == "numpy":
-        from tokenloom.bench.loader_transport import NumpyTransportDataset as PackedDataset
-        from tokenloom.bench.loader_transport import NumpyTransportLoader as DataLoader
-    else:
-        from tokenloom.loader import DataLoader, PackedDataset
+    """tokenloom's ``PackedDataset`` + ``DataLoader`` (epochs follow one another)."""
+    from tokenloom.loader import DataLoader, PackedDataset
 
     recipe: dict[str, Any] = {}
     if spec.option("packing"):

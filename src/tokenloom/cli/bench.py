@@ -209,7 +209,6 @@ Examples:
   tokenloom bench loader                              # 400k docs, 20 s per loader (~10 min)
   tokenloom bench loader --docs 50000 --seconds 5     # a quick look
   tokenloom bench loader --only tokenloom,parquet --json
-  tokenloom bench loader --only tokenloom,transport   # + the numpy-transport prototype
   tokenloom bench loader --docs 50000 --seconds 4 --cache warm,cold --out /tmp/lb
   tokenloom bench loader --only tokenloom --gpu-sim 124M,354M   # data stall feeding an H100
   tokenloom bench loader --store s3 --docs 20000 --seconds 5 --latency-ms 0,20
@@ -254,7 +253,7 @@ them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet and MDS 
     metavar="LIST",
     help=(
         "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes, transport."
+        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes."
     ),
 )
 @click.option(
