@@ -82,3 +82,34 @@ def test_ledger_cli(table):
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["steps"] == 10 and data["total"]["blocks"] == 40
+
+
+@pytest.mark.parametrize("fold_every", [1, 7, 1 << 16])
+def test_document_counts_folded_in_batches_equal_per_step_counting(monkeypatch, fold_every):
+    """Documents are folded into `seen` in batches; reading it at any point gives exactly the
+    per-step count (repeats within a step and across steps, saturation at 255)."""
+    import numpy as np
+
+    from tokenloom.loader.ledger import LedgerCounter
+    from tokenloom.loader.view import StepCounts
+
+    monkeypatch.setattr(LedgerCounter, "_FLUSH_IDS", fold_every)
+    rng = np.random.default_rng(0)
+    universes = [np.arange(0, 40, 2), np.arange(1, 41, 2)]  # ids of two pools
+    counter = LedgerCounter(["a", "b"], universes)
+    naive = [np.zeros(20, np.int64), np.zeros(20, np.int64)]
+    hot = np.full(300, 4)  # id 4 seen 300 times: saturates
+    for step in range(40):
+        starts = tuple(rng.choice(u, size=rng.integers(0, 6)) for u in universes)
+        if step < 2:
+            starts = (np.concatenate([starts[0], hot[:150]]), starts[1])
+        counter.add(StepCounts(counts=np.ones((2, 6), np.int64), starts=starts))
+        for p, ids in enumerate(starts):
+            np.add.at(naive[p], np.searchsorted(universes[p], ids), 1)
+        if step % 13 == 0:  # reading mid-run folds what is pending
+            for p in range(2):
+                np.testing.assert_array_equal(counter.seen[p], np.minimum(naive[p], 255))
+    for p in range(2):
+        np.testing.assert_array_equal(counter.seen[p], np.minimum(naive[p], 255))
+    assert counter.counts.sum() == 40 * 12
+    assert counter.seen[0][2] == 255  # id 4

@@ -78,26 +78,51 @@ class LedgerCounter:
         universes: Per pool, the ascending table ids of its rows.
     """
 
+    _FLUSH_IDS = 1 << 16
+    """Pending document ids at which :meth:`add` folds them into :attr:`seen` itself."""
+
     def __init__(self, names: Sequence[str], universes: Sequence[np.ndarray]) -> None:
         self.names = list(names)
         self.universes = [np.asarray(u, dtype=np.int64) for u in universes]
         self.counts = np.zeros((len(self.names), len(COUNT_FIELDS)), dtype=np.int64)
-        self.seen = [np.zeros(len(u), dtype=np.uint8) for u in self.universes]
+        self._seen = [np.zeros(len(u), dtype=np.uint8) for u in self.universes]
+        self._pending: list[list[np.ndarray]] = [[] for _ in self.universes]
+        self._pending_ids = 0
 
     def add(self, step: StepCounts) -> None:
-        """Count one step (or one rank's share of it)."""
+        """Count one step (or one rank's share of it). The block/token counts are added at
+        once; the documents are kept aside and folded into :attr:`seen` in one vectorised pass
+        when it is read (a training process counts every delivered step, and per-step
+        ``searchsorted`` + ``unique`` calls were most of its loader time)."""
         self.counts += step.counts
         for p, ids in enumerate(step.starts):
             if len(ids):
-                where, times = np.unique(
-                    np.searchsorted(self.universes[p], ids), return_counts=True
-                )
-                seen = self.seen[p]
-                seen[where] = np.minimum(seen[where].astype(np.int64) + times, 255)
+                self._pending[p].append(ids)
+                self._pending_ids += len(ids)
+        if self._pending_ids >= self._FLUSH_IDS:
+            self._fold()
+
+    def _fold(self) -> None:
+        for p, pending in enumerate(self._pending):
+            if not pending:
+                continue
+            ids = np.concatenate(pending) if len(pending) > 1 else pending[0]
+            where, times = np.unique(np.searchsorted(self.universes[p], ids), return_counts=True)
+            seen = self._seen[p]
+            seen[where] = np.minimum(seen[where].astype(np.int64) + times, 255)
+            pending.clear()
+        self._pending_ids = 0
+
+    @property
+    def seen(self) -> list[np.ndarray]:
+        """Per pool, one saturating byte per row: how often its first token was seen."""
+        self._fold()
+        return self._seen
 
     def merge_seen(self, seen: Sequence[np.ndarray]) -> None:
         """Replace the seen-counters with ones summed elsewhere (e.g. over ranks), saturated."""
-        self.seen = [np.minimum(np.asarray(s), 255).astype(np.uint8) for s in seen]
+        self._fold()
+        self._seen = [np.minimum(np.asarray(s), 255).astype(np.uint8) for s in seen]
 
     def pools(self) -> list[PoolLedger]:
         """The counts as :class:`PoolLedger` values (passes left at 1)."""
