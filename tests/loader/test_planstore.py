@@ -157,18 +157,18 @@ def test_plan_inputs_scanned_once_then_mapped(tmp_path, paragraphs) -> None:
     for shared in (first, second):
         _inputs_equal(shared.inputs, alone.inputs)
         assert shared.inputs.shared == first.inputs.shared
-        assert is_mapped(shared.inputs.row_ids) and not shared.inputs.n_tokens.flags.writeable
-    assert sorted(os.listdir(first.inputs.shared)) == [
-        "meta.json",
-        "n_tokens.npy",
-        "row_ids.npy",
-        "rowids.npy",
+        for col in (shared.inputs.row_ids, shared.inputs.n_tokens, shared.inputs.rowids):
+            assert is_mapped(col.data) and not col.data.flags.writeable
+    assert sorted(os.listdir(first.inputs.shared)) == ["meta.json"] + [
+        f"{col}.{part}.npy"
+        for col in ("n_tokens", "row_ids", "rowids")
+        for part in ("bases", "data", "starts")
     ]
     assert first.plan_inputs() == alone.plan_inputs()
     assert np.array_equal(first.plan(0).order, alone.plan(0).order)
     clone = pickle.loads(pickle.dumps(second))  # a spawned DataLoader worker maps, never copies
     assert len(pickle.dumps(second.inputs)) < 1000
-    assert is_mapped(clone.inputs.rowids) and clone.inputs.shared == first.inputs.shared
+    assert is_mapped(clone.inputs.rowids.data) and clone.inputs.shared == first.inputs.shared
     _inputs_equal(clone.inputs, alone.inputs)
     small = pickle.loads(pickle.dumps(alone.inputs))  # in memory: the arrays travel
     _inputs_equal(small, alone.inputs)

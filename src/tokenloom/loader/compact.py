@@ -31,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHUNK", "COMPACT_FORMAT", "CompactInts", "encode", "naive_decode"]
+__all__ = [
+    "CHUNK",
+    "COMPACT_FORMAT",
+    "CompactInts",
+    "encode",
+    "naive_decode",
+    "count_nonzero",
+    "nonzero_positions",
+]
 
 CHUNK = 128
 """Values per chunk (one ``base`` and one width each)."""
@@ -424,9 +432,7 @@ def _pack(r: np.ndarray, w: np.ndarray) -> np.ndarray:
             words[base + q] |= sub[:, j] << np.uint64(s)
             if s + width > 64:
                 words[base + q + 1] |= sub[:, j] >> np.uint64(64 - s)
-    return words.view(np.uint8) if words.dtype.byteorder in "<=|" else words.byteswap().view(
-        np.uint8
-    )
+    return words.astype("<u8", copy=False).view(np.uint8)
 
 
 def encode(values: Any, *, ref: CompactInts | None = None) -> CompactInts:
@@ -534,3 +540,20 @@ def naive_decode(col: CompactInts) -> np.ndarray:
             u -= 1 << 64
         out.append(u)
     return np.array(out, dtype=object).astype(col.dtype) if out else np.empty(0, col.dtype)
+
+
+def count_nonzero(a: Any) -> int:
+    """Non-zero values of a plain array or a :class:`CompactInts` (stored: O(1))."""
+    return a.count_nonzero() if isinstance(a, CompactInts) else int(np.count_nonzero(a))
+
+
+def nonzero_positions(a: Any, dtype: Any = np.int64) -> np.ndarray:
+    """``np.flatnonzero(a).astype(dtype)`` of a plain array or a :class:`CompactInts`, built
+    block by block (no full-size int64 temporary)."""
+    out = np.empty(count_nonzero(a), dtype=dtype)
+    at = 0
+    for lo in range(0, a.shape[0], _BLOCK):
+        part = np.flatnonzero(a[lo : lo + _BLOCK])
+        out[at : at + part.shape[0]] = part + lo
+        at += part.shape[0]
+    return out

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.errors import TokenloomError
+from tokenloom.loader.compact import CompactInts, count_nonzero, nonzero_positions
 from tokenloom.loader.shuffle import epoch_order, order_dtype
 
 __all__ = [
@@ -210,6 +211,8 @@ class EpochPlan:
 
 
 def _as_int64_1d(name: str, values: np.ndarray) -> np.ndarray:
+    if isinstance(values, CompactInts) and values.dtype == np.int64:
+        return values  # type: ignore[return-value]  # read through gathers, never copied
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise PlanError(f"{name} must be one-dimensional, got shape {arr.shape}")
@@ -228,8 +231,11 @@ def narrow_counts(counts: np.ndarray) -> np.ndarray:
 
 
 def _as_counts_1d(values: np.ndarray) -> np.ndarray:
-    """Token counts as given when int32 or int64 (a shared selection's narrow counts are read in
-    place, not copied per process), else as int64."""
+    """Token counts as given when int32 or int64, plain or :class:`~tokenloom.loader.compact.
+    CompactInts` (a shared selection's counts are read in place, not copied per process), else
+    as int64."""
+    if isinstance(values, CompactInts) and values.dtype in (np.int32, np.int64):
+        return values  # type: ignore[return-value]
     arr = np.asarray(values)
     if arr.ndim == 1 and arr.dtype in (np.dtype(np.int32), np.dtype(np.int64)):
         return arr
@@ -242,12 +248,17 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 
 
 def _readonly_view(arr: np.ndarray) -> np.ndarray:
-    """A read-only view: the caller's array stays writeable, the plan's handle does not."""
+    """A read-only view: the caller's array stays writeable, the plan's handle does not (a
+    :class:`~tokenloom.loader.compact.CompactInts` column is read-only already)."""
+    if isinstance(arr, CompactInts):
+        return arr  # type: ignore[return-value]
     return _readonly(arr.view())
 
 
 def _first_not_ascending(ids: np.ndarray) -> int | None:
     """First ``i`` with ``ids[i + 1] <= ids[i]``, checked in chunks (no ``(n,)`` temporary)."""
+    if isinstance(ids, CompactInts) and ids.is_sorted and ids.stats.get("strict"):
+        return None  # known when it was encoded
     for a in range(0, max(ids.shape[0] - 1, 0), _MARK_CHUNK):
         b = min(a + _MARK_CHUNK, ids.shape[0] - 1)
         down = ids[a + 1 : b + 1] <= ids[a:b]
@@ -270,11 +281,11 @@ def visiting_order(lens: np.ndarray, *, seed: int, epoch: int) -> np.ndarray:
         order of those rows.
     """
     N = lens.shape[0]
-    kept = int(np.count_nonzero(lens))  # counts are >= 0: non-zero is non-empty
+    kept = count_nonzero(lens)  # counts are >= 0: non-zero is non-empty
     order = epoch_order(kept, seed=seed, epoch=epoch)
     if kept == N:
         return order.astype(order_dtype(N), copy=False)
-    where = np.flatnonzero(lens).astype(order_dtype(N))  # (n,) position of each kept row
+    where = nonzero_positions(lens, order_dtype(N))  # (n,) position of each kept row
     out = np.empty(kept, dtype=where.dtype)
     for a in range(0, kept, _MARK_CHUNK):
         out[a : a + _MARK_CHUNK] = where[order[a : a + _MARK_CHUNK]]

@@ -16,10 +16,11 @@ epochs ``<= e - keep_epochs`` of the same selection and seed (a process still ma
 its pages until it unmaps them). Small selections (under ``min_docs`` rows) are planned in
 memory: the plan costs milliseconds and a file per epoch would only add I/O.
 
-The plan's *inputs* (the ``id``, ``n_tokens`` and ``_rowid`` arrays a table scan yields, see
+The plan's *inputs* (the ``id``, ``n_tokens`` and ``_rowid`` columns a table scan yields, see
 :func:`~tokenloom.loader.read.scan_plan_inputs`) are shared the same way by :meth:`PlanStore.
 arrays`: the first process to resolve a selection scans the table under the lock and writes
-the arrays (``inputs/<key>/<name>.npy`` plus ``meta.json``), the others map them. Their key is
+the columns' parts (``inputs/<key>/<column>.<part>.npy`` plus ``meta.json``), the others map
+them. Their key is
 a digest of what the scan depends on (table URI, version and data files, filter, columns,
 options; see :func:`~tokenloom.loader.read.plan_inputs_key`), not of the contents, which are
 not known before the scan. Inputs are not pruned: one set per (table version, selection).
@@ -41,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.compact import CompactInts, count_nonzero
 from tokenloom.loader.plan import MARK_EVERY
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 
@@ -115,15 +117,20 @@ class PlanStore:
             state[counter] = 0  # the counters are per process
         return state
 
-    def selection_key(self, ids: np.ndarray, lens: np.ndarray) -> str:
+    def selection_key(self, ids: Any, lens: Any) -> str:
         """Digest of a selection's ids and counts and of :data:`LAYOUT_FORMAT` (remembered per
-        array pair, so each epoch of the same selection hashes it once)."""
+        array pair, so each epoch of the same selection hashes it once). A
+        :class:`~tokenloom.loader.compact.CompactInts` column is hashed by its encoding (a
+        function of its values, several times smaller than their int64 bytes)."""
         memo = (id(ids), id(lens))
         hit = self._digests.get(memo)
         if hit is not None and hit[0] is ids and hit[1] is lens:
             return hit[2]
         h = hashlib.sha256(LAYOUT_FORMAT.encode())
         for arr in (ids, lens):
+            if isinstance(arr, CompactInts):  # its encoding is a function of its values
+                h.update(f"compact:{arr.digest()};".encode())
+                continue
             h.update(str(arr.shape[0]).encode() + b";")
             for lo in range(0, arr.shape[0], _HASH_CHUNK):  # the int64 bytes, whatever the dtype
                 part = np.ascontiguousarray(arr[lo : lo + _HASH_CHUNK], dtype=np.int64)
@@ -199,13 +206,14 @@ class PlanStore:
         key: str,
         build: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]],
     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str | None]:
-        """Named 1-D arrays of one length and a small JSON ``meta``: mapped from the store,
-        built there first if absent (the plan's inputs, see the module docstring).
+        """Named 1-D arrays and a small JSON ``meta``: mapped from the store, built there
+        first if absent (the plan's inputs, see the module docstring).
 
         Args:
             key: What ``build`` computes, as a hex digest of everything it depends on.
-            build: Computes ``(arrays, meta)`` (called by at most one process per node, unless
-                its arrays are shorter than ``min_docs``: then every process builds its own).
+            build: Computes ``(arrays, meta)``; ``meta["rows"]`` is the rows they describe
+                (called by at most one process per node, unless there are fewer rows than
+                ``min_docs``: then every process builds its own).
 
         Returns:
             ``(arrays, meta, path)``: read-only mapped arrays and the directory they live in,
@@ -223,9 +231,7 @@ class PlanStore:
             if found is None:
                 shutil.rmtree(final, ignore_errors=True)  # unreadable leftovers
                 arrays, meta = build()
-                n = {a.shape for a in arrays.values()}
-                assert len(n) == 1 and len(next(iter(n))) == 1, "arrays of one length"
-                if next(iter(n))[0] < self.min_docs:
+                if int(meta["rows"]) < self.min_docs:
                     return arrays, meta, None
                 self._write(final, arrays, meta)
                 self.inputs_built += 1
@@ -241,7 +247,7 @@ class PlanStore:
             marks = np.asarray(np.load(os.path.join(final, "marks.npy"), mmap_mode="r"))
         except (OSError, ValueError):
             order = marks = None
-        n = int(np.count_nonzero(lens))
+        n = count_nonzero(lens)
         if (
             order is None
             or marks is None
@@ -290,7 +296,7 @@ class PlanStore:
 
 def open_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """The arrays and meta :meth:`PlanStore.arrays` wrote at ``path``, mapped read-only; ``None``
-    when they are missing, unreadable or not all of one length."""
+    when they are missing, unreadable or not 1-D."""
     try:
         with open(os.path.join(path, "meta.json")) as f:
             meta = json.load(f)
@@ -300,6 +306,6 @@ def open_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | Non
         }
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if len({a.shape for a in arrays.values()}) > 1 or any(a.ndim != 1 for a in arrays.values()):
+    if any(a.ndim != 1 for a in arrays.values()):
         return None
     return arrays, meta
