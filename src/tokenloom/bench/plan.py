@@ -223,6 +223,17 @@ class PlanBench:
         }
 
 
+def _trim() -> None:
+    """Give the heap's free pages back to the system (glibc), so that a process's growth of
+    anonymous memory counts what it allocates, not pages freed earlier that it reuses."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
+
+
 def _anon_bytes() -> int:
     """This process's anonymous memory (private heap and copied-on-write pages), or -1."""
     try:
@@ -283,6 +294,7 @@ def _child(
     from tokenloom.loader.read import compact_inputs, input_columns, input_parts
 
     gc.collect()
+    _trim()
     tracemalloc.start()
     anon0 = _anon_bytes()
     store = PlanStore(root, min_docs=0) if mode == "shared" else None
@@ -311,6 +323,8 @@ def _child(
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     heap, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    gc.collect()
+    _trim()  # what is held, not the free pages the allocator keeps from building
     anon = _anon_bytes()
     lookup, rowid_us = _lookup_us(held[0], cfg.seed, inputs) if mode != "reference" else (0, 0)
     results.put(

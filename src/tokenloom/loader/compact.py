@@ -48,7 +48,7 @@ COMPACT_FORMAT = f"for-bitpack-v1;chunk={CHUNK};wide=57->64;le"
 """Identity of the encoding (part of the plan store's input format)."""
 
 _WIDE = 57  # residual widths from here are stored as 64 bits (one 8-byte load reads any other)
-_BATCH = (1 << 22) // CHUNK  # chunks encoded per pass (4M values: bounds the temporaries)
+_BATCH = (1 << 20) // CHUNK  # chunks encoded per pass (1M values: bounds the temporaries)
 _BLOCK = 1 << 20  # values decoded per pass when iterating
 _SIGN = np.uint64(1 << 63)
 _MASKS = np.array([(1 << w) - 1 for w in range(64)] + [(1 << 64) - 1], dtype=np.uint64)
@@ -124,6 +124,7 @@ class CompactInts:
         self.ref = ref
         """The aligned column these values are stored relative to (``value - ref``), or None."""
         self._words: np.ndarray | None = None
+        self._widths: np.ndarray | None = None
         self._digest: str | None = None
 
     # -- numpy-like surface -------------------------------------------------------------------
@@ -258,20 +259,22 @@ class CompactInts:
         # For a sorted column each chunk's base is its first value (slope 0, or strictly
         # ascending values with slope 1): chunks [0, c) start at or below the query.
         c = np.searchsorted(self.bases, qu, side=side)
-        lo = np.maximum(c - 1, 0) * CHUNK
-        hi = np.minimum(c * CHUNK, self.n)
-        right = side == "right"
+        found = c > 0  # else every value is above the query: position 0
+        chunk = c[found] - 1
+        # Bisect [0, size) inside the chunk: its first value is at or below the query.
+        lo = np.zeros(chunk.shape[0], dtype=np.int64)
+        hi = np.minimum(self.n - chunk * CHUNK, CHUNK)
+        frame = self._frame(chunk)
+        cmp = np.less_equal if side == "right" else np.less
         for _ in range(_SHIFT + 1):
-            active = lo < hi
-            if not active.any():
+            mid = (lo + hi) >> 1
+            if not (lo < hi).any():
                 break
-            mid = np.minimum((lo + hi) >> 1, max(self.n - 1, 0))
-            val = self._take_u(mid)
-            below = (val <= qu) if right else (val < qu)
-            below &= active
+            below = cmp(self._decode(np.minimum(mid, hi - 1), frame), qu[found]) & (lo < hi)
             lo = np.where(below, mid + 1, lo)
-            hi = np.where(active & ~below, mid, hi)
-        out = lo.astype(np.intp, copy=False)
+            hi = np.where(below, hi, np.minimum(mid, hi))
+        out = np.zeros(qu.shape[0], dtype=np.intp)
+        out[found] = chunk * CHUNK + lo
         return out[0] if scalar else out.reshape(q.shape)
 
     # -- storage ------------------------------------------------------------------------------
@@ -335,6 +338,7 @@ class CompactInts:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_words"] = None  # a view over data, rebuilt on first use
+        state["_widths"] = None
         return state
 
     # -- decoding -----------------------------------------------------------------------------
@@ -355,22 +359,33 @@ class CompactInts:
             )
         return self._words
 
+    def _frame(self, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per chunk ``c``: first bit of its residuals, width, mask and base."""
+        if self._widths is None:
+            self._widths = (np.diff(self.starts.astype(np.int64)) >> (_SHIFT - 3)).astype(np.uint8)
+        w = self._widths[c]
+        return np.left_shift(self.starts[c], 3, dtype=np.int64), w, _MASKS[w], self.bases[c]
+
+    def _decode(
+        self, j: np.ndarray, frame: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """Value ``j`` (position in its chunk) of each chunk of ``frame``, uint64 domain."""
+        bit0, w, mask, base = frame
+        bit = np.multiply(j, w, dtype=np.int64)
+        bit += bit0
+        word = self._view()[bit >> 3]
+        word >>= np.bitwise_and(bit, 7, dtype=np.uint64, casting="unsafe")
+        word &= mask
+        word += base
+        if self.slope:
+            word += j.astype(np.uint64)
+        return word
+
     def _take_u(self, idx: np.ndarray) -> np.ndarray:
         """Stored values (uint64 domain, ``ref`` not added) at in-range int64 positions."""
         if not idx.shape[0]:
             return np.empty(0, dtype=np.uint64)
-        c = idx >> _SHIFT
-        j = idx & (CHUNK - 1)
-        s = self.starts[c].astype(np.int64)
-        w = (self.starts[c + 1].astype(np.int64) - s) >> (_SHIFT - 3)  # bytes -> bits per value
-        bit = (s << 3) + j * w
-        word = self._view()[bit >> 3]
-        word >>= (bit & 7).astype(np.uint64)
-        word &= _MASKS[w]
-        word += self.bases[c]
-        if self.slope:
-            word += j.astype(np.uint64)
-        return word
+        return self._decode(idx & (CHUNK - 1), self._frame(idx >> _SHIFT))
 
     def _take(self, idx: np.ndarray) -> np.ndarray:
         u = self._take_u(idx)
