@@ -82,6 +82,7 @@ def test_relative_to_ref_exact(ids: list[int], jumps: list[int]) -> None:
     rowids = (ids_arr.view(np.uint64) + diff.view(np.uint64)).astype(np.uint64)
     ref = encode(ids_arr)
     check(encode(rowids, ref=ref), rowids)
+    check(encode(rowids, ref=ref, ref_values=ids_arr), rowids)
 
 
 @pytest.mark.parametrize(

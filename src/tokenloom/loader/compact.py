@@ -450,7 +450,9 @@ def _pack(r: np.ndarray, w: np.ndarray) -> np.ndarray:
     return words.astype("<u8", copy=False).view(np.uint8)
 
 
-def encode(values: Any, *, ref: CompactInts | None = None) -> CompactInts:
+def encode(
+    values: Any, *, ref: CompactInts | None = None, ref_values: np.ndarray | None = None
+) -> CompactInts:
     """``values`` (1-D integers) as a :class:`CompactInts`.
 
     Args:
@@ -458,6 +460,8 @@ def encode(values: Any, *, ref: CompactInts | None = None) -> CompactInts:
             dtypes become int64 (signed) or uint64 (unsigned).
         ref: Optional aligned column (same length) to store the values relative to: worth it
             when ``values - ref`` is nearly constant (Lance row ids beside table ids).
+        ref_values: ``ref``'s values as a plain array, when the caller has them (spares
+            decoding them); they must equal ``ref``'s.
 
     Raises:
         ValueError: ``values`` is not a 1-D integer array, or ``ref`` has another length.
@@ -488,7 +492,8 @@ def encode(values: Any, *, ref: CompactInts | None = None) -> CompactInts:
         if ref is None:
             return _to_u(part, signed)
         # value - ref in 64-bit two's complement, mapped as a signed number
-        return (_to_u_raw(part.astype(dtype, copy=False)) - _to_u_raw(ref[a:b])) ^ _SIGN
+        base = ref[a:b] if ref_values is None else ref_values[a:b]
+        return (_to_u_raw(part.astype(dtype, copy=False)) - _to_u_raw(base)) ^ _SIGN
 
     step = _BATCH * CHUNK
     slope_ok = ref is None and n > 0 and (stats["strict"] or not stats["sorted"])

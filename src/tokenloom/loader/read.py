@@ -108,11 +108,14 @@ def compact_inputs(
     int64, counts narrowed (:func:`~tokenloom.loader.plan.narrow_counts`), row ids as uint64
     stored relative to the ids (their difference is constant over runs of rows written in id
     order)."""
-    ids = encode(np.asarray(row_ids).astype(np.int64, copy=False))
+    plain = np.asarray(row_ids).astype(np.int64, copy=False)
+    ids = encode(plain)
     return {
         "row_ids": ids,
         "n_tokens": encode(narrow_counts(np.asarray(n_tokens))),
-        "rowids": encode(np.asarray(rowids).astype(np.uint64, copy=False), ref=ids),
+        "rowids": encode(
+            np.asarray(rowids).astype(np.uint64, copy=False), ref=ids, ref_values=plain
+        ),
     }
 
 
