@@ -36,6 +36,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -63,6 +64,7 @@ GOAL_BYTES_PER_DOC = 12.0
 
 _LOOKUP_STEPS = 200  # random steps whose spans are looked up, per process
 _LOOKUP_BATCH = 64  # blocks per step in that lookup
+_SAMPLE_S = 0.01  # seconds between two samples of the node's memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +138,22 @@ class PlanCase:
     """Bytes of the store's files, inputs included (counted once per node)."""
     inputs_file_bytes: int = 0
     """Of which the plan inputs' files."""
+    peak_bytes: int = 0
+    """Most the node held at any sampled moment while planning: every process's growth of
+    anonymous memory plus the store's files (sampled every ``_SAMPLE_S`` seconds; the heap's
+    free pages kept by the allocator count too)."""
+
+    boundary_bytes: int = 0
+    """Of which the most while crossing an epoch boundary: every process holds the previous
+    epoch and the next one is planned (0 with one epoch)."""
+
+    @property
+    def peak_per_doc(self) -> float:
+        return self.peak_bytes / self.docs
+
+    @property
+    def boundary_per_doc(self) -> float:
+        return self.boundary_bytes / self.docs
 
     @property
     def inputs_per_doc(self) -> float:
@@ -213,6 +231,8 @@ class PlanBench:
                     "file_bytes": c.file_bytes,
                     "inputs_file_bytes": c.inputs_file_bytes,
                     "inputs_bytes_per_doc": c.inputs_per_doc,
+                    "peak_bytes_per_doc": c.peak_per_doc,
+                    "boundary_peak_bytes_per_doc": c.boundary_per_doc,
                     "passed": c.passed,
                     "runs": [asdict(r) for r in c.runs],
                 }
@@ -234,10 +254,10 @@ def _trim() -> None:
         pass
 
 
-def _anon_bytes() -> int:
-    """This process's anonymous memory (private heap and copied-on-write pages), or -1."""
+def _anon_bytes(pid: int | str = "self") -> int:
+    """A process's anonymous memory (private heap and copied-on-write pages), or -1."""
     try:
-        with open("/proc/self/smaps_rollup") as f:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
                 if line.startswith("Anonymous:"):
                     return int(line.split()[1]) * 1024
@@ -288,6 +308,8 @@ def _child(
     root: str,
     barrier: Any,
     results: Any,
+    phases: Any,
+    slot: int,
 ) -> None:
     from tokenloom.loader.plan import plan_epoch
     from tokenloom.loader.planstore import PlanStore
@@ -298,6 +320,7 @@ def _child(
     tracemalloc.start()
     anon0 = _anon_bytes()
     store = PlanStore(root, min_docs=0) if mode == "shared" else None
+    results.put((os.getpid(), anon0))  # the parent samples the node's memory from here on
     barrier.wait()
     started, cpu = time.perf_counter(), time.process_time()
     codec = (compact_inputs, input_parts, input_columns)  # imported before measuring
@@ -307,6 +330,10 @@ def _child(
     own = 0 if mode == "shared" else sum(a.nbytes for a in inputs.values())
     held: list[Any] = []
     for epoch in range(cfg.epochs):
+        if epoch:  # crossing an epoch boundary: the previous epochs are held
+            gc.collect()
+            _trim()
+            phases[slot] = epoch
         if mode == "reference":
             held.append(_reference_plan(inputs["row_ids"], inputs["n_tokens"], cfg.seed, epoch))
         else:
@@ -320,6 +347,7 @@ def _child(
             )
             int(np.add.reduce(plan.order, dtype=np.uint64))  # every page read once
             held.append(plan)
+    phases[slot] = cfg.epochs
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     heap, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -383,13 +411,25 @@ def _run_case(
 ) -> PlanCase:
     ctx = mp.get_context("fork")  # children share the inputs copy-on-write, as workers do
     barrier, results = ctx.Barrier(procs), ctx.Queue()
+    phases = ctx.Array("i", procs, lock=False)  # epoch each process is planning
     children = [
-        ctx.Process(target=_child, args=(mode, cfg, ids, lens, rowids, root, barrier, results))
-        for _ in range(procs)
+        ctx.Process(
+            target=_child,
+            args=(mode, cfg, ids, lens, rowids, root, barrier, results, phases, k),
+        )
+        for k in range(procs)
     ]
     for c in children:
         c.start()
+    start = dict(results.get() for _ in children)  # pid -> anonymous memory before planning
+    stop, peak = threading.Event(), [0, 0]
+    sampler = threading.Thread(
+        target=_sample_node, args=(start, root, stop, peak, phases, cfg.epochs), daemon=True
+    )
+    sampler.start()
     runs = [results.get() for _ in children]
+    stop.set()
+    sampler.join()
     for c in children:
         c.join()
         if c.exitcode != 0:
@@ -408,7 +448,39 @@ def _run_case(
         runs=runs,
         file_bytes=files,
         inputs_file_bytes=inputs,
+        peak_bytes=peak[0],
+        boundary_bytes=peak[1],
     )
+
+
+def _files_bytes(root: str) -> int:
+    total = 0
+    for base, _, names in os.walk(root):
+        for n in names:
+            try:
+                total += os.path.getsize(os.path.join(base, n))
+            except OSError:  # renamed or removed meanwhile
+                pass
+    return total
+
+
+def _sample_node(
+    start: dict[int, int], root: str, stop: Any, peak: list[int], phases: Any, epochs: int
+) -> None:
+    """Every ``_SAMPLE_S``: the processes' growth of anonymous memory plus the store's files
+    (temporary ones being written included); ``peak[0]`` keeps the largest sum, ``peak[1]``
+    the largest while every process holds epoch 0 and some plan a later epoch."""
+    while True:
+        phase = min(phases)
+        total = _files_bytes(root)
+        for pid, anon0 in start.items():
+            anon = _anon_bytes(pid)
+            total += max(anon - anon0, 0) if anon >= 0 and anon0 >= 0 else 0
+        peak[0] = max(peak[0], total)
+        if 1 <= phase < epochs:
+            peak[1] = max(peak[1], total)
+        if stop.wait(_SAMPLE_S):
+            return
 
 
 def synthetic_selection(n: int, cfg: PlanBenchConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -519,6 +591,7 @@ def format_plan_report(bench: PlanBench) -> str:
         "cpu s: its CPU time; B/doc node includes the plan inputs of every process, of which "
         "'inputs')",
         f"{'docs':>12}  {'case':<26}{'s/epoch':>8}{'cpu s':>7}{'B/doc node':>11}"
+        f"{'peak':>7}{'@e1':>7}"
         f"{'inputs':>8}{'files MB':>9}{'heap B/doc':>11}{'peak B/doc':>11}{'spans us/step':>14}"
         f"{'rowids us':>10}  goal",
     ]
@@ -531,7 +604,8 @@ def format_plan_report(bench: PlanBench) -> str:
         rowid_us = max(r.rowid_us for r in c.runs)
         lines.append(
             f"{n:>12,}  {c.name:<26}{c.seconds_per_epoch:>8.2f}{c.cpu_per_epoch:>7.2f}"
-            f"{c.bytes_per_doc:>11.2f}{c.inputs_per_doc:>8.2f}"
+            f"{c.bytes_per_doc:>11.2f}{c.peak_per_doc:>7.2f}"
+            f"{c.boundary_per_doc:>7.2f}{c.inputs_per_doc:>8.2f}"
             f"{c.file_bytes / 1e6:>9.1f}{heap:>11.2f}{peak:>11.2f}"
             f"{(f'{lookup:.0f}' if lookup else '-'):>14}"
             f"{(f'{rowid_us:.0f}' if rowid_us else '-'):>10}  {'PASS' if c.passed else 'MISS'}"
