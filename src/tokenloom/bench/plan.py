@@ -454,11 +454,13 @@ def _run_case(
 
 
 def _files_bytes(root: str) -> int:
+    """Bytes the store's files take (allocated blocks: a file being written through a mapping
+    counts the pages written so far)."""
     total = 0
     for base, _, names in os.walk(root):
         for n in names:
             try:
-                total += os.path.getsize(os.path.join(base, n))
+                total += os.stat(os.path.join(base, n)).st_blocks * 512
             except OSError:  # renamed or removed meanwhile
                 pass
     return total

@@ -152,7 +152,7 @@ class PlanStore:
         *,
         seed: int,
         epoch: int,
-        build: Callable[[], tuple[np.ndarray, np.ndarray]],
+        build: Callable[..., tuple[np.ndarray, np.ndarray]],
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(order, marks)`` of an epoch: mapped from the store, built there first if absent.
 
@@ -161,24 +161,26 @@ class PlanStore:
             lens: ``(N,)`` int64 counts of the selection.
             seed: The job's seed.
             epoch: The epoch.
-            build: Computes ``(order, marks)`` (called by at most one process per node).
+            build: Computes ``(order, marks)`` (called by at most one process per node). It is
+                passed ``alloc(n, dtype)``, which returns the ``(n,)`` array to write the order
+                into: the store's file mapped for writing (so the order being built lives in
+                the page cache once, not also in the builder's heap), or a plain array.
 
         Returns:
             Read-only arrays, memory-mapped (or in memory below ``min_docs`` rows).
         """
         if ids.shape[0] < self.min_docs:
-            return build()
+            return build(_alloc)
         final = self.path(ids, lens, seed=seed, epoch=epoch)
         parent = os.path.dirname(final)
         lock = self._lock(final, "planning")
         if lock is None:
-            return build()
+            return build(_alloc)
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait, then map
             mapped = self._open(final, lens) if os.path.isdir(final) else None
             if mapped is None:
-                order, marks = build()
-                self._write(final, {"order": order, "marks": marks}, None)
+                order, marks = self._build_in_place(final, build)
                 self._prune(parent, seed, epoch)
                 self.built += 1
                 mapped = self._open(final, lens)
@@ -259,16 +261,48 @@ class PlanStore:
             return None
         return order, marks
 
+    @classmethod
+    def _build_in_place(
+        cls, final: str, build: Callable[..., tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Build a layout whose order is written straight into ``order.npy`` of a temporary
+        folder (mapped for writing), then write the marks and rename the folder to ``final``."""
+        tmp = _tmp_name(final)
+        os.makedirs(tmp)
+        try:
+            path = os.path.join(tmp, "order.npy")
+
+            def alloc(n: int, dtype: Any) -> np.ndarray:
+                return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+
+            order, marks = build(alloc)
+            if isinstance(order, np.memmap) and os.path.exists(path):
+                order.flush()
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+            else:  # the builder made its own array
+                cls._save(path, order)
+            cls._save(os.path.join(tmp, "marks.npy"), marks)
+            os.rename(tmp, final)  # atomic: a reader sees the whole layout or none
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return order, marks
+
     @staticmethod
-    def _write(final: str, arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> None:
-        tmp = f"{os.path.dirname(final)}/.{os.path.basename(final)}.{secrets.token_hex(6)}.tmp"
+    def _save(path: str, arr: np.ndarray) -> None:
+        with open(path, "wb") as f:
+            np.save(f, arr)
+            f.flush()
+            os.fsync(f.fileno())
+
+    @classmethod
+    def _write(cls, final: str, arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> None:
+        tmp = _tmp_name(final)
         os.makedirs(tmp)
         try:
             for name, arr in arrays.items():
-                with open(os.path.join(tmp, f"{name}.npy"), "wb") as f:
-                    np.save(f, arr)
-                    f.flush()
-                    os.fsync(f.fileno())
+                cls._save(os.path.join(tmp, f"{name}.npy"), arr)
             if meta is not None:
                 with open(os.path.join(tmp, "meta.json"), "w") as f:
                     json.dump({**meta, "arrays": sorted(arrays)}, f)
@@ -292,6 +326,14 @@ class PlanStore:
                         pass
                 else:
                     shutil.rmtree(path, ignore_errors=True)
+
+
+def _tmp_name(final: str) -> str:
+    return f"{os.path.dirname(final)}/.{os.path.basename(final)}.{secrets.token_hex(6)}.tmp"
+
+
+def _alloc(n: int, dtype: Any) -> np.ndarray:
+    return np.empty(n, dtype=dtype)
 
 
 def open_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:

@@ -69,10 +69,10 @@ _INPUT_ARRAYS = ("row_ids", "n_tokens", "rowids")
 @dataclass(frozen=True, kw_only=True, eq=False)
 class PlanInputs:
     """What the plan is computed from, as :class:`~tokenloom.loader.compact.CompactInts`
-    columns (about 2 bytes per selected row in all for consecutive ids; see
-    :func:`compact_inputs`). Columns mapped from a plan store stay in the page cache, one copy
-    per node; pickling such inputs (a spawned DataLoader worker) sends the store's path, and
-    the worker maps the same files."""
+    columns (about 2.5 bytes per selected row in all for a filter keeping 90% of a table's
+    rows, lognormal token counts; see :func:`compact_inputs`). Columns mapped from a plan
+    store stay in the page cache, one copy per node; pickling such inputs (a spawned
+    DataLoader worker) sends the store's path, and the worker maps the same files."""
 
     version: int
     row_ids: CompactInts
