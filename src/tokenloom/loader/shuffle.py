@@ -34,6 +34,7 @@ future change of recipe is refused on resume instead of silently reading other r
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -110,6 +111,14 @@ def _pack(keys: np.ndarray, lo: int, shift: np.uint64, out: np.ndarray) -> None:
     out |= np.arange(lo, lo + keys.shape[0], dtype=np.uint64)
 
 
+def _mapped_u64(n: int) -> np.ndarray:
+    """``np.empty(n, uint64)`` in its own anonymous mapping: given back to the system as soon
+    as it is freed, instead of staying in the heap beside the next group's buffer."""
+    if n == 0:
+        return np.empty(0, dtype=np.uint64)
+    return np.frombuffer(mmap.mmap(-1, n * 8), dtype=np.uint64)
+
+
 def _groups(counts: np.ndarray, cap: int) -> list[tuple[int, int]]:
     """Runs ``[b0, b1)`` of consecutive buckets holding at most ``cap`` values together (or
     one bucket, however large)."""
@@ -157,7 +166,7 @@ def _sorted_groups(
     offset = 0
     for b0, b1 in _groups(counts, max_sorting):
         size = int(counts[b0:b1].sum())
-        packed = np.empty(size, dtype=np.uint64)  # this group's values, bucket after bucket
+        packed = _mapped_u64(size)  # this group's values, bucket after bucket
         bounds = np.zeros(b1 - b0 + 1, dtype=np.int64)
         np.cumsum(counts[b0:b1], out=bounds[1:])
         cursor = bounds[:-1].copy()
