@@ -157,18 +157,18 @@ def test_plan_inputs_scanned_once_then_mapped(tmp_path, paragraphs) -> None:
     for shared in (first, second):
         _inputs_equal(shared.inputs, alone.inputs)
         assert shared.inputs.shared == first.inputs.shared
-        assert is_mapped(shared.inputs.row_ids) and not shared.inputs.n_tokens.flags.writeable
-    assert sorted(os.listdir(first.inputs.shared)) == [
-        "meta.json",
-        "n_tokens.npy",
-        "row_ids.npy",
-        "rowids.npy",
+        for col in (shared.inputs.row_ids, shared.inputs.n_tokens, shared.inputs.rowids):
+            assert is_mapped(col.data) and not col.data.flags.writeable
+    assert sorted(os.listdir(first.inputs.shared)) == ["meta.json"] + [
+        f"{col}.{part}.npy"
+        for col in ("n_tokens", "row_ids", "rowids")
+        for part in ("bases", "data", "starts")
     ]
     assert first.plan_inputs() == alone.plan_inputs()
     assert np.array_equal(first.plan(0).order, alone.plan(0).order)
     clone = pickle.loads(pickle.dumps(second))  # a spawned DataLoader worker maps, never copies
     assert len(pickle.dumps(second.inputs)) < 1000
-    assert is_mapped(clone.inputs.rowids) and clone.inputs.shared == first.inputs.shared
+    assert is_mapped(clone.inputs.rowids.data) and clone.inputs.shared == first.inputs.shared
     _inputs_equal(clone.inputs, alone.inputs)
     small = pickle.loads(pickle.dumps(alone.inputs))  # in memory: the arrays travel
     _inputs_equal(small, alone.inputs)
@@ -244,3 +244,29 @@ def test_mixture_inputs_and_union_shared(tmp_path, paragraphs) -> None:
     for step in range(a.steps):
         pa, pb = a.skeleton(a.layout(step)), b.skeleton(b.layout(step))
         assert np.array_equal(pa.spans, pb.spans)
+
+
+@pytest.mark.parametrize("empty", ["none", "some", "all"])
+def test_layout_written_into_the_store_equals_memory(tmp_path, empty: str) -> None:
+    """The order is written straight into the store's file (mapped for writing); from compact
+    inputs, with or without empty rows, it equals the plan built in memory from plain arrays."""
+    from tokenloom.loader.read import compact_inputs
+
+    ids, lens = selection(3000, seed=4)
+    if empty == "none":
+        lens = lens + 1
+    elif empty == "all":
+        lens = np.zeros_like(lens)
+    cols = compact_inputs(ids, lens, ids.astype(np.uint64) + (5 << 32))
+    store = PlanStore(str(tmp_path), min_docs=0)
+    for epoch in (0, 1, 2):
+        got = plan_epoch(
+            cols["row_ids"], cols["n_tokens"], seed=9, epoch=epoch, seq_len=64, store=store
+        )
+        want = plan_epoch(ids, lens, seed=9, epoch=epoch, seq_len=64)
+        assert is_mapped(got.order) and np.array_equal(got.order, want.order)
+        assert np.array_equal(got.marks, want.marks) and got.num_blocks == want.num_blocks
+        assert np.array_equal(got.row_ids, want.row_ids)
+    assert store.built == 3
+    folder = os.path.dirname(store.path(cols["row_ids"], cols["n_tokens"], seed=9, epoch=0))
+    assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]

@@ -110,6 +110,12 @@ def test_fast_order_equals_the_stable_argsort_reference(n: int) -> None:
         if n:
             chunks = _raw_chunks(n, seed, epoch)
             assert np.array_equal(stable_argsort_u64(n, chunks, threads=4), ref)
+            for groups in (1000, 1):  # sorted a group of buckets at a time, one stream pass each
+                got = stable_argsort_u64(n, chunks, threads=2, max_sorting=max(n // groups, 1))
+                assert np.array_equal(got, ref)
+            out = np.full(n, 7, dtype=np.uint32)
+            assert stable_argsort_u64(n, chunks, max_sorting=n // 3 + 1, out=out) is out
+            assert np.array_equal(out, ref)
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)
@@ -118,9 +124,10 @@ def test_fast_order_equals_the_stable_argsort_reference(n: int) -> None:
     shift=st.integers(0, 63),
     chunk=st.integers(1, 50),
     threads=st.sampled_from([1, 2, 3]),
+    max_sorting=st.sampled_from([None, 1, 17, 1000]),
 )
 def test_packed_sort_repairs_ties_of_high_bits(
-    keys: list[int], shift: int, chunk: int, threads: int
+    keys: list[int], shift: int, chunk: int, threads: int, max_sorting: int | None
 ) -> None:
     # Keys that share their high bits (and exact duplicates) take the repair path of the packed
     # sort; the result must still be the stable argsort, whatever the chunking of the stream.
@@ -134,5 +141,6 @@ def test_packed_sort_repairs_ties_of_high_bits(
         for a in range(0, len(arr), chunk):
             yield arr[a : a + chunk]
 
-    got = stable_argsort_u64(len(arr), chunks, threads=threads)  # threads: bucketed by top bits
+    # threads / max_sorting: bucketed by top bits, a group of buckets sorted at a time
+    got = stable_argsort_u64(len(arr), chunks, threads=threads, max_sorting=max_sorting)
     assert np.array_equal(got, np.argsort(arr, kind="stable"))

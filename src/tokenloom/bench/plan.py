@@ -2,15 +2,19 @@
 
 The plan is computed from the stored counts alone, so it is measured on synthetic ``n_tokens``
 arrays (lognormal lengths, median 450 / mean 800 tokens, as :mod:`tokenloom.bench.loader_data`)
-of millions of documents, without a table. Each case runs in fresh forked processes which first
-take the plan's inputs as a rank does after scanning the table (``id`` int64, ``n_tokens``,
-``_rowid`` uint64: :class:`~tokenloom.loader.read.PlanInputs`), then plan ``epochs`` epochs
-from them and keep them, like the planner's cache of the current and next epoch:
+of millions of documents, without a table. The selection stands for a filter keeping ``keep`` of
+a table's rows (ids ascending with random gaps) whose ``_rowid`` are Lance row addresses
+(fragment << 32 | offset, ``fragment_rows`` rows per fragment, written in id order). Each case
+runs in fresh forked processes which first take the plan's inputs as a rank does after scanning
+the table (:func:`~tokenloom.loader.read.compact_inputs`: the ``id``, ``n_tokens`` and ``_rowid``
+columns of :class:`~tokenloom.loader.read.PlanInputs`, bit-packed), then plan ``epochs`` epochs
+from them and keep them, like the planner's cache of the current and next epoch (both are held
+while a run crosses an epoch boundary):
 
 * ``reference``: the former layout (int64 ``row_ids``, ``lengths``, ``starts`` by a stable
   ``argsort``) from the former inputs (three int64 arrays per process), for a side-by-side ratio;
 * ``memory`` / ``memory xN``: :func:`~tokenloom.loader.plan.plan_epoch` without a store, each of
-  1 or N processes with its own inputs (``n_tokens`` as int32, as the scan now yields them);
+  1 or N processes with its own inputs;
 * ``shared xN``: N processes started together on an empty
   :class:`~tokenloom.loader.planstore.PlanStore`; one writes the inputs and builds each layout,
   the others wait and map them (:meth:`~tokenloom.loader.planstore.PlanStore.arrays`, as the
@@ -20,7 +24,9 @@ Memory is read, not estimated: each process's growth of anonymous memory (``Anon
 ``/proc/self/smaps_rollup``: its private heap, what the node pays per process) and what numpy
 holds (``tracemalloc``); the store's files are counted once per node. Bytes per document = (sum
 over processes of the anonymous growth + the files) / documents, inputs included. Goals: < 10 s
-per epoch and <= 12 bytes per document for the whole node.
+per epoch and <= 12 bytes per document for the whole node. Lookups: microseconds per step of
+``_LOOKUP_BATCH`` blocks to find their spans (``EpochPlan.spans``) and to resolve the spans'
+stable row ids (``rowids[searchsorted(row_ids, span ids)]``, what the dataset does per step).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -57,6 +64,7 @@ GOAL_BYTES_PER_DOC = 12.0
 
 _LOOKUP_STEPS = 200  # random steps whose spans are looked up, per process
 _LOOKUP_BATCH = 64  # blocks per step in that lookup
+_SAMPLE_S = 0.01  # seconds between two samples of the node's memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +81,10 @@ class PlanBenchConfig:
     """Positions per block."""
     seed: int = 0
     """Seed of the lengths and of the visiting order."""
+    keep: float = 0.9
+    """Share of the synthetic table's rows the selection keeps (the rest are gaps in the ids)."""
+    fragment_rows: int = 1 << 20
+    """Rows per fragment of the synthetic table (row addresses jump between fragments)."""
     reference_max_docs: int = 20_000_000
     """The former layout (~57 bytes per document while building) is measured up to this size."""
     recipe_docs: int = 1_000_000
@@ -83,6 +95,8 @@ class PlanBenchConfig:
     def __post_init__(self) -> None:
         if not self.docs or min(self.docs) < 1:
             raise ValueError(f"docs must be positive sizes, got {self.docs}")
+        if not 0 < self.keep <= 1 or self.fragment_rows < 1:
+            raise ValueError(f"need 0 < keep <= 1 and fragment_rows >= 1 ({self})")
         if self.procs < 1 or self.epochs < 1 or self.seq_len < 1:
             raise ValueError(f"procs, epochs and seq_len must be >= 1 ({self})")
 
@@ -105,6 +119,8 @@ class ProcRun:
     """Layouts this process built into the store."""
     lookup_us: float
     """Microseconds to look up one step's spans (``_LOOKUP_BATCH`` blocks), 0 when not measured."""
+    rowid_us: float = 0.0
+    """Microseconds to resolve the stable row ids of one step's spans, 0 when not measured."""
     inputs_bytes: int = 0
     """Bytes of the plan inputs this process holds in its own memory (0 when mapped)."""
 
@@ -122,6 +138,22 @@ class PlanCase:
     """Bytes of the store's files, inputs included (counted once per node)."""
     inputs_file_bytes: int = 0
     """Of which the plan inputs' files."""
+    peak_bytes: int = 0
+    """Most the node held at any sampled moment while planning: every process's growth of
+    anonymous memory plus the store's files (sampled every ``_SAMPLE_S`` seconds; the heap's
+    free pages kept by the allocator count too)."""
+
+    boundary_bytes: int = 0
+    """Of which the most while crossing an epoch boundary: every process holds the previous
+    epoch and the next one is planned (0 with one epoch)."""
+
+    @property
+    def peak_per_doc(self) -> float:
+        return self.peak_bytes / self.docs
+
+    @property
+    def boundary_per_doc(self) -> float:
+        return self.boundary_bytes / self.docs
 
     @property
     def inputs_per_doc(self) -> float:
@@ -199,6 +231,8 @@ class PlanBench:
                     "file_bytes": c.file_bytes,
                     "inputs_file_bytes": c.inputs_file_bytes,
                     "inputs_bytes_per_doc": c.inputs_per_doc,
+                    "peak_bytes_per_doc": c.peak_per_doc,
+                    "boundary_peak_bytes_per_doc": c.boundary_per_doc,
                     "passed": c.passed,
                     "runs": [asdict(r) for r in c.runs],
                 }
@@ -209,10 +243,21 @@ class PlanBench:
         }
 
 
-def _anon_bytes() -> int:
-    """This process's anonymous memory (private heap and copied-on-write pages), or -1."""
+def _trim() -> None:
+    """Give the heap's free pages back to the system (glibc), so that a process's growth of
+    anonymous memory counts what it allocates, not pages freed earlier that it reuses."""
     try:
-        with open("/proc/self/smaps_rollup") as f:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
+
+
+def _anon_bytes(pid: int | str = "self") -> int:
+    """A process's anonymous memory (private heap and copied-on-write pages), or -1."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
                 if line.startswith("Anonymous:"):
                     return int(line.split()[1]) * 1024
@@ -234,15 +279,24 @@ def _reference_plan(ids: np.ndarray, lens: np.ndarray, seed: int, epoch: int) ->
     return order_ids, order_lens, starts
 
 
-def _lookup_us(plan: Any, seed: int) -> float:
-    """Microseconds per step to find the spans of ``_LOOKUP_BATCH`` consecutive blocks."""
+def _lookup_us(plan: Any, seed: int, inputs: dict[str, Any]) -> tuple[float, float]:
+    """Microseconds per step to find the spans of ``_LOOKUP_BATCH`` consecutive blocks, and to
+    resolve their stable row ids as the dataset does."""
     steps = max(plan.num_blocks // _LOOKUP_BATCH, 1)
     picks = np.random.default_rng(seed).integers(0, steps, _LOOKUP_STEPS)
+    found = []
     started = time.perf_counter()
     for s in picks.tolist():
         lo = s * _LOOKUP_BATCH
-        plan.spans(np.arange(lo, min(lo + _LOOKUP_BATCH, plan.num_blocks), dtype=np.int64))
-    return (time.perf_counter() - started) / _LOOKUP_STEPS * 1e6
+        blocks = np.arange(lo, min(lo + _LOOKUP_BATCH, plan.num_blocks), dtype=np.int64)
+        found.append(plan.spans(blocks).row_id)
+    spans = (time.perf_counter() - started) / _LOOKUP_STEPS * 1e6
+    ids, rowids = inputs["row_ids"], inputs["rowids"]
+    started = time.perf_counter()
+    for row_id in found:
+        rowids[np.searchsorted(ids, row_id)]
+    spent = (time.perf_counter() - started) / _LOOKUP_STEPS * 1e6
+    return spans, spent
 
 
 def _child(
@@ -250,24 +304,36 @@ def _child(
     cfg: PlanBenchConfig,
     ids: np.ndarray,
     lens: np.ndarray,
+    rowids: np.ndarray,
     root: str,
     barrier: Any,
     results: Any,
+    phases: Any,
+    slot: int,
 ) -> None:
-    from tokenloom.loader.plan import narrow_counts, plan_epoch
+    from tokenloom.loader.plan import plan_epoch
     from tokenloom.loader.planstore import PlanStore
+    from tokenloom.loader.read import compact_inputs, input_columns, input_parts
 
     gc.collect()
+    _trim()
     tracemalloc.start()
     anon0 = _anon_bytes()
     store = PlanStore(root, min_docs=0) if mode == "shared" else None
+    results.put((os.getpid(), anon0))  # the parent samples the node's memory from here on
     barrier.wait()
     started, cpu = time.perf_counter(), time.process_time()
-    inputs = _inputs(mode, ids, lens, store, cfg.seed, narrow_counts)
-    del ids, lens  # the parent's arrays stand for the table; the process plans from its inputs
+    codec = (compact_inputs, input_parts, input_columns)  # imported before measuring
+    inputs = _inputs(mode, ids, lens, rowids, store, cfg.seed, codec)
+    del ids, lens, rowids  # the parent's arrays stand for the table; the process plans from
+    # its inputs
     own = 0 if mode == "shared" else sum(a.nbytes for a in inputs.values())
     held: list[Any] = []
     for epoch in range(cfg.epochs):
+        if epoch:  # crossing an epoch boundary: the previous epochs are held
+            gc.collect()
+            _trim()
+            phases[slot] = epoch
         if mode == "reference":
             held.append(_reference_plan(inputs["row_ids"], inputs["n_tokens"], cfg.seed, epoch))
         else:
@@ -281,11 +347,14 @@ def _child(
             )
             int(np.add.reduce(plan.order, dtype=np.uint64))  # every page read once
             held.append(plan)
+    phases[slot] = cfg.epochs
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     heap, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    gc.collect()
+    _trim()  # what is held, not the free pages the allocator keeps from building
     anon = _anon_bytes()
-    lookup = _lookup_us(held[0], cfg.seed) if mode != "reference" else 0.0
+    lookup, rowid_us = _lookup_us(held[0], cfg.seed, inputs) if mode != "reference" else (0, 0)
     results.put(
         ProcRun(
             seconds=seconds,
@@ -295,6 +364,7 @@ def _child(
             heap_peak=peak,
             built=store.built if store is not None else 0,
             lookup_us=lookup,
+            rowid_us=rowid_us,
             inputs_bytes=own,
         )
     )
@@ -302,27 +372,31 @@ def _child(
 
 
 def _inputs(
-    mode: str, ids: np.ndarray, lens: np.ndarray, store: Any, seed: int, narrow: Callable
-) -> dict[str, np.ndarray]:
-    """The arrays a rank holds after resolving its selection (a copy stands for the scan;
-    ``narrow`` is :func:`~tokenloom.loader.plan.narrow_counts`, imported before measuring)."""
-
-    def scan() -> dict[str, np.ndarray]:
-        wide = mode == "reference"  # the former inputs: three int64 arrays
-        counts = lens.astype(np.int64) if wide else narrow(lens)
+    mode: str,
+    ids: np.ndarray,
+    lens: np.ndarray,
+    rowids: np.ndarray,
+    store: Any,
+    seed: int,
+    codec: tuple[Callable, Callable, Callable],
+) -> dict[str, Any]:
+    """The columns a rank holds after resolving its selection (the parent's arrays stand for
+    the scan; ``codec``: :func:`~tokenloom.loader.read.compact_inputs`, ``input_parts`` and
+    ``input_columns``, imported before measuring)."""
+    compact, parts, columns = codec
+    if mode == "reference":  # the former inputs: three int64 arrays
         return {
             "row_ids": ids.copy(),
-            "n_tokens": counts.copy() if counts is lens else counts,
-            "rowids": np.arange(ids.shape[0], dtype=np.int64 if wide else np.uint64),
+            "n_tokens": lens.astype(np.int64),
+            "rowids": rowids.astype(np.int64),
         }
-
     if store is None:
-        return scan()
+        return compact(ids, lens, rowids)
     key = hashlib.sha256(f"plan-bench;{ids.shape[0]};{seed}".encode()).hexdigest()[:32]
-    arrays, _, _ = store.arrays(key, lambda: (scan(), {}))
+    arrays, meta, _ = store.arrays(key, lambda: parts(compact(ids, lens, rowids), {}))
     for a in arrays.values():
         int(np.add.reduce(a, dtype=np.uint64))  # every page read once, as a rank's plan does
-    return arrays
+    return columns(arrays, meta)
 
 
 def _run_case(
@@ -332,17 +406,30 @@ def _run_case(
     cfg: PlanBenchConfig,
     ids: np.ndarray,
     lens: np.ndarray,
+    rowids: np.ndarray,
     root: str,
 ) -> PlanCase:
     ctx = mp.get_context("fork")  # children share the inputs copy-on-write, as workers do
     barrier, results = ctx.Barrier(procs), ctx.Queue()
+    phases = ctx.Array("i", procs, lock=False)  # epoch each process is planning
     children = [
-        ctx.Process(target=_child, args=(mode, cfg, ids, lens, root, barrier, results))
-        for _ in range(procs)
+        ctx.Process(
+            target=_child,
+            args=(mode, cfg, ids, lens, rowids, root, barrier, results, phases, k),
+        )
+        for k in range(procs)
     ]
     for c in children:
         c.start()
+    start = dict(results.get() for _ in children)  # pid -> anonymous memory before planning
+    stop, peak = threading.Event(), [0, 0]
+    sampler = threading.Thread(
+        target=_sample_node, args=(start, root, stop, peak, phases, cfg.epochs), daemon=True
+    )
+    sampler.start()
     runs = [results.get() for _ in children]
+    stop.set()
+    sampler.join()
     for c in children:
         c.join()
         if c.exitcode != 0:
@@ -361,7 +448,53 @@ def _run_case(
         runs=runs,
         file_bytes=files,
         inputs_file_bytes=inputs,
+        peak_bytes=peak[0],
+        boundary_bytes=peak[1],
     )
+
+
+def _files_bytes(root: str) -> int:
+    """Bytes the store's files take (allocated blocks: a file being written through a mapping
+    counts the pages written so far)."""
+    total = 0
+    for base, _, names in os.walk(root):
+        for n in names:
+            try:
+                total += os.stat(os.path.join(base, n)).st_blocks * 512
+            except OSError:  # renamed or removed meanwhile
+                pass
+    return total
+
+
+def _sample_node(
+    start: dict[int, int], root: str, stop: Any, peak: list[int], phases: Any, epochs: int
+) -> None:
+    """Every ``_SAMPLE_S``: the processes' growth of anonymous memory plus the store's files
+    (temporary ones being written included); ``peak[0]`` keeps the largest sum, ``peak[1]``
+    the largest while every process holds epoch 0 and some plan a later epoch."""
+    while True:
+        phase = min(phases)
+        total = _files_bytes(root)
+        for pid, anon0 in start.items():
+            anon = _anon_bytes(pid)
+            total += max(anon - anon0, 0) if anon >= 0 and anon0 >= 0 else 0
+        peak[0] = max(peak[0], total)
+        if 1 <= phase < epochs:
+            peak[1] = max(peak[1], total)
+        if stop.wait(_SAMPLE_S):
+            return
+
+
+def synthetic_selection(n: int, cfg: PlanBenchConfig) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, rowids)`` of ``n`` selected rows: ids ascending with geometric gaps (a filter
+    keeping ``cfg.keep`` of the rows), row addresses of a table written in id order in
+    fragments of ``cfg.fragment_rows`` rows."""
+    rng = np.random.default_rng(cfg.seed + 1)
+    ids = np.cumsum(rng.geometric(cfg.keep, n)) - 1 if cfg.keep < 1 else np.arange(n)
+    ids = ids.astype(np.int64, copy=False)
+    frag = cfg.fragment_rows
+    rowids = ((ids // frag).astype(np.uint64) << np.uint64(32)) | (ids % frag).astype(np.uint64)
+    return ids, rowids
 
 
 def _recipe_costs(cfg: PlanBenchConfig) -> list[RecipeCost]:
@@ -423,7 +556,7 @@ def run_plan_bench(cfg: PlanBenchConfig, *, log: Callable[[str], None] = print) 
         for n in cfg.docs:
             log(f"[plan] {n:,} documents: drawing lengths")
             lens = doc_lengths(CorpusSpec(docs=n, seed=cfg.seed))
-            ids = np.arange(n, dtype=np.int64)
+            ids, rowids = synthetic_selection(n, cfg)
             tokens[n] = int(lens.sum())
             plan_cases = [("memory", "memory", 1), ("shared x1", "shared", 1)]
             if cfg.procs > 1:
@@ -440,8 +573,8 @@ def run_plan_bench(cfg: PlanBenchConfig, *, log: Callable[[str], None] = print) 
                 log(f"[plan] {n:,} documents: {name}")
                 root = os.path.join(tmp, f"{n}-{mode}-{procs}")
                 os.makedirs(root)
-                cases.append(_run_case(name, mode, procs, cfg, ids, lens, root))
-            del ids, lens
+                cases.append(_run_case(name, mode, procs, cfg, ids, lens, rowids, root))
+            del ids, lens, rowids
             gc.collect()
         recipes = []
         if cfg.recipe_docs:
@@ -460,8 +593,9 @@ def format_plan_report(bench: PlanBench) -> str:
         "cpu s: its CPU time; B/doc node includes the plan inputs of every process, of which "
         "'inputs')",
         f"{'docs':>12}  {'case':<26}{'s/epoch':>8}{'cpu s':>7}{'B/doc node':>11}"
+        f"{'peak':>7}{'@e1':>7}"
         f"{'inputs':>8}{'files MB':>9}{'heap B/doc':>11}{'peak B/doc':>11}{'spans us/step':>14}"
-        "  goal",
+        f"{'rowids us':>10}  goal",
     ]
     refs = {c.docs: c for c in bench.cases if c.name.startswith("reference")}
     for c in bench.cases:
@@ -469,11 +603,14 @@ def format_plan_report(bench: PlanBench) -> str:
         heap = max(r.heap_bytes for r in c.runs) / n
         peak = max(r.heap_peak for r in c.runs) / n
         lookup = max(r.lookup_us for r in c.runs)
+        rowid_us = max(r.rowid_us for r in c.runs)
         lines.append(
             f"{n:>12,}  {c.name:<26}{c.seconds_per_epoch:>8.2f}{c.cpu_per_epoch:>7.2f}"
-            f"{c.bytes_per_doc:>11.2f}{c.inputs_per_doc:>8.2f}"
+            f"{c.bytes_per_doc:>11.2f}{c.peak_per_doc:>7.2f}"
+            f"{c.boundary_per_doc:>7.2f}{c.inputs_per_doc:>8.2f}"
             f"{c.file_bytes / 1e6:>9.1f}{heap:>11.2f}{peak:>11.2f}"
-            f"{(f'{lookup:.0f}' if lookup else '-'):>14}  {'PASS' if c.passed else 'MISS'}"
+            f"{(f'{lookup:.0f}' if lookup else '-'):>14}"
+            f"{(f'{rowid_us:.0f}' if rowid_us else '-'):>10}  {'PASS' if c.passed else 'MISS'}"
         )
     for n, ref in refs.items():
         for c in bench.cases:

@@ -424,6 +424,13 @@ one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc p
     help="Measure the former int64 layout up to this many documents.",
 )
 @click.option(
+    "--keep",
+    default=0.9,
+    show_default=True,
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    help="Share of the synthetic table's rows the selection keeps (1: consecutive ids).",
+)
+@click.option(
     "--workdir",
     default=None,
     metavar="DIR",
@@ -437,6 +444,7 @@ def plan_bench(
     seq_len: int,
     recipe_docs: int,
     reference_max_docs: int,
+    keep: float,
     workdir: str | None,
     as_json: bool,
 ) -> None:
@@ -452,6 +460,7 @@ def plan_bench(
             seq_len=seq_len,
             recipe_docs=recipe_docs,
             reference_max_docs=reference_max_docs,
+            keep=keep,
             workdir=workdir,
         )
     except ValueError as exc:

@@ -85,11 +85,11 @@ class Pool:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise PlanError(f"pool name must be a non-empty string, got {self.name!r}")
-        ids, n = np.asarray(self.row_ids), np.asarray(self.n_tokens)
-        if ids.ndim != 1 or ids.shape != n.shape:
+        ids, n = self.row_ids, self.n_tokens  # plain or CompactInts: never copied here
+        if np.ndim(ids) != 1 or np.shape(ids) != np.shape(n):
             raise PlanError(
-                f"pool {self.name!r}: row_ids {ids.shape} and n_tokens {n.shape} must be 1-D "
-                "and of equal length"
+                f"pool {self.name!r}: row_ids {np.shape(ids)} and n_tokens {np.shape(n)} must "
+                "be 1-D and of equal length"
             )
         share = self.share
         if isinstance(share, bool) or not isinstance(share, int | float | np.integer | np.floating):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.errors import TokenloomError
+from tokenloom.loader.compact import CompactInts, count_nonzero, nonzero_positions
 from tokenloom.loader.shuffle import epoch_order, order_dtype
 
 __all__ = [
@@ -74,7 +75,7 @@ MARK_EVERY = 64
 """Documents between two stored stream offsets (:attr:`EpochPlan.marks`); the offsets in between
 are summed on the fly from the lengths, so a lookup costs O(log n + MARK_EVERY)."""
 
-_MARK_CHUNK = MARK_EVERY << 12  # documents summed per pass when building the marks
+_MARK_CHUNK = MARK_EVERY << 10  # documents summed per pass when building the marks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
@@ -210,6 +211,8 @@ class EpochPlan:
 
 
 def _as_int64_1d(name: str, values: np.ndarray) -> np.ndarray:
+    if isinstance(values, CompactInts) and values.dtype == np.int64:
+        return values  # type: ignore[return-value]  # read through gathers, never copied
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise PlanError(f"{name} must be one-dimensional, got shape {arr.shape}")
@@ -228,8 +231,11 @@ def narrow_counts(counts: np.ndarray) -> np.ndarray:
 
 
 def _as_counts_1d(values: np.ndarray) -> np.ndarray:
-    """Token counts as given when int32 or int64 (a shared selection's narrow counts are read in
-    place, not copied per process), else as int64."""
+    """Token counts as given when int32 or int64, plain or :class:`~tokenloom.loader.compact.
+    CompactInts` (a shared selection's counts are read in place, not copied per process), else
+    as int64."""
+    if isinstance(values, CompactInts) and values.dtype in (np.int32, np.int64):
+        return values  # type: ignore[return-value]
     arr = np.asarray(values)
     if arr.ndim == 1 and arr.dtype in (np.dtype(np.int32), np.dtype(np.int64)):
         return arr
@@ -242,12 +248,17 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
 
 
 def _readonly_view(arr: np.ndarray) -> np.ndarray:
-    """A read-only view: the caller's array stays writeable, the plan's handle does not."""
+    """A read-only view: the caller's array stays writeable, the plan's handle does not (a
+    :class:`~tokenloom.loader.compact.CompactInts` column is read-only already)."""
+    if isinstance(arr, CompactInts):
+        return arr  # type: ignore[return-value]
     return _readonly(arr.view())
 
 
 def _first_not_ascending(ids: np.ndarray) -> int | None:
     """First ``i`` with ``ids[i + 1] <= ids[i]``, checked in chunks (no ``(n,)`` temporary)."""
+    if isinstance(ids, CompactInts) and ids.is_sorted and ids.stats.get("strict"):
+        return None  # known when it was encoded
     for a in range(0, max(ids.shape[0] - 1, 0), _MARK_CHUNK):
         b = min(a + _MARK_CHUNK, ids.shape[0] - 1)
         down = ids[a + 1 : b + 1] <= ids[a:b]
@@ -256,13 +267,17 @@ def _first_not_ascending(ids: np.ndarray) -> int | None:
     return None
 
 
-def visiting_order(lens: np.ndarray, *, seed: int, epoch: int) -> np.ndarray:
+def visiting_order(
+    lens: np.ndarray, *, seed: int, epoch: int, out: np.ndarray | None = None
+) -> np.ndarray:
     """Positions of the non-empty rows of ``lens`` in visiting order (see the module docstring).
 
     Args:
         lens: ``(N,)`` int64 token counts ``>= 0``.
         seed: The job's seed.
         epoch: The epoch.
+        out: Optional ``(n,)`` array of ``order_dtype(N)`` to write the result into (e.g. the
+            plan store's file, mapped for writing).
 
     Returns:
         ``(n,)`` :func:`~tokenloom.loader.shuffle.order_dtype` ``(N)`` positions into ``lens``
@@ -270,13 +285,21 @@ def visiting_order(lens: np.ndarray, *, seed: int, epoch: int) -> np.ndarray:
         order of those rows.
     """
     N = lens.shape[0]
-    kept = int(np.count_nonzero(lens))  # counts are >= 0: non-zero is non-empty
-    order = epoch_order(kept, seed=seed, epoch=epoch)
+    kept = count_nonzero(lens)  # counts are >= 0: non-zero is non-empty
+    dtype = np.dtype(order_dtype(N))
+    if out is None:
+        out = np.empty(kept, dtype=dtype)
+    elif out.shape != (kept,) or out.dtype != dtype:
+        raise PlanError(f"out must be ({kept},) {dtype}, got {out.shape} {out.dtype}")
+    # The permutation of the kept rows, written in place when the dtypes agree (below 2**32).
+    same = dtype == order_dtype(kept)
+    order = epoch_order(kept, seed=seed, epoch=epoch, out=out if same else None)
     if kept == N:
-        return order.astype(order_dtype(N), copy=False)
-    where = np.flatnonzero(lens).astype(order_dtype(N))  # (n,) position of each kept row
-    out = np.empty(kept, dtype=where.dtype)
-    for a in range(0, kept, _MARK_CHUNK):
+        if order is not out:
+            out[:] = order
+        return out
+    where = nonzero_positions(lens, dtype)  # (n,) position of each kept row
+    for a in range(0, kept, _MARK_CHUNK):  # rank among the kept rows -> position, in place
         out[a : a + _MARK_CHUNK] = where[order[a : a + _MARK_CHUNK]]
     return out
 
@@ -348,8 +371,11 @@ def plan_epoch(
         bad = int(np.argmin(lens))
         raise PlanError(f"n_tokens must be >= 0, got {lens[bad]} for row id {ids[bad]}")
 
-    def build() -> tuple[np.ndarray, np.ndarray]:
-        order = visiting_order(lens, seed=int(seed), epoch=int(epoch))
+    def build(alloc: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        out = None
+        if alloc is not None:  # the store's file for the order, mapped for writing
+            out = alloc(count_nonzero(lens), order_dtype(lens.shape[0]))
+        order = visiting_order(lens, seed=int(seed), epoch=int(epoch), out=out)
         return order, stream_marks(order, lens)
 
     if store is not None:

@@ -22,11 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.compact import count_nonzero
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.planstore import PlanStore
 from tokenloom.loader.read import (
+    INPUTS_FORMAT,
     LoaderError,
     PlanInputs,
+    compact_inputs,
+    input_columns,
+    input_parts,
     read_cut_points,
     scan_plan_inputs,
     table_identity,
@@ -47,19 +52,19 @@ def union_inputs(parts: list[PlanInputs], store: PlanStore | None = None) -> Pla
     through ``store`` when every pool's inputs are."""
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        ids = np.concatenate([p.row_ids for p in parts])
+        ids = np.concatenate([np.asarray(p.row_ids) for p in parts])
         uniq, first = np.unique(ids, return_index=True)
         del ids
-        counts = np.concatenate([p.n_tokens for p in parts])[first]
-        rowids = np.concatenate([p.rowids for p in parts])[first]
-        arrays = {"row_ids": uniq, "n_tokens": counts, "rowids": rowids}
+        counts = np.concatenate([np.asarray(p.n_tokens) for p in parts])[first]
+        rowids = np.concatenate([np.asarray(p.rowids) for p in parts])[first]
+        columns = compact_inputs(uniq, counts, rowids)
         meta = {"version": parts[0].version, "null_rows": sum(p.null_rows for p in parts)}
-        return arrays, {**meta, "tokenizer": parts[0].tokenizer}
+        return input_parts(columns, {**meta, "tokenizer": parts[0].tokenizer})
 
     path = None
     if store is not None and all(p.shared is not None for p in parts):
         pools = ";".join(os.path.basename(p.shared or "") for p in parts)
-        key = hashlib.sha256(f"union-v1;{pools}".encode()).hexdigest()[:32]
+        key = hashlib.sha256(f"union-v2;{INPUTS_FORMAT};{pools}".encode()).hexdigest()[:32]
         arrays, meta, path = store.arrays(key, build)
     else:
         arrays, meta = build()
@@ -68,7 +73,7 @@ def union_inputs(parts: list[PlanInputs], store: PlanStore | None = None) -> Pla
         null_rows=int(meta["null_rows"]),
         tokenizer=dict(meta["tokenizer"]),
         shared=path,
-        **arrays,
+        **input_columns(arrays, meta),
     )
 
 
@@ -258,7 +263,7 @@ class Planner:
         info: dict[str, Any] = {
             "epoch": plan.epoch,
             "rows": len(self.inputs.row_ids),
-            "empty_rows": int((self.inputs.n_tokens == 0).sum()),
+            "empty_rows": len(self.inputs.n_tokens) - count_nonzero(self.inputs.n_tokens),
             "null_rows": self.inputs.null_rows,
             "tokens": plan.num_tokens,
             "blocks": plan.num_blocks,
@@ -288,8 +293,10 @@ class Planner:
         if self.spec.mixture:
             pools = []
             for p, inp in zip(self.spec.mixture, self.pool_inputs, strict=True):
-                counts = inp.n_tokens.astype(np.int64, copy=False)  # as ever, whatever its dtype
-                digest = hashlib.sha256(inp.row_ids.tobytes() + counts.tobytes())
+                digest = hashlib.sha256()  # of the int64 bytes, as ever, whatever the storage
+                for col in (inp.row_ids, inp.n_tokens):
+                    for _, part in col.blocks():
+                        digest.update(part.astype(np.int64, copy=False).tobytes())
                 pools.append(
                     {
                         "name": p.name,

@@ -16,10 +16,11 @@ epochs ``<= e - keep_epochs`` of the same selection and seed (a process still ma
 its pages until it unmaps them). Small selections (under ``min_docs`` rows) are planned in
 memory: the plan costs milliseconds and a file per epoch would only add I/O.
 
-The plan's *inputs* (the ``id``, ``n_tokens`` and ``_rowid`` arrays a table scan yields, see
+The plan's *inputs* (the ``id``, ``n_tokens`` and ``_rowid`` columns a table scan yields, see
 :func:`~tokenloom.loader.read.scan_plan_inputs`) are shared the same way by :meth:`PlanStore.
 arrays`: the first process to resolve a selection scans the table under the lock and writes
-the arrays (``inputs/<key>/<name>.npy`` plus ``meta.json``), the others map them. Their key is
+the columns' parts (``inputs/<key>/<column>.<part>.npy`` plus ``meta.json``), the others map
+them. Their key is
 a digest of what the scan depends on (table URI, version and data files, filter, columns,
 options; see :func:`~tokenloom.loader.read.plan_inputs_key`), not of the contents, which are
 not known before the scan. Inputs are not pruned: one set per (table version, selection).
@@ -41,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.compact import CompactInts, count_nonzero
 from tokenloom.loader.plan import MARK_EVERY
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 
@@ -115,15 +117,20 @@ class PlanStore:
             state[counter] = 0  # the counters are per process
         return state
 
-    def selection_key(self, ids: np.ndarray, lens: np.ndarray) -> str:
+    def selection_key(self, ids: Any, lens: Any) -> str:
         """Digest of a selection's ids and counts and of :data:`LAYOUT_FORMAT` (remembered per
-        array pair, so each epoch of the same selection hashes it once)."""
+        array pair, so each epoch of the same selection hashes it once). A
+        :class:`~tokenloom.loader.compact.CompactInts` column is hashed by its encoding (a
+        function of its values, several times smaller than their int64 bytes)."""
         memo = (id(ids), id(lens))
         hit = self._digests.get(memo)
         if hit is not None and hit[0] is ids and hit[1] is lens:
             return hit[2]
         h = hashlib.sha256(LAYOUT_FORMAT.encode())
         for arr in (ids, lens):
+            if isinstance(arr, CompactInts):  # its encoding is a function of its values
+                h.update(f"compact:{arr.digest()};".encode())
+                continue
             h.update(str(arr.shape[0]).encode() + b";")
             for lo in range(0, arr.shape[0], _HASH_CHUNK):  # the int64 bytes, whatever the dtype
                 part = np.ascontiguousarray(arr[lo : lo + _HASH_CHUNK], dtype=np.int64)
@@ -145,7 +152,7 @@ class PlanStore:
         *,
         seed: int,
         epoch: int,
-        build: Callable[[], tuple[np.ndarray, np.ndarray]],
+        build: Callable[..., tuple[np.ndarray, np.ndarray]],
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(order, marks)`` of an epoch: mapped from the store, built there first if absent.
 
@@ -154,24 +161,26 @@ class PlanStore:
             lens: ``(N,)`` int64 counts of the selection.
             seed: The job's seed.
             epoch: The epoch.
-            build: Computes ``(order, marks)`` (called by at most one process per node).
+            build: Computes ``(order, marks)`` (called by at most one process per node). It is
+                passed ``alloc(n, dtype)``, which returns the ``(n,)`` array to write the order
+                into: the store's file mapped for writing (so the order being built lives in
+                the page cache once, not also in the builder's heap), or a plain array.
 
         Returns:
             Read-only arrays, memory-mapped (or in memory below ``min_docs`` rows).
         """
         if ids.shape[0] < self.min_docs:
-            return build()
+            return build(_alloc)
         final = self.path(ids, lens, seed=seed, epoch=epoch)
         parent = os.path.dirname(final)
         lock = self._lock(final, "planning")
         if lock is None:
-            return build()
+            return build(_alloc)
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait, then map
             mapped = self._open(final, lens) if os.path.isdir(final) else None
             if mapped is None:
-                order, marks = build()
-                self._write(final, {"order": order, "marks": marks}, None)
+                order, marks = self._build_in_place(final, build)
                 self._prune(parent, seed, epoch)
                 self.built += 1
                 mapped = self._open(final, lens)
@@ -199,13 +208,14 @@ class PlanStore:
         key: str,
         build: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]],
     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str | None]:
-        """Named 1-D arrays of one length and a small JSON ``meta``: mapped from the store,
-        built there first if absent (the plan's inputs, see the module docstring).
+        """Named 1-D arrays and a small JSON ``meta``: mapped from the store, built there
+        first if absent (the plan's inputs, see the module docstring).
 
         Args:
             key: What ``build`` computes, as a hex digest of everything it depends on.
-            build: Computes ``(arrays, meta)`` (called by at most one process per node, unless
-                its arrays are shorter than ``min_docs``: then every process builds its own).
+            build: Computes ``(arrays, meta)``; ``meta["rows"]`` is the rows they describe
+                (called by at most one process per node, unless there are fewer rows than
+                ``min_docs``: then every process builds its own).
 
         Returns:
             ``(arrays, meta, path)``: read-only mapped arrays and the directory they live in,
@@ -223,9 +233,7 @@ class PlanStore:
             if found is None:
                 shutil.rmtree(final, ignore_errors=True)  # unreadable leftovers
                 arrays, meta = build()
-                n = {a.shape for a in arrays.values()}
-                assert len(n) == 1 and len(next(iter(n))) == 1, "arrays of one length"
-                if next(iter(n))[0] < self.min_docs:
+                if int(meta["rows"]) < self.min_docs:
                     return arrays, meta, None
                 self._write(final, arrays, meta)
                 self.inputs_built += 1
@@ -241,7 +249,7 @@ class PlanStore:
             marks = np.asarray(np.load(os.path.join(final, "marks.npy"), mmap_mode="r"))
         except (OSError, ValueError):
             order = marks = None
-        n = int(np.count_nonzero(lens))
+        n = count_nonzero(lens)
         if (
             order is None
             or marks is None
@@ -253,16 +261,48 @@ class PlanStore:
             return None
         return order, marks
 
+    @classmethod
+    def _build_in_place(
+        cls, final: str, build: Callable[..., tuple[np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Build a layout whose order is written straight into ``order.npy`` of a temporary
+        folder (mapped for writing), then write the marks and rename the folder to ``final``."""
+        tmp = _tmp_name(final)
+        os.makedirs(tmp)
+        try:
+            path = os.path.join(tmp, "order.npy")
+
+            def alloc(n: int, dtype: Any) -> np.ndarray:
+                return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+
+            order, marks = build(alloc)
+            if isinstance(order, np.memmap) and os.path.exists(path):
+                order.flush()
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+            else:  # the builder made its own array
+                cls._save(path, order)
+            cls._save(os.path.join(tmp, "marks.npy"), marks)
+            os.rename(tmp, final)  # atomic: a reader sees the whole layout or none
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return order, marks
+
     @staticmethod
-    def _write(final: str, arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> None:
-        tmp = f"{os.path.dirname(final)}/.{os.path.basename(final)}.{secrets.token_hex(6)}.tmp"
+    def _save(path: str, arr: np.ndarray) -> None:
+        with open(path, "wb") as f:
+            np.save(f, arr)
+            f.flush()
+            os.fsync(f.fileno())
+
+    @classmethod
+    def _write(cls, final: str, arrays: dict[str, np.ndarray], meta: dict[str, Any] | None) -> None:
+        tmp = _tmp_name(final)
         os.makedirs(tmp)
         try:
             for name, arr in arrays.items():
-                with open(os.path.join(tmp, f"{name}.npy"), "wb") as f:
-                    np.save(f, arr)
-                    f.flush()
-                    os.fsync(f.fileno())
+                cls._save(os.path.join(tmp, f"{name}.npy"), arr)
             if meta is not None:
                 with open(os.path.join(tmp, "meta.json"), "w") as f:
                     json.dump({**meta, "arrays": sorted(arrays)}, f)
@@ -288,9 +328,17 @@ class PlanStore:
                     shutil.rmtree(path, ignore_errors=True)
 
 
+def _tmp_name(final: str) -> str:
+    return f"{os.path.dirname(final)}/.{os.path.basename(final)}.{secrets.token_hex(6)}.tmp"
+
+
+def _alloc(n: int, dtype: Any) -> np.ndarray:
+    return np.empty(n, dtype=dtype)
+
+
 def open_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """The arrays and meta :meth:`PlanStore.arrays` wrote at ``path``, mapped read-only; ``None``
-    when they are missing, unreadable or not all of one length."""
+    when they are missing, unreadable or not 1-D."""
     try:
         with open(os.path.join(path, "meta.json")) as f:
             meta = json.load(f)
@@ -300,6 +348,6 @@ def open_arrays(path: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | Non
         }
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if len({a.shape for a in arrays.values()}) > 1 or any(a.ndim != 1 for a in arrays.values()):
+    if any(a.ndim != 1 for a in arrays.values()):
         return None
     return arrays, meta

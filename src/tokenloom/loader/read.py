@@ -2,8 +2,9 @@
 token ranges a batch's spans need.
 
 The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of two small columns,
-done once per node when a :class:`~tokenloom.loader.planstore.PlanStore` is given (the other
-processes map the arrays the first one wrote).
+held as bit-packed :class:`~tokenloom.loader.compact.CompactInts` columns, done once per node
+when a :class:`~tokenloom.loader.planstore.PlanStore` is given (the other processes map the
+columns the first one wrote).
 Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
 group of steps (on an object store cut into a few concurrent takes of neighbouring rows), and
 gathered into the packer's layout with one vectorised ``take``. A document that goes on past a
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
+from tokenloom.loader.compact import COMPACT_FORMAT, CompactInts, encode
 from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.spec import count_column_for
 from tokenloom.table.filters import validate_filter
@@ -38,6 +40,9 @@ from tokenloom.table.filters import validate_filter
 __all__ = [
     "PlanInputs",
     "INPUTS_FORMAT",
+    "compact_inputs",
+    "input_parts",
+    "input_columns",
     "plan_inputs_key",
     "table_identity",
     "TokenReader",
@@ -52,26 +57,31 @@ class LoaderError(TokenloomError):
     """The loader cannot be built as asked (missing column, bad filter, no tokenizer)."""
 
 
-INPUTS_FORMAT = "plan-inputs-v1;row_ids=int64;n_tokens=int32|int64;rowids=uint64"
-"""Identity of what a shared set of plan inputs holds (part of its key)."""
+INPUTS_FORMAT = (
+    f"plan-inputs-v2;{COMPACT_FORMAT};row_ids=int64;n_tokens=int32|int64;rowids=uint64-row_ids"
+)
+"""Identity of what a shared set of plan inputs holds (part of its key: a store written in
+another format is scanned again, never misread)."""
 
 _INPUT_ARRAYS = ("row_ids", "n_tokens", "rowids")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class PlanInputs:
-    """What the plan is computed from (small: 20 bytes per selected row, or 24 when a count
-    needs int64). Arrays mapped from a plan store are read-only; pickling such inputs (a spawned
+    """What the plan is computed from, as :class:`~tokenloom.loader.compact.CompactInts`
+    columns (about 2.5 bytes per selected row in all for a filter keeping 90% of a table's
+    rows, lognormal token counts; see :func:`compact_inputs`). Columns mapped from a plan
+    store stay in the page cache, one copy per node; pickling such inputs (a spawned
     DataLoader worker) sends the store's path, and the worker maps the same files."""
 
     version: int
-    row_ids: np.ndarray
+    row_ids: CompactInts
     """The ``id`` of each selected row, ascending (int64)."""
-    n_tokens: np.ndarray
+    n_tokens: CompactInts
     """Stored token counts, null counted as 0: int32 when every count fits (values are exact
     either way), else int64."""
-    rowids: np.ndarray
-    """Stable Lance row ids, aligned with ``row_ids`` (uint64)."""
+    rowids: CompactInts
+    """Stable Lance row ids, aligned with ``row_ids`` (uint64, stored relative to them)."""
     null_rows: int
     """Selected rows whose token list is null (planned as zero-length)."""
     tokenizer: dict
@@ -85,6 +95,57 @@ class PlanInputs:
         fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
         return (_plan_inputs, (fields,))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the three columns hold."""
+        return sum(getattr(self, k).nbytes for k in _INPUT_ARRAYS)
+
+
+def compact_inputs(
+    row_ids: np.ndarray, n_tokens: np.ndarray, rowids: np.ndarray
+) -> dict[str, CompactInts]:
+    """The three columns of :class:`PlanInputs` from plain arrays (what a scan yields): ids as
+    int64, counts narrowed (:func:`~tokenloom.loader.plan.narrow_counts`), row ids as uint64
+    stored relative to the ids (their difference is constant over runs of rows written in id
+    order)."""
+    plain = np.asarray(row_ids).astype(np.int64, copy=False)
+    ids = encode(plain)
+    return {
+        "row_ids": ids,
+        "n_tokens": encode(narrow_counts(np.asarray(n_tokens))),
+        "rowids": encode(
+            np.asarray(rowids).astype(np.uint64, copy=False), ref=ids, ref_values=plain
+        ),
+    }
+
+
+def input_parts(
+    columns: dict[str, CompactInts], meta: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Columns as the named arrays and meta :meth:`PlanStore.arrays
+    <tokenloom.loader.planstore.PlanStore.arrays>` writes (``<column>.<part>``)."""
+    arrays: dict[str, np.ndarray] = {}
+    described: dict[str, Any] = {}
+    for name, col in columns.items():
+        parts, col_meta = col.parts()
+        arrays.update({f"{name}.{k}": v for k, v in parts.items()})
+        described[name] = {**col_meta, "ref": "row_ids" if col.ref is not None else None}
+    return arrays, {**meta, "rows": len(columns["row_ids"]), "columns": described}
+
+
+def input_columns(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, CompactInts]:
+    """:func:`input_parts` read back (``ValueError`` when they do not fit together)."""
+    described = meta["columns"]
+    if set(described) != set(_INPUT_ARRAYS):
+        raise ValueError(f"plan inputs hold {sorted(described)}, not {list(_INPUT_ARRAYS)}")
+    out: dict[str, CompactInts] = {}
+    for name in _INPUT_ARRAYS:  # row_ids first: the others may be stored relative to it
+        col_meta = described[name]
+        parts = {k: arrays[f"{name}.{k}"] for k in ("bases", "starts", "data")}
+        ref = out[col_meta["ref"]] if col_meta.get("ref") else None
+        out[name] = CompactInts.from_parts(parts, col_meta, ref)
+    return out
+
 
 def _plan_inputs(fields: dict) -> PlanInputs:
     return PlanInputs(**fields)
@@ -95,18 +156,22 @@ def _map_plan_inputs(path: str) -> PlanInputs:
     from tokenloom.loader.planstore import PLAN_CACHE_ENV, open_arrays
 
     found = open_arrays(path)
-    if found is None or set(found[0]) != set(_INPUT_ARRAYS):
+    try:
+        if found is None:
+            raise ValueError("missing")
+        arrays, meta = found
+        columns = input_columns(arrays, meta)
+    except (ValueError, KeyError, TypeError) as exc:
         raise LoaderError(
             f"the plan inputs at {path} are gone or unreadable (the plan store was cleared "
             f"while the job ran?); restart the job, or set {PLAN_CACHE_ENV}=off"
-        )
-    arrays, meta = found
+        ) from exc
     return PlanInputs(
         version=int(meta["version"]),
         null_rows=int(meta["null_rows"]),
         tokenizer=dict(meta["tokenizer"]),
         shared=path,
-        **arrays,
+        **columns,
     )
 
 
@@ -181,9 +246,9 @@ def scan_plan_inputs(
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         inputs = _scan_plan_inputs(ds, **scan)
-        arrays = {k: getattr(inputs, k) for k in _INPUT_ARRAYS}
+        columns = {k: getattr(inputs, k) for k in _INPUT_ARRAYS}
         meta = {"version": inputs.version, "null_rows": inputs.null_rows}
-        return arrays, {**meta, "tokenizer": inputs.tokenizer}
+        return input_parts(columns, {**meta, "tokenizer": inputs.tokenizer})
 
     arrays, meta, path = store.arrays(plan_inputs_key(ds, **scan), build)
     return PlanInputs(
@@ -191,7 +256,7 @@ def scan_plan_inputs(
         null_rows=int(meta["null_rows"]),
         tokenizer=dict(meta["tokenizer"]),
         shared=path,
-        **arrays,
+        **input_columns(arrays, meta),
     )
 
 
@@ -229,11 +294,15 @@ def _scan_plan_inputs(
             f"--table {ds.uri} --tokenizer {tok} --column {token_column}`), or pass "
             "--allow-missing to plan them as empty"
         )
+    columns = compact_inputs(
+        table.column("id").to_numpy(),
+        pc.fill_null(counts, 0).to_numpy(),
+        table.column("_rowid").to_numpy(),
+    )
+    del table, counts
     return PlanInputs(
         version=ds.version,
-        row_ids=table.column("id").to_numpy().astype(np.int64, copy=False),
-        n_tokens=narrow_counts(pc.fill_null(counts, 0).to_numpy()),
-        rowids=table.column("_rowid").to_numpy().astype(np.uint64, copy=False),
+        **columns,
         null_rows=int(null_rows),
         tokenizer=tokenizer_identity(ds, token_column),
     )
@@ -474,8 +543,11 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
             f"no column {column!r}; add it with `tokenloom tokenize --table {ds.uri} "
             "--tokenizer SPEC --boundaries`"
         )
-    long = inputs.n_tokens + 1 > window
-    if not long.any():
+    long = np.concatenate(
+        [lo + np.flatnonzero(v.astype(np.int64) + 1 > window) for lo, v in inputs.n_tokens.blocks()]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+    if not long.size:
         return {}
     table = ds._take_rows(inputs.rowids[long].tolist(), columns=["id", column])
     return {

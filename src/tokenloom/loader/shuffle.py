@@ -20,10 +20,13 @@ the packed values are distinct, and sorting them orders by (high bits, position)
 high bits tie (about ``n**2 / 2**(65 - b)`` pairs: a few hundred for 17.5M rows) may be out of
 true order; their full keys are drawn again from the stream and those runs re-sorted by (key,
 position). The result equals ``argsort(keys, kind="stable")`` exactly. From 4M rows the packed
-values are first dealt into buckets by their top bits and the buckets sorted on up to 8 threads
-(``np.sort`` releases the GIL); the buckets are in order end to end, so the result is the same.
-Cost: about 0.1 s per million rows on one core, 8 bytes per row while sorting, 4 per row for the
-result.
+values are dealt into buckets by their top bits (counted in a first pass over the stream) and
+sorted a group of consecutive buckets at a time: 16 groups, each read in one more pass over the
+stream and its buckets sorted on up to 8 threads (``np.sort`` releases the GIL). Buckets and
+groups are in order end to end, so the result is the same; the sort holds one group (about 0.5
+byte per row) besides its result, which it writes where the caller says (the plan store's file).
+Cost: about 0.1 s per million rows on one core below 4M rows (8 bytes per row while sorting),
+about twice that from 4M (the stream is drawn 18 times), 4 bytes per row for the result.
 
 :data:`PERMUTATION_ALGORITHM` names this recipe; it belongs in the loader's fingerprint so that a
 future change of recipe is refused on resume instead of silently reading other rows.
@@ -31,6 +34,7 @@ future change of recipe is refused on resume instead of silently reading other r
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +54,8 @@ PERMUTATION_ALGORITHM = "pcg64-seedseq[seed,epoch]-rawsort-v1"
 """Identity of the recipe of :func:`epoch_permutation` (part of the plan fingerprint)."""
 
 _CHUNK = 1 << 18  # keys drawn / packed / unpacked per pass (bounds the temporaries)
-_PARALLEL_MIN = 1 << 22  # keys from which the sort runs on several threads
+_PARALLEL_MIN = 1 << 22  # keys from which the sort runs on several threads, in groups
+_SORT_GROUPS = 16  # from _PARALLEL_MIN keys, groups sorted one after another (0.5 B/key)
 
 
 def _check_seed(name: str, value: object) -> int:
@@ -106,14 +111,41 @@ def _pack(keys: np.ndarray, lo: int, shift: np.uint64, out: np.ndarray) -> None:
     out |= np.arange(lo, lo + keys.shape[0], dtype=np.uint64)
 
 
-def _packed_sorted(
-    n: int, chunks: Callable[[], Iterator[np.ndarray]], shift: np.uint64, threads: int
-) -> np.ndarray:
-    """The packed values in ascending order. With several threads the values are first placed
-    in buckets by their top bits (counted in a first pass over the stream), so the buckets,
-    sorted apart in parallel, are already in order end to end."""
-    packed = np.empty(n, dtype=np.uint64)  # (n,) high key bits | position
-    if threads <= 1:
+def _mapped_u64(n: int) -> np.ndarray:
+    """``np.empty(n, uint64)`` in its own anonymous mapping: given back to the system as soon
+    as it is freed, instead of staying in the heap beside the next group's buffer."""
+    if n == 0:
+        return np.empty(0, dtype=np.uint64)
+    return np.frombuffer(mmap.mmap(-1, n * 8), dtype=np.uint64)
+
+
+def _groups(counts: np.ndarray, cap: int) -> list[tuple[int, int]]:
+    """Runs ``[b0, b1)`` of consecutive buckets holding at most ``cap`` values together (or
+    one bucket, however large)."""
+    out, b0, held = [], 0, 0
+    for b, c in enumerate(counts.tolist()):
+        if held and held + c > cap:
+            out.append((b0, b))
+            b0, held = b, 0
+        held += c
+    out.append((b0, counts.shape[0]))
+    return out
+
+
+def _sorted_groups(
+    n: int,
+    chunks: Callable[[], Iterator[np.ndarray]],
+    shift: np.uint64,
+    threads: int,
+    max_sorting: int,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(offset, values)``: the packed values in ascending order, as consecutive groups that
+    start at ``offset`` of the whole. With several threads or fewer than ``n`` values sorted at
+    once, the values are dealt into buckets by their top bits (counted in a first pass over the
+    stream); a group is a run of consecutive buckets read in one more pass, so its buckets,
+    sorted apart in parallel, are in order end to end and the groups too."""
+    if threads <= 1 and max_sorting >= n:
+        packed = np.empty(n, dtype=np.uint64)  # (n,) high key bits | position
         lo = 0
         for keys in chunks():
             _pack(keys, lo, shift, packed[lo : lo + keys.shape[0]])
@@ -121,66 +153,110 @@ def _packed_sorted(
         if lo != n:
             raise ValueError(f"chunks yielded {lo} keys, expected {n}")
         packed.sort()
-        return packed
-    bits = (2 * threads - 1).bit_length()  # about two buckets per thread
+        yield 0, packed
+        return
+    groups_wanted = -(-n // max(max_sorting, 1))
+    bits = min(max((2 * threads - 1).bit_length(), (4 * groups_wanted - 1).bit_length()), 16)
     top = np.uint64(64 - bits)
     counts = np.zeros(1 << bits, dtype=np.int64)
     for keys in chunks():
-        counts += np.bincount((keys >> top).astype(np.uint8), minlength=1 << bits)
+        counts += np.bincount((keys >> top).astype(np.uint16), minlength=1 << bits)
     if int(counts.sum()) != n:
         raise ValueError(f"chunks yielded {int(counts.sum())} keys, expected {n}")
-    bounds = np.zeros((1 << bits) + 1, dtype=np.int64)
-    np.cumsum(counts, out=bounds[1:])
-    cursor = bounds[:-1].copy()
-    lo = 0
-    for keys in chunks():
-        bucket = (keys >> top).astype(np.uint8)
-        part = np.empty(keys.shape[0], dtype=np.uint64)
-        _pack(keys, lo, shift, part)
-        by_bucket = part[np.argsort(bucket, kind="stable")]  # a radix sort of small ints
-        edges = np.zeros((1 << bits) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(bucket, minlength=1 << bits), out=edges[1:])
-        for b in np.flatnonzero(edges[1:] > edges[:-1]).tolist():
-            size = int(edges[b + 1] - edges[b])
-            packed[cursor[b] : cursor[b] + size] = by_bucket[edges[b] : edges[b + 1]]
-            cursor[b] += size
-        lo += keys.shape[0]
-    with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-sort") as pool:
-        spans = zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-        list(pool.map(lambda ab: packed[ab[0] : ab[1]].sort(), spans))
-    return packed
+    offset = 0
+    for b0, b1 in _groups(counts, max_sorting):
+        size = int(counts[b0:b1].sum())
+        packed = _mapped_u64(size)  # this group's values, bucket after bucket
+        bounds = np.zeros(b1 - b0 + 1, dtype=np.int64)
+        np.cumsum(counts[b0:b1], out=bounds[1:])
+        cursor = bounds[:-1].copy()
+        whole = b0 == 0 and b1 == 1 << bits
+        first, last = np.uint64(b0 << int(top)), np.uint64(((b1 << int(top)) - 1) % (1 << 64))
+        lo = 0
+        for keys in chunks():
+            if whole:
+                part = np.empty(keys.shape[0], dtype=np.uint64)
+                _pack(keys, lo, shift, part)
+                bucket = (keys >> top).astype(np.int64)
+            else:  # keys whose top bits are those of buckets [b0, b1)
+                at = np.flatnonzero((keys >= first) & (keys <= last))
+                mine = keys[at]
+                part = (mine >> shift) << shift
+                part |= (at + lo).astype(np.uint64)
+                bucket = (mine >> top).astype(np.int64)
+            bucket -= b0
+            lo += keys.shape[0]
+            if b1 - b0 == 1:
+                packed[cursor[0] : cursor[0] + part.shape[0]] = part
+                cursor[0] += part.shape[0]
+                continue
+            by_bucket = part[np.argsort(bucket, kind="stable")]  # a radix sort of small ints
+            edges = np.zeros(b1 - b0 + 1, dtype=np.int64)
+            np.cumsum(np.bincount(bucket, minlength=b1 - b0), out=edges[1:])
+            for b in np.flatnonzero(edges[1:] > edges[:-1]).tolist():
+                m = int(edges[b + 1] - edges[b])
+                packed[cursor[b] : cursor[b] + m] = by_bucket[edges[b] : edges[b + 1]]
+                cursor[b] += m
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        if threads > 1 and len(spans) > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-sort") as pool:
+                list(pool.map(lambda ab, buf=packed: buf[ab[0] : ab[1]].sort(), spans))
+        else:
+            for a, b in spans:
+                packed[a:b].sort()
+        yield offset, packed
+        offset += size
+        del packed
 
 
 def stable_argsort_u64(
-    n: int, chunks: Callable[[], Iterator[np.ndarray]], *, threads: int | None = None
+    n: int,
+    chunks: Callable[[], Iterator[np.ndarray]],
+    *,
+    threads: int | None = None,
+    max_sorting: int | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``np.argsort(keys, kind="stable")`` of ``n`` uint64 keys, by a packed in-place sort.
 
     Args:
         n: Number of keys.
         chunks: Yields the keys in order as consecutive ``uint64`` arrays (``n`` in all), the
-            same on every call; called up to three times (bucket counts, packing, tie repair).
+            same on every call; called once per group of values sorted at once, plus up to
+            twice (bucket counts, tie repair).
         threads: Threads sorting (default: up to 8 cores from 4M keys, else 1). The result does
             not depend on it.
+        max_sorting: Most packed values (8 bytes each) held at once (default: all of them
+            below 4M keys, else a sixteenth: about 0.5 byte per key, for a pass over the stream
+            per group). The result does not depend on it.
+        out: Optional ``(n,)`` array of :func:`order_dtype` ``(n)`` to write the result into
+            (e.g. a file mapped for writing), instead of a new one.
 
     Returns:
-        ``(n,)`` :func:`order_dtype` positions ordered by ``(key, position)``.
+        ``(n,)`` :func:`order_dtype` positions ordered by ``(key, position)`` (``out`` if given).
     """
     dtype = order_dtype(n)
+    if out is None:
+        out = np.empty(n, dtype=dtype)
+    elif out.shape != (n,) or out.dtype != dtype:
+        raise ValueError(f"out must be ({n},) {np.dtype(dtype)}, got {out.shape} {out.dtype}")
     b = max(1, (n - 1).bit_length())
     shift, mask = np.uint64(b), np.uint64((1 << b) - 1)
-    packed = _packed_sorted(n, chunks, shift, _sort_threads(n) if threads is None else threads)
+    if max_sorting is None:
+        max_sorting = n if n < _PARALLEL_MIN else max(-(-n // _SORT_GROUPS), _CHUNK)
+    threads = _sort_threads(n) if threads is None else threads
     ties: list[np.ndarray] = []  # slots whose high bits equal a neighbour's
-    for a in range(0, max(n - 1, 0), _CHUNK):
-        z = min(a + _CHUNK, n - 1)
-        same = ((packed[a + 1 : z + 1] ^ packed[a:z]) >> shift) == 0
-        if same.any():
-            at = np.flatnonzero(same) + a
-            ties.append(np.union1d(at, at + 1))
-    out = np.empty(n, dtype=dtype)
-    for a in range(0, n, _CHUNK):
-        out[a : a + _CHUNK] = packed[a : a + _CHUNK] & mask
-    del packed
+    for at, packed in _sorted_groups(n, chunks, shift, threads, max(int(max_sorting), 1)):
+        m = packed.shape[0]
+        for a in range(0, max(m - 1, 0), _CHUNK):
+            z = min(a + _CHUNK, m - 1)
+            same = ((packed[a + 1 : z + 1] ^ packed[a:z]) >> shift) == 0
+            if same.any():
+                slot = np.flatnonzero(same) + (at + a)
+                ties.append(np.union1d(slot, slot + 1))
+        for a in range(0, m, _CHUNK):
+            out[at + a : at + min(a + _CHUNK, m)] = packed[a : a + _CHUNK] & mask
+        del packed
     if ties:
         slots = np.unique(np.concatenate(ties))  # contiguous runs, high bits ascending
         pos = out[slots].astype(np.int64)
@@ -206,15 +282,16 @@ def _raw_chunks(n: int, seed: int, epoch: int) -> Callable[[], Iterator[np.ndarr
     return gen
 
 
-def epoch_order(n: int, *, seed: int, epoch: int) -> np.ndarray:
-    """:func:`epoch_permutation` in its narrowest dtype (``uint32`` below ``2**32`` items).
+def epoch_order(n: int, *, seed: int, epoch: int, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`epoch_permutation` in its narrowest dtype (``uint32`` below ``2**32`` items),
+    written into ``out`` when given (see :func:`stable_argsort_u64`).
 
     Raises:
         ValueError: ``n`` is negative or ``seed``/``epoch`` are not non-negative integers.
     """
     n = _check_n(n)
     seed, epoch = _check_seed("seed", seed), _check_seed("epoch", epoch)
-    return stable_argsort_u64(n, _raw_chunks(n, seed, epoch))
+    return stable_argsort_u64(n, _raw_chunks(n, seed, epoch), out=out)
 
 
 def epoch_permutation(n: int, *, seed: int, epoch: int) -> np.ndarray:

@@ -114,6 +114,7 @@ def sample_steps(total: int, k: int, seed: int) -> list[int]:
 
 def fixed_rows(row_ids: np.ndarray, n_tokens: np.ndarray) -> list[int]:
     """Ids of the shortest and the longest non-empty rows (the lowest id on ties; deduplicated)."""
+    row_ids, n_tokens = np.asarray(row_ids), np.asarray(n_tokens)  # plain copies if compact
     keep = np.flatnonzero(n_tokens > 0)
     if keep.size == 0:
         return []
