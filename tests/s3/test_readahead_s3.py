@@ -35,7 +35,9 @@ def test_read_ahead_is_sized_from_measured_latency(s3_server, s3_prefix, tmp_pat
     sizing = ds.sizing
     assert sizing is not None and sizing.measured
     assert sizing.wall_s >= 0.020 and sizing.waiting_s > 0  # at least one request's latency
-    assert sizing.io_threads > 2 and sizing.read_ahead >= sizing.io_threads
+    # fetch spans in flight, and the concurrent takes they are cut into
+    assert sizing.read_ahead > 2 and sizing.io_threads >= sizing.read_ahead
+    assert 0 < sizing.span_rows <= 80
     assert ds.stats.pipelines == 1 and ds.stats.probe_wall_seconds == sizing.wall_s
     assert "threads" in ds.stats.summary()
     assert len(got) == len(expected) > 4

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,17 +25,18 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
+from tokenloom.loader.fetch import FetchAhead, SpanKey
 from tokenloom.loader.gauge import PipelineGauge
 from tokenloom.loader.group import PackedGroup
 from tokenloom.loader.planner import Planner
-from tokenloom.loader.read import LoaderError, TokenReader
+from tokenloom.loader.read import SPLIT_TAKE_PARTS, SPLIT_TAKE_ROWS, LoaderError, TokenReader
 from tokenloom.loader.readahead import (
-    READ_AHEAD_BYTES,
+    FETCH_AHEAD_BYTES,
     TAKE_ROWS,
     ReadAhead,
     available_cores,
     log,
-    rows_per_take,
+    rows_per_fetch,
     size_read_ahead,
     timed,
 )
@@ -56,6 +57,10 @@ _SLOTS_IN_TRANSIT = 8
 # a training loop still holds); past that it copies groups out, so keeping batches never stalls.
 _SLOTS_LENT = 4
 _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
+# On an object store the fetch spans read (loader/fetch.py); the read groups' threads only pack,
+# which is CPU work: one thread per core of a 2-core share, 4 groups ahead, as on a local table.
+_PACK_THREADS = 2
+_PACK_AHEAD = 4
 
 
 class PackedDataset(IterableDataset):
@@ -152,6 +157,8 @@ class PackedDataset(IterableDataset):
         self.read_group = read_group
         """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
         self._buffers = RecycledBuffers()
+        self._fetcher: FetchAhead | None = None
+        """In the training process on an object store: the fetch spans, kept across epochs."""
         """Output buffers of packed groups, reused once no batch of theirs is referenced."""
         self.reader = TokenReader(
             self.uri, self.version, self.spec.token_column, storage_options=storage_options
@@ -163,6 +170,11 @@ class PackedDataset(IterableDataset):
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
         self._epoch = int(epoch)
         self._step = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fetcher"] = None  # threads and fetched rows stay in this process
+        return state
 
     # -- what the spec resolved to --------------------------------------------------------------
 
@@ -255,36 +267,63 @@ class PackedDataset(IterableDataset):
     # -- iteration ----------------------------------------------------------------------------
 
     def _group_steps(self, view: EpochView) -> int:
-        """Steps whose rows are read in one ``take``: about
-        :func:`~tokenloom.loader.readahead.rows_per_take` rows per call (small takes pay a
-        fixed cost each, on an object store one GET per row; very large ones lose locality)."""
+        """Steps packed together (and, on a local table, read with one ``take``): about
+        :data:`~tokenloom.loader.readahead.TAKE_ROWS` stretches per group (small takes pay a
+        fixed cost each; very large ones lose locality). On an object store the reads are
+        spans of many groups (:meth:`_span_groups`)."""
         if self.read_group is not None:
             return self.read_group
-        remote = is_remote(self.uri)
-        # ~ rows + block cuts per step; on an object store distinct rows (what a GET fetches)
-        stretches = len(self.inputs.row_ids) + (0 if remote else view.plan.num_blocks)
+        stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # rows + block cuts
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
+        return int(max(TAKE_ROWS // per_step, 1))
+
+    def _token_bytes(self) -> int:
+        """Bytes of the token lists an epoch reads (selected tokens x bytes per token)."""
         width = self.reader.dataset.schema.field(self.spec.token_column).type.value_type
-        take = rows_per_take(
-            int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1), remote=remote
+        return int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1)
+
+    def _span_groups(self, view: EpochView, size: int) -> int:
+        """Read groups per fetch span on an object store: about
+        :func:`~tokenloom.loader.readahead.rows_per_fetch` distinct rows per span."""
+        rows = max(len(self.inputs.row_ids), 1)
+        per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
+        return int(max(rows_per_fetch(self._token_bytes(), rows) // per_group, 1))
+
+    def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
+        """The stable row ids a read group's stretches come from (no I/O)."""
+        layout = view.group(
+            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
-        return int(min(max(take // per_step, 1), 64 * take // TAKE_ROWS))
+        return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, layout.spans.row_id)]
 
     def _build_group(
-        self, view: EpochView, epoch: int, steps: range, slots: SharedSlots | None
+        self,
+        view: EpochView,
+        epoch: int,
+        steps: range,
+        slots: SharedSlots | None,
+        fetch: tuple[Future, bool] | None = None,
     ) -> _Group:
-        """Several consecutive steps read with ONE take of all their rows and packed with one
-        call (in an I/O thread: ``take`` and the numpy packer release the GIL for most of their
-        time); the consumer hands them out step by step. ``slots``: in a DataLoader worker, pack
-        into a shared-memory slot that the training process lends to the batches."""
+        """Several consecutive steps read with ONE take of all their rows (or from their
+        span's fetch, ``fetch``: its future and whether this group carries its read cost) and
+        packed with one call (in an I/O thread: ``take`` and the numpy packer release the GIL
+        for most of their time); the consumer hands them out step by step. ``slots``: in a
+        DataLoader worker, pack into a shared-memory slot that the training process lends to
+        the batches."""
         layout = view.group(
             np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
         spans = layout.spans
         rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
+        fetched = None
+        if fetch is not None:
+            fetched = fetch[0].result()
         tokens, offsets, read = self.reader.read_ranges(
-            rowids, layout.starts, layout.stops, spans.doc_len
+            rowids, layout.starts, layout.stops, spans.doc_len, fetched
         )
+        if fetched is not None and fetch is not None and fetch[1]:
+            r = fetched.read
+            read = (read[0] + r[0], read[1] + r[1], read[2] + r[2])
         self.gauge.fetched()
         started = time.perf_counter()
         shape = (4, len(layout.blocks), self.seq_len)
@@ -319,13 +358,16 @@ class PackedDataset(IterableDataset):
         total = view.steps
         size = self._group_steps(view)
         # worker w builds groups w, w + W, ...: the DataLoader's round-robin keeps the order
-        starts = range(first + wid * size, total, workers * size)
-        groups = [range(lo, min(lo + size, total)) for lo in starts]
+        groups = _groups(first, total, size, wid, workers)
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
-        probed = self._size_reads(view, epoch, groups, workers if info is not None else 0)
+        fetcher = None
+        if is_remote(self.uri) and groups:
+            fetcher = self._start_fetches(view, epoch, groups, size, in_process=info is None)
+        self._size_reads(groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
-        skip = 1 if probed is not None else 0
+        if fetcher is not None:  # reading is the fetcher's; these threads pack
+            threads, depth = _PACK_THREADS, _PACK_AHEAD
         gauge = self.gauge
         # the group being handed out stays in the packed queue while its successor is submitted
         gauge.start(capacity=(depth + 1) * size)
@@ -338,71 +380,143 @@ class PackedDataset(IterableDataset):
                 )
             build = self._build_group
 
-            def submit(g: range) -> Any:
-                return gauge.submit(pool, build, view, epoch, g, slots, steps=len(g))
+            def submit(i: int) -> Any:
+                g = groups[i]
+                fetch = None
+                if fetcher is not None:
+                    fetch = (fetcher.get(i), fetcher.first_of_span(i))
+                return gauge.submit(pool, build, view, epoch, g, slots, fetch, steps=len(g))
 
-            ahead = deque(submit(g) for g in groups[skip : skip + depth])
-            next_group = skip + len(ahead)
-            expected = first_sent = groups[0].start if groups else total
-            while ahead or probed is not None:
-                tracked = probed is None  # the probe group was built outside the gauge
-                if probed is not None:
-                    group, probed = probed, None
-                else:
-                    group = gauge.take(ahead.popleft())
-                    if next_group < len(groups):
-                        ahead.append(submit(groups[next_group]))
-                        next_group += 1
+            ahead = deque(submit(i) for i in range(min(depth, len(groups))))
+            next_group = len(ahead)
+            expected = groups[0].start if groups else total
+            for index in range(len(groups)):
+                group = gauge.take(ahead.popleft())
+                if fetcher is not None:
+                    fetcher.done(index)
+                if next_group < len(groups):
+                    ahead.append(submit(next_group))
+                    next_group += 1
                 assert group.first == expected  # groups are consumed in order
                 expected += workers * size
                 if info is not None:
                     # one message per group (the slots' memory crosses with the first one);
                     # the DataLoader splits it into steps and adds the worker's counters once
-                    gauge.handed_out(self.stats, steps=group.steps if tracked else 0)
+                    gauge.handed_out(self.stats, steps=group.steps)
                     extra, snapshot = self.stats.delta(snapshot), self.stats.copy()
-                    ring = slots if group.first == first_sent else None
+                    ring = slots if index == 0 else None
                     yield replace(group, worker=wid, slots=ring, extra=extra, sent=time.monotonic())
                     continue
                 for i in range(group.steps):
                     self.stats.add(group.step_stats(i))
-                    gauge.handed_out(self.stats, steps=1 if tracked else 0)
+                    gauge.handed_out(self.stats, steps=1)
                     self.last_counts = group.counts.step(i)
                     self._step = group.first + i + 1
                     if self._step >= total:
                         self._epoch, self._step = epoch + 1, 0
                     yield as_tensors(group.batch(i))
+        if fetcher is not None and info is not None:
+            fetcher.close()  # a worker's copy ends with its epoch
 
-    def _size_reads(
-        self, view: EpochView, epoch: int, groups: list[range], workers: int
-    ) -> _Group | None:
-        """Size the read pipeline (:attr:`sizing`): explicit values as given; on an object
-        store the others from the first group, built here and timed (the group is returned,
-        not built again; later epochs in this process reuse it); locally 2 threads in-process
-        and in each worker (a worker's second thread overlaps one group's take with the next
-        group's pack: measured +7% tok/s with 2 workers on 2 cores), 4 groups ahead."""
+    def _start_fetches(
+        self, view: EpochView, epoch: int, groups: list[range], size: int, *, in_process: bool
+    ) -> FetchAhead:
+        """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.fetch`): in the
+        training process the fetcher outlives the epoch, goes on into the next one's first spans
+        while this one ends, and the next pass reuses them when it starts where this one ends."""
+        per_span = self._span_groups(view, size)
+        key = SpanKey(
+            epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
+        )
+        fetcher = self._fetcher if in_process else None
+        if fetcher is None:
+            fetcher = FetchAhead(self.reader, depth=self._fetch_depth(), parts=self._fetch_parts())
+            if in_process:
+                self._fetcher = fetcher
+
+        def rows_of(v: EpochView, gs: list[range]) -> Any:
+            return lambda g: self._group_rows(v, gs[g])
+
+        following = None
+        if in_process:
+
+            def following() -> tuple[SpanKey, Any] | None:
+                nxt = self.view(epoch + 1)
+                gs = _groups(0, nxt.steps, size, 0, 1)
+                if not gs:
+                    return None
+                k = SpanKey(epoch=epoch + 1, groups=tuple((g.start, g.stop) for g in gs),
+                            per_span=per_span)  # fmt: skip
+                return k, rows_of(nxt, gs)
+
+        fetcher.start(key, rows_of(view, groups), following=following)
+        return fetcher
+
+    def _fetch_depth(self) -> int:
+        """Fetch spans in flight: ``read_ahead`` given or measured (2 until measured)."""
+        if self.read_ahead is not None:
+            return self.read_ahead
+        return self.sizing.read_ahead if self.sizing is not None and self.sizing.measured else 2
+
+    def _fetch_parts(self) -> int:
+        """Concurrent takes per fetch span: ``io_threads`` over the spans in flight."""
+        threads = self.io_threads
+        if threads is None and self.sizing is not None and self.sizing.measured:
+            threads = self.sizing.io_threads
+        if threads is None:
+            return SPLIT_TAKE_PARTS
+        return max(threads // self._fetch_depth(), 1)
+
+    def _size_reads(self, groups: list[range], fetcher: FetchAhead | None, workers: int) -> None:
+        """Size the read pipeline (:attr:`sizing`). Locally: the explicit values, else 2
+        threads in-process and in each DataLoader worker (a worker's second thread overlaps one
+        group's take with the next group's pack: measured +7% tok/s with 2 workers on 2 cores)
+        and 4 groups ahead. On an object store (``fetcher``): ``read_ahead`` is the fetch spans
+        in flight and ``io_threads`` the concurrent takes they are cut into; unless both are
+        given, they are sized from the first span, fetched here and timed (once per process:
+        later epochs reuse the measure)."""
         cores = available_cores(max(workers, 1))
         floor = 2
         explicit = self.io_threads is not None and self.read_ahead is not None
-        if explicit or not groups or not is_remote(self.uri):
+        if explicit or fetcher is None:
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
             )  # fmt: skip
             self.stats.record_sizing(self.sizing)
-            return None
+            return
         if self.sizing is not None and self.sizing.measured:  # a later epoch: measured already
             self.stats.record_sizing(self.sizing)
-            return None
+            return
         self.reader.dataset  # noqa: B018 - opened before the clock starts
-        built, wall, cpu = timed(self._build_group, view, epoch, groups[0], None)
-        step_bytes = 4 * self.blocks_per_rank * self.seq_len * 8  # ids, labels, positions, docs
-        self.sizing = size_read_ahead(
-            wall, cpu, cores=cores, io_threads=self.io_threads, read_ahead=self.read_ahead,
-            min_threads=floor, max_ahead=READ_AHEAD_BYTES // (len(groups[0]) * step_bytes),
+        rows = fetcher.span_rows(0)
+        fetched, wall, cpu = timed(self.reader.fetch, rows)
+        fetcher.put(0, fetched)
+        span_bytes = max(fetched.read[1], 1)
+        depth = size_read_ahead(
+            wall, cpu, cores=cores, read_ahead=self.read_ahead, min_threads=floor,
+            max_ahead=max(FETCH_AHEAD_BYTES // span_bytes, floor),
+        ).io_threads  # fmt: skip
+        if self.read_ahead is not None:
+            depth = self.read_ahead
+        # the takes a span is cut into (split_rows never cuts runs under SPLIT_TAKE_ROWS rows)
+        parts = min(SPLIT_TAKE_PARTS, max(len(fetched.rowids) // SPLIT_TAKE_ROWS, 1))
+        if self.io_threads is not None:
+            parts = max(self.io_threads // depth, 1)
+        self.sizing = ReadAhead(
+            io_threads=self.io_threads or depth * parts, read_ahead=depth, wall_s=wall,
+            cpu_s=cpu, cores=cores, measured=True, span_rows=len(fetched.rowids),
         )  # fmt: skip
+        fetcher.resize(depth=depth, parts=parts)
         self.stats.record_sizing(self.sizing)
         log.info("%s (%s)", self.sizing.describe(), self.uri)
-        return built
+
+
+def _groups(first: int, total: int, size: int, wid: int, workers: int) -> list[range]:
+    """Read groups of ``size`` steps from ``first``: worker ``wid`` of ``workers`` builds groups
+    ``wid, wid + workers, ...``."""
+    starts = range(first + wid * size, total, workers * size)
+    return [range(lo, min(lo + size, total)) for lo in starts]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
