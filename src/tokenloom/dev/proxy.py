@@ -151,6 +151,12 @@ class FaultProxy:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def thread_id(self) -> int | None:
+        """The native id of the proxy's thread (its CPU time is in
+        ``/proc/self/task/<id>/stat`` on Linux); ``None`` before it starts."""
+        return self._thread.native_id
+
     def storage_options(self, base: dict[str, str]) -> dict[str, str]:
         """``base`` (the server's options) pointed at this proxy."""
         return {**base, "aws_endpoint": self.endpoint}
