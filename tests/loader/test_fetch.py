@@ -12,7 +12,12 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tokenloom.loader.fetch import FetchAhead, SpanKey, cut_spans
 from tokenloom.loader.read import TokenReader
-from tokenloom.loader.readahead import FETCH_BYTES, MAX_FETCH_BYTES, rows_per_fetch, rows_per_take
+from tokenloom.loader.readahead import (
+    FETCH_BYTES,
+    FETCH_FRACTION,
+    MAX_FETCH_BYTES,
+    rows_per_fetch,
+)
 
 
 def _reader(tmp_path):
@@ -48,14 +53,14 @@ def test_spans_cut_consecutive_groups():
     assert cut_spans(3, 0) == [range(0, 1), range(1, 2), range(2, 3)]
 
 
-def test_rows_per_fetch_holds_a_span_of_bytes_within_bounds():
+def test_rows_per_fetch_holds_a_share_of_the_epoch_within_bounds():
     mean = 1600.0  # bytes per row
     assert rows_per_fetch(mean * 1_000, 1_000) == 1_000  # a small table: all of it
+    assert rows_per_fetch(mean * 20_000, 20_000) == int(FETCH_BYTES / mean)  # 16 MB of 32 MB
+    mid = 100_000  # 160 MB: a quarter of the rows is more than FETCH_BYTES
+    assert rows_per_fetch(mean * mid, mid) == mid // FETCH_FRACTION > FETCH_BYTES / mean
     big = 10_000_000
-    assert rows_per_fetch(mean * big, big) == int(MAX_FETCH_BYTES / mean)  # merge window capped
-    mid = 200_000  # 320 MB: the merge window wants more rows than FETCH_BYTES holds
-    assert rows_per_fetch(mean * mid, mid) == rows_per_take(mean * mid, remote=True, cap=False)
-    assert rows_per_fetch(mean * mid, mid) > FETCH_BYTES / mean
+    assert rows_per_fetch(mean * big, big) == int(MAX_FETCH_BYTES / mean)  # the memory cap
 
 
 def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
@@ -81,3 +86,19 @@ def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
         assert fetcher.get(0).result().rowids.tolist() == rowids[:3].tolist()
     finally:
         fetcher.close()
+
+
+def test_a_fetch_leaves_out_documents_the_cache_holds(tmp_path):
+    reader, rowids, counts = _reader(tmp_path)
+    long = int(np.argmax(counts))
+    half = int(counts[long] // 2)
+    ids, n = rowids[[long]], counts[[long]]
+    want, _, _ = TokenReader(reader.uri, reader.version, "input_ids").read_ranges(
+        ids, np.array([half]), n, n
+    )
+    reader.read_ranges(ids, np.array([0]), np.array([half]), n)  # goes on: kept in the cache
+    others = [i for i in range(3) if i != long][:2]
+    fetched = reader.fetch(rowids[[long, *others]])
+    assert rowids[long] not in fetched.rowids and len(fetched.rowids) == 2
+    got, _, _ = reader.read_ranges(ids, np.array([half]), n, n, fetched)
+    np.testing.assert_array_equal(got, want)

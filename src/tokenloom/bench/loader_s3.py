@@ -388,14 +388,15 @@ def _io_lines(bench: S3Bench) -> list[str]:
     out = [
         "store side per case (requests, bytes fetched and in flight mean/peak seen by the "
         "proxy; wall and CPU seconds of the case, start-up included, CPU of its loader "
-        "process, the server and the proxy):",
+        "process, the server and the proxy; peak RSS of the loader's process tree):",
         f"  {'case':<50}{'requests':>9}{'rows/GET':>9}{'MB':>8}{'x used':>7}"
-        f"{'in flight':>12}{'wall':>8}{'loader':>8}{'server':>8}{'proxy':>8}",
+        f"{'in flight':>12}{'wall':>8}{'loader':>8}{'server':>8}{'proxy':>8}{'RSS MB':>8}",
     ]
     for store, row in bench.io.items():
         for loader, io in row.items():
-            figures = bench.results.get(store, {}).get(loader)
-            figures = figures.figures if figures is not None else {}
+            result = bench.results.get(store, {}).get(loader)
+            figures = result.figures if result is not None else {}
+            rss = f"{result.peak_rss_mb:8,.0f}" if result is not None else f"{'':>8}"
             req = f"{io.requests:9,}" if io.requests is not None else f"{'':>9}"
             per_get = used = ""
             if io.requests and figures.get("rows_read"):
@@ -409,6 +410,6 @@ def _io_lines(bench: S3Bench) -> list[str]:
             out.append(
                 f"  {_LABELS[loader] + ', ' + store:<50}{req}{per_get:>9}{mb}{used:>7}"
                 f"{flight:>12}{io.seconds:8.1f}{sec(io.loader_cpu_s)}{sec(io.server_cpu_s)}"
-                f"{sec(io.proxy_cpu_s)}"
+                f"{sec(io.proxy_cpu_s)}{rss}"
             )
     return out

@@ -3,12 +3,13 @@
 The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row lands where; this
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
 (:mod:`~tokenloom.loader.group`) and hands out tensors. Steps are built in *groups* of consecutive
-steps: one ``take`` for all their rows, one vectorised gather, one pack into a reused buffer
-(:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading. DataLoader
-worker ``w`` of ``W`` builds groups ``w, w+W, ...`` of this rank's steps into shared-memory slots
-and sends one message per group; torch's DataLoader delivers workers' messages round-robin, so
-the stream is the same for any number of workers. The state is ``(epoch, step)`` plus a
-fingerprint of the plan's inputs.
+steps: one ``take`` for all their rows (on an object store, the rows of many groups fetched
+ahead at once, :mod:`~tokenloom.loader.fetch`), one vectorised gather, one pack into a reused
+buffer (:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading.
+DataLoader worker ``w`` of ``W`` builds groups ``w, w+W, ...`` of this rank's steps into
+shared-memory slots and sends one message per group; torch's DataLoader delivers workers'
+messages round-robin, so the stream is the same for any number of workers. The state is
+``(epoch, step)`` plus a fingerprint of the plan's inputs.
 """
 
 from __future__ import annotations
@@ -81,13 +82,15 @@ class PackedDataset(IterableDataset):
         epoch: The epoch to start in.
         storage_options: Object-store options for Lance.
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
-        io_threads: Threads reading and packing ahead (not part of the stream; default:
-            sized from the first read group's measured wall and CPU time, see
-            :mod:`~tokenloom.loader.readahead`; at least 2, in-process and in each DataLoader
-            worker).
-        read_ahead: Read groups in flight (default: sized with ``io_threads``).
-        read_group: Steps per group: per ``take``, per pack and per worker message (default:
-            sized to ~256 rows per take).
+        io_threads: Locally, threads reading and packing ahead (default 2, in-process and in
+            each DataLoader worker); on an object store, concurrent takes of the fetch spans
+            (default: sized from the first span's measured wall and CPU time, see
+            :mod:`~tokenloom.loader.readahead`). Never part of the stream.
+        read_ahead: Locally, read groups in flight (default 4); on an object store, fetch
+            spans in flight (:mod:`~tokenloom.loader.fetch`; default: sized with
+            ``io_threads``, across the epoch boundary in the training process).
+        read_group: Steps per group: per pack and per worker message, and locally per
+            ``take`` (default: sized to ~256 stretches per group).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
     """
 
@@ -147,15 +150,17 @@ class PackedDataset(IterableDataset):
                 f"({io_threads}, {read_ahead}, {read_group})"
             )
         self.io_threads = io_threads
-        """Threads reading and packing ahead (``take`` and the packer release the GIL);
-        ``None``: sized from a measured read group on an object store; locally 2, in the
-        training process and in each DataLoader worker."""
+        """Locally, threads reading and packing ahead (``take`` and the packer release the
+        GIL; ``None``: 2); on an object store, concurrent takes of the fetch spans (``None``:
+        sized from the first span's measured fetch)."""
         self.read_ahead = read_ahead
-        """Read groups in flight (at least ``io_threads``); ``None``: sized with them."""
+        """Locally, read groups in flight (``None``: 4); on an object store, fetch spans in
+        flight (``None``: sized with ``io_threads``)."""
         self.sizing: ReadAhead | None = None
         """How the last iteration sized its reads (in this process)."""
         self.read_group = read_group
-        """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
+        """Steps per read group (per pack; locally per ``take``); ``None``: sized to about
+        256 stretches per group from the plan."""
         self._buffers = RecycledBuffers()
         self._fetcher: FetchAhead | None = None
         """In the training process on an object store: the fetch spans, kept across epochs."""

@@ -472,8 +472,14 @@ class TokenReader:
     def fetch(self, rowids: np.ndarray, *, parts: int = SPLIT_TAKE_PARTS) -> Fetched:
         """The token lists of ``rowids`` (any order, repeats allowed), fetched for
         :meth:`read_ranges`: one take of the distinct rows in ascending order (neighbouring rows
-        share a ranged GET on an object store), cut into up to ``parts`` concurrent takes."""
+        share a ranged GET on an object store), cut into up to ``parts`` concurrent takes. Rows
+        in the long-document cache are left out (a document of millions of tokens running
+        through many spans is not fetched again by each)."""
         ids = np.unique(np.asarray(rowids, dtype=np.uint64))
+        if self._cache:
+            with self._lock:
+                held = np.fromiter(self._cache.keys(), dtype=np.uint64, count=len(self._cache))
+            ids = ids[~np.isin(ids, held)]
         started = time.perf_counter()
         if len(ids):
             col = self._take(ids, parts=parts).combine_chunks()

@@ -1,24 +1,28 @@
 """How many reads the loader keeps in flight, sized from one measured read.
 
-A read group (one ``take`` of several steps' rows, then packing) costs ``cpu_s`` of CPU and
-takes ``wall_s`` end to end; the difference is time spent waiting (object-store latency, the
-disk). With ``n`` groups in flight the loader builds at most ``n / wall_s`` groups per second,
-and the cores cap it at ``cores / cpu_s``. Little's law gives the depth that reaches the cap:
+A read unit (on an object store a fetch span, :mod:`~tokenloom.loader.fetch`) costs ``cpu_s``
+of CPU and takes ``wall_s`` end to end; the difference is time spent waiting (object-store
+latency, the disk). With ``n`` units in flight the loader reads at most ``n / wall_s`` units per
+second, and the cores cap it at ``cores / cpu_s``. Little's law gives the depth that reaches the
+cap:
 
     in_flight = wall_s * wanted_rate = wall_s * cores / cpu_s
 
 On a page-cached local table ``wall_s ~ cpu_s`` and this is about one thread per core, the
 fixed default the loader keeps locally (on a busy machine, waiting for a core would look like
-I/O); on an object store it grows with the waiting share. Groups in flight are bounded by a
-memory budget (:data:`READ_AHEAD_BYTES`). Explicit ``io_threads`` / ``read_ahead`` always win;
-the measured figures are kept in :class:`ReadAhead` and the loader's stats.
+I/O): 2 threads building read groups (one ``take`` each, then packing), 4 groups ahead. On an
+object store the first fetch span is timed and the depth grows with its waiting share, within
+a memory budget of raw token bytes (:data:`FETCH_AHEAD_BYTES`). Explicit ``io_threads`` /
+``read_ahead`` always win; the measured figures are kept in :class:`ReadAhead` and the loader's
+stats.
 
 How many rows one ``take`` asks for matters as much on an object store: Lance merges reads
 closer than about 64 KiB into one ranged GET (measured against a local S3 server: rows 26 KiB
 apart cost one GET per 64 rows, rows 100 KiB apart one GET each), and a shuffled take of
-``n`` rows from a column of ``B`` bytes leaves ``B / n`` bytes between neighbours.
-:func:`rows_per_take` therefore asks for enough rows that neighbours fall within that window,
-up to a cap that bounds a read group's memory.
+``n`` rows from a column of ``B`` bytes leaves ``B / n`` bytes between neighbours (and fetches
+the bytes between neighbours it merges). :func:`rows_per_fetch` therefore reads spans of at
+least :data:`FETCH_BYTES` of tokens and a quarter of the epoch's rows (:data:`FETCH_FRACTION`),
+up to :data:`MAX_FETCH_BYTES`: raw token lists held once, not the packed blocks made of them.
 """
 
 from __future__ import annotations
@@ -55,8 +59,15 @@ FETCH_BYTES = 16 << 20
 the rows of a span share GETs, the denser the fewer (measured at 20 ms per request on a local S3
 server, 20k rows of 1.6 KB: takes of 2,048 random rows ~32k rows/s and 4x the bytes used fetched,
 8,192 rows ~158k rows/s and 1.7x)."""
+FETCH_FRACTION = 4
+"""A fetch span reads at least ``1 / FETCH_FRACTION`` of the epoch's rows (within
+:data:`MAX_FETCH_BYTES`). Once its rows lie closer than the merge window, a span's GETs cover the
+whole file between them, so the bytes fetched per byte used are about the epoch's rows over the
+span's (measured on 100k rows of 1.6 KB at 20 ms: spans of 10% of the rows fetched 9x the bytes
+used, 2.3M tok/s; 25%: 19.8M; 50%: 25.3M; the local table 20.5M)."""
 MAX_FETCH_BYTES = 64 << 20
-"""Token bytes one fetch span reads at most."""
+"""Token bytes one fetch span reads at most (past ``FETCH_FRACTION * MAX_FETCH_BYTES`` of
+tokens, spans hold a smaller share of the epoch and fetch more bytes than they use)."""
 FETCH_AHEAD_BYTES = 256 << 20
 """Budget of the token bytes fetch spans in flight may hold (measured depths are capped by it)."""
 MAX_THREADS = 32
@@ -207,11 +218,15 @@ def rows_per_fetch(column_bytes: float, rows: int) -> int:
         rows: Rows the epoch reads.
 
     Returns:
-        Enough rows to hold :data:`FETCH_BYTES` of tokens, and at least
-        :func:`rows_per_take`'s count (neighbours within the merge window) unless that needs
-        more than :data:`MAX_FETCH_BYTES`; never more than ``rows``.
+        The most of: enough rows to hold :data:`FETCH_BYTES` of tokens, ``rows /
+        FETCH_FRACTION``, and :func:`rows_per_take`'s count (neighbours within the merge window);
+        but no more than :data:`MAX_FETCH_BYTES` of tokens, nor than ``rows``.
     """
     rows = max(int(rows), 1)
     mean = max(float(column_bytes), 1.0) / rows  # bytes per row
-    wanted = max(FETCH_BYTES / mean, rows_per_take(column_bytes, remote=True, cap=False))
+    wanted = max(
+        FETCH_BYTES / mean,
+        rows / FETCH_FRACTION,
+        rows_per_take(column_bytes, remote=True, cap=False),
+    )
     return int(max(min(wanted, MAX_FETCH_BYTES / mean, rows), 1))
