@@ -368,7 +368,7 @@ class PackedDataset(IterableDataset):
         fetcher = None
         if is_remote(self.uri) and groups:
             fetcher = self._start_fetches(view, epoch, groups, size, in_process=info is None)
-        self._size_reads(groups, fetcher, workers if info is not None else 0)
+        self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
         if fetcher is not None:  # reading is the fetcher's; these threads pack
@@ -472,14 +472,23 @@ class PackedDataset(IterableDataset):
             return SPLIT_TAKE_PARTS
         return max(threads // self._fetch_depth(), 1)
 
-    def _size_reads(self, groups: list[range], fetcher: FetchAhead | None, workers: int) -> None:
+    def _size_reads(
+        self,
+        view: EpochView,
+        epoch: int,
+        groups: list[range],
+        fetcher: FetchAhead | None,
+        workers: int,
+    ) -> None:
         """Size the read pipeline (:attr:`sizing`). Locally: the explicit values, else 2
         threads in-process and in each DataLoader worker (a worker's second thread overlaps one
         group's take with the next group's pack: measured +7% tok/s with 2 workers on 2 cores)
         and 4 groups ahead. On an object store (``fetcher``): ``read_ahead`` is the fetch spans
         in flight and ``io_threads`` the concurrent takes they are cut into; unless both are
-        given, they are sized from the first span, fetched here and timed (once per process:
-        later epochs reuse the measure)."""
+        given, they are sized from the first span, fetched here and timed, with the CPU its
+        groups will cost to pack (the first one packed and timed, times the span's groups):
+        Little's law over the span's wall time and its whole CPU cost, plus the span being
+        packed. Once per process: later epochs reuse the measure."""
         cores = available_cores(max(workers, 1))
         floor = 2
         explicit = self.io_threads is not None and self.read_ahead is not None
@@ -496,12 +505,14 @@ class PackedDataset(IterableDataset):
         self.reader.dataset  # noqa: B018 - opened before the clock starts
         rows = fetcher.span_rows(0)
         fetched, wall, cpu = timed(self.reader.fetch, rows)
-        fetcher.put(0, fetched)
+        span = fetcher.put(0, fetched)  # nothing else fetched yet: the timing is the pack's
+        _, _, pack_cpu = timed(self._build_group, view, epoch, groups[0], None, (span, False))
+        pack_cpu *= min(fetcher.per_span, len(groups))  # all the span's groups
         span_bytes = max(fetched.read[1], 1)
         depth = size_read_ahead(
-            wall, cpu, cores=cores, read_ahead=self.read_ahead, min_threads=floor,
-            max_ahead=max(FETCH_AHEAD_BYTES // span_bytes, floor),
-        ).io_threads  # fmt: skip
+            wall, cpu + pack_cpu, cores=cores, read_ahead=self.read_ahead, min_threads=1,
+            max_ahead=max(FETCH_AHEAD_BYTES // span_bytes - 1, 1),
+        ).io_threads + 1  # fmt: skip
         if self.read_ahead is not None:
             depth = self.read_ahead
         # the takes a span is cut into (split_rows never cuts runs under SPLIT_TAKE_ROWS rows)
@@ -511,6 +522,7 @@ class PackedDataset(IterableDataset):
         self.sizing = ReadAhead(
             io_threads=self.io_threads or depth * parts, read_ahead=depth, wall_s=wall,
             cpu_s=cpu, cores=cores, measured=True, span_rows=len(fetched.rowids),
+            pack_cpu_s=pack_cpu,
         )  # fmt: skip
         fetcher.resize(depth=depth, parts=parts)
         self.stats.record_sizing(self.sizing)

@@ -105,18 +105,25 @@ class FetchAhead:
         self.depth, self.parts = depth, parts
         self.reader.reserve_takes(depth * parts)
 
-    def put(self, span: int, fetched: Fetched) -> None:
-        """Span ``span`` of the current pipeline, fetched already (the sizing probe)."""
+    def put(self, span: int, fetched: Fetched) -> Future:
+        """Span ``span`` of the current pipeline, fetched already (the sizing probe); its
+        (done) future."""
         future: Future = Future()
         future.set_result(fetched)
         assert self._key is not None
         with self._lock:
             self._futures[(self._key, span)] = future
+        return future
 
     def span_rows(self, span: int) -> np.ndarray:
         """The stable row ids span ``span`` of the current pipeline needs."""
         assert self._rows is not None
         return np.concatenate([self._rows(g) for g in self._spans[span]])
+
+    @property
+    def per_span(self) -> int:
+        """Read groups per span of the current pipeline."""
+        return self._key.per_span if self._key is not None else 1
 
     def span_of(self, group: int) -> int:
         return group // self._key.per_span if self._key is not None else 0

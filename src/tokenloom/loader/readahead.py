@@ -95,6 +95,9 @@ class ReadAhead:
     """On an object store: rows of the probe's fetch span (:mod:`~tokenloom.loader.fetch`;
     ``read_ahead`` counts such spans and ``io_threads`` the takes they are cut into); 0 when
     reads are one take per read group."""
+    pack_cpu_s: float = 0.0
+    """On an object store: CPU the probe span's groups cost to pack, estimated from its first
+    group (the depth counts it with :attr:`cpu_s`: a span in flight must cover its packing)."""
 
     @property
     def waiting_s(self) -> float:
@@ -109,8 +112,8 @@ class ReadAhead:
             return (
                 f"read-ahead: {self.read_ahead} fetch spans of ~{self.span_rows} rows in flight, "
                 f"{self.io_threads} concurrent takes, sized from the first span's fetch: "
-                f"{self.wall_s * 1e3:.1f} ms wall / {self.cpu_s * 1e3:.1f} ms CPU on "
-                f"{self.cores} cores"
+                f"{self.wall_s * 1e3:.1f} ms wall / {self.cpu_s * 1e3:.1f} ms CPU, packing it "
+                f"~{self.pack_cpu_s * 1e3:.0f} ms CPU, on {self.cores} cores"
             )
         return (
             f"read-ahead: {self.io_threads} threads, {self.read_ahead} groups in flight, sized "
