@@ -84,3 +84,19 @@ def test_workers_read_the_local_stream_from_the_bucket(s3_server, tables):
     want = _epochs(_dataset(local, None), 1)[0]
     got = _epochs(_dataset(remote, s3_server.storage_options), 1, workers=2)[0]
     _same(got, want)
+
+
+def test_explicit_spans_in_flight_and_takes_win(s3_server, tables):
+    from tokenloom.loader import PackedDataset
+
+    local, remote = tables
+    want = _epochs(_dataset(local, None), 1)[0]
+    ds = PackedDataset(
+        remote, seq_len=32, global_batch=4, seed=5, read_group=2, read_ahead=2, io_threads=6,
+        storage_options=s3_server.storage_options,
+    )  # fmt: skip
+    _same(_epochs(ds, 1)[0], want)
+    sizing = ds.sizing
+    assert sizing is not None and not sizing.measured
+    assert (sizing.read_ahead, sizing.io_threads) == (2, 6) and sizing.span_rows > 0
+    assert ds._fetcher is not None and (ds._fetcher.depth, ds._fetcher.parts) == (2, 3)

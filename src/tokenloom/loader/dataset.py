@@ -62,6 +62,7 @@ _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 # which is CPU work: one thread per core of a 2-core share, 4 groups ahead, as on a local table.
 _PACK_THREADS = 2
 _PACK_AHEAD = 4
+_MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
 
 
 class PackedDataset(IterableDataset):
@@ -162,9 +163,9 @@ class PackedDataset(IterableDataset):
         """Steps per read group (per pack; locally per ``take``); ``None``: sized to about
         256 stretches per group from the plan."""
         self._buffers = RecycledBuffers()
+        """Output buffers of packed groups, reused once no batch of theirs is referenced."""
         self._fetcher: FetchAhead | None = None
         """In the training process on an object store: the fetch spans, kept across epochs."""
-        """Output buffers of packed groups, reused once no batch of theirs is referenced."""
         self.reader = TokenReader(
             self.uri, self.version, self.spec.token_column, storage_options=storage_options
         )
@@ -280,7 +281,7 @@ class PackedDataset(IterableDataset):
             return self.read_group
         stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # rows + block cuts
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
-        return int(max(TAKE_ROWS // per_step, 1))
+        return int(min(max(TAKE_ROWS // per_step, 1), _MAX_GROUP_STEPS))
 
     def _token_bytes(self) -> int:
         """Bytes of the token lists an epoch reads (selected tokens x bytes per token)."""
@@ -497,6 +498,14 @@ class PackedDataset(IterableDataset):
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or max(self.io_threads or floor, 4),
             )  # fmt: skip
+            if fetcher is not None:  # spans in flight and their takes, as given
+                assert self.io_threads is not None and self.read_ahead is not None
+                span_rows = len(np.unique(fetcher.span_rows(0)))
+                self.sizing = replace(
+                    self.sizing, io_threads=self.io_threads, read_ahead=self.read_ahead,
+                    span_rows=span_rows,
+                )  # fmt: skip
+                fetcher.resize(depth=self.read_ahead, parts=self._fetch_parts())
             self.stats.record_sizing(self.sizing)
             return
         if self.sizing is not None and self.sizing.measured:  # a later epoch: measured already
