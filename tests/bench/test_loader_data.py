@@ -162,9 +162,10 @@ def test_parquet_in_order_preshuffled_and_single_rows(tmp_path):
         assert np.array_equal(got, want[: got.size]) and len(want) - got.size < 128
 
     rows = np.random.default_rng([3, 1]).permutation(2500)  # ParquetRows' order: [seed, epoch]
-    got = flat(ParquetRows(plain.path, seed=3, epoch=1, **kw))
     want = _stream(docs, rows)
-    assert np.array_equal(got, want[: got.size]) and len(want) - got.size < 128
+    for threads in (1, 4):  # documents fetched at once: the same stream
+        got = flat(ParquetRows(plain.path, seed=3, epoch=1, threads=threads, **kw))
+        assert np.array_equal(got, want[: got.size]) and len(want) - got.size < 128
     with pytest.raises(ValueError, match="order must be one of"):
         ParquetBlocks(plain.path, order="reverse", **kw)
 

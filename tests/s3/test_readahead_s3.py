@@ -1,6 +1,6 @@
-"""On an object store the loader sizes its read-ahead from a measured read group: through a
-proxy adding 20 ms per request it keeps more reads in flight than on the bare server, records
-what it measured, and the stream equals the local table's."""
+"""On an object store the loader sizes its read-ahead from a measured fetch span: through a
+proxy adding 20 ms per request it sees the latency, keeps spans in flight, records what it
+measured, and the stream equals the local table's."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def test_read_ahead_is_sized_from_measured_latency(s3_server, s3_prefix, tmp_pat
     sizing = ds.sizing
     assert sizing is not None and sizing.measured
     assert sizing.wall_s >= 0.020 and sizing.waiting_s > 0  # at least one request's latency
-    assert sizing.io_threads > 2 and sizing.read_ahead >= sizing.io_threads
+    # fetch spans in flight, and the concurrent takes they are cut into
+    assert sizing.read_ahead >= 2 and sizing.io_threads >= sizing.read_ahead
+    assert 0 < sizing.span_rows <= 80 and sizing.pack_cpu_s > 0
     assert ds.stats.pipelines == 1 and ds.stats.probe_wall_seconds == sizing.wall_s
     assert "threads" in ds.stats.summary()
     assert len(got) == len(expected) > 4

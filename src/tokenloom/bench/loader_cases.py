@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 __all__ = ["CaseSpec", "CaseResult", "SOURCES", "measure_case"]
@@ -84,6 +85,8 @@ class CaseResult:
     cache_note: str = ""
     """Why a ``cold`` run was not cold, when it was not."""
     notes: str = ""
+    figures: dict = field(default_factory=dict)
+    """Named figures a source reports (tokenloom: its read-ahead sizing and rows read)."""
     error: str | None = None
 
     @property
@@ -103,7 +106,9 @@ class CaseResult:
 class _Notes:
     """Where a source leaves a one-line summary for the report (loader stats, chosen knobs)."""
 
-    text = ""
+    def __init__(self) -> None:
+        self.text = ""
+        self.figures: dict[str, float] = {}
 
 
 def _spawn(workers: int) -> dict:
@@ -138,7 +143,16 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             for batch in dl:
                 yield batch["input_ids"]
     finally:
-        notes.text = dl.stats.summary()
+        stats = dl.stats
+        notes.text = stats.summary()
+        n = max(stats.pipelines, 1)
+        notes.figures = {
+            "io_threads": stats.io_threads / n,
+            "read_ahead": stats.read_ahead / n,
+            "span_rows": stats.span_rows / n,
+            "rows_read": stats.rows_read,
+            "bytes_read": stats.bytes_read,
+        }
 
 
 def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
@@ -228,7 +242,9 @@ def _parquet_epochs(spec: CaseSpec, single_rows: bool) -> Iterator[Any]:
 
     from tokenloom.bench.loader_parquet import ParquetBlocks, ParquetRows
 
-    source = ParquetRows if single_rows else ParquetBlocks
+    source: Any = ParquetBlocks
+    if single_rows:
+        source = partial(ParquetRows, threads=int(spec.option("threads", 1)))
     epoch = 0
     while True:
         ds = source(
@@ -251,7 +267,8 @@ def parquet_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
 
 
 def parquet_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
-    """Parquet documents read one by one in a global random order, packed with numpy."""
+    """Parquet documents read one by one in a global random order, packed with numpy
+    (``options=(("threads", N),)``: N documents fetched at once)."""
     return _parquet_epochs(spec, single_rows=True)
 
 
@@ -337,4 +354,5 @@ def measure_case(spec: CaseSpec) -> CaseResult:
     finally:
         it.close()  # shuts the DataLoader's workers down
     result.notes = notes.text
+    result.figures = dict(notes.figures)
     return result

@@ -8,7 +8,14 @@ locally, then from the bucket directly (0 ms) and through a proxy that delays ev
 the given latency (:class:`~tokenloom.dev.proxy.FaultProxy`, no faults). Each case runs in a
 fresh process (:func:`~tokenloom.bench.loader.run_case`); the server and the proxy run in this
 one. The server, the proxy and the loaders share the machine's cores, so an S3 figure here is a
-floor for a store on other machines.
+floor for a store on other machines; the CPU the server and the proxy used during each case is
+reported beside it, with what the proxy saw (requests, bytes, requests in flight).
+
+Two Parquet baselines read the same file: whole 1,024-row groups in random order (a much
+weaker shuffle than a per-row one: a batch holds runs of neighbouring documents), and single
+documents in a fresh global random order, the shuffle tokenloom delivers, with as many
+documents fetched at once as tokenloom's measured read-ahead has concurrent takes at that
+store. The ">= 10x random-access Parquet" goal is checked against the second.
 """
 
 from __future__ import annotations
@@ -26,17 +33,51 @@ from tokenloom.bench.loader_data import EOS_ID, Built, CorpusSpec
 
 if TYPE_CHECKING:
     from tokenloom.bench.loader import LoaderBenchConfig
+    from tokenloom.dev.proxy import FaultProxy
+    from tokenloom.dev.s3 import LocalS3
 
-__all__ = ["S3_LOADERS", "S3BenchConfig", "S3Bench", "run_s3_bench", "format_s3_report"]
+__all__ = [
+    "S3_LOADERS",
+    "S3BenchConfig",
+    "S3Bench",
+    "CaseIO",
+    "run_s3_bench",
+    "format_s3_report",
+]
 
-S3_LOADERS = ("tokenloom", "parquet", "mds")
-"""The loaders measured from the bucket."""
+S3_LOADERS = ("tokenloom", "parquet-rows", "parquet", "mds")
+"""The loaders measured from the bucket (tokenloom first: the per-row Parquet baseline gets its
+concurrency)."""
 _LABELS = {
     "tokenloom": "tokenloom",
+    "parquet-rows": "Parquet single rows, global shuffle",
     "parquet": "Parquet row groups, random order",
     "mds": "MDS pre-packed (remote= on S3)",
 }
+_COPY = {"tokenloom": "table", "parquet-rows": "parquet", "parquet": "parquet", "mds": "mds"}
+"""Which built copy each loader reads."""
 _LOCAL = "local"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseIO:
+    """What the store side did during one case (``None``: not measurable here)."""
+
+    seconds: float
+    """Wall time of the case (its process's start-up included)."""
+    loader_cpu_s: float | None
+    """CPU time of the case's process tree (imports and start-up included)."""
+    server_cpu_s: float | None
+    """CPU time of the S3 server process."""
+    proxy_cpu_s: float | None = None
+    """CPU time of the proxy's thread (latency > 0 only)."""
+    requests: int | None = None
+    """Requests the proxy forwarded."""
+    body_bytes: int | None = None
+    """Response body bytes the proxy relayed."""
+    in_flight_mean: float | None = None
+    """Time-weighted mean of requests held by the proxy at once."""
+    in_flight_peak: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +92,8 @@ class S3BenchConfig:
     latencies_ms: tuple[float, ...] = (0.0, 20.0)
     """Request latencies to measure (0: straight to the server, no proxy)."""
     only: tuple[str, ...] = S3_LOADERS
+    """Loaders to measure (``parquet-rows`` takes its thread count from ``tokenloom`` when both
+    are measured, else :data:`~tokenloom.loader.readahead.MAX_THREADS`)."""
     workers: int = 0
     """DataLoader workers of every case. 0: each loader reads in the measuring process (with
     its own threads); a small corpus's epoch lasts about a second, and spawned workers
@@ -62,6 +105,8 @@ class S3BenchConfig:
             raise ValueError(f"the S3 bench measures some of {','.join(S3_LOADERS)}; got {bad}")
         if not self.latencies_ms or any(lat < 0 for lat in self.latencies_ms):
             raise ValueError(f"latencies must be >= 0 ms, got {self.latencies_ms!r}")
+        # measured in S3_LOADERS' order: tokenloom's sizing sets the per-row baseline's threads
+        object.__setattr__(self, "only", tuple(n for n in S3_LOADERS if n in self.only))
 
     @property
     def stores(self) -> list[str]:
@@ -76,8 +121,10 @@ class S3Bench:
     config: S3BenchConfig
     builds: dict[str, Built] = field(default_factory=dict)
     results: dict[str, dict[str, CaseResult]] = field(default_factory=dict)
-    requests: dict[str, int] = field(default_factory=dict)
-    """Requests the proxy forwarded, per store (the MDS download included)."""
+    io: dict[str, dict[str, CaseIO]] = field(default_factory=dict)
+    """``io[store][loader]``: the store side of each case."""
+    threads: dict[str, int] = field(default_factory=dict)
+    """Documents the per-row Parquet baseline fetched at once, per store."""
 
     def tokens_per_s(self, store: str, loader: str) -> float | None:
         r = self.results.get(store, {}).get(loader)
@@ -94,8 +141,10 @@ class S3Bench:
             goal = ">= 0.8 at 20 ms" if store == "S3 20 ms" else ""
             out.append(("tokenloom S3 / local", store, self.ratio(
                 (store, "tokenloom"), (_LOCAL, "tokenloom")), goal))  # fmt: skip
-            out.append(("tokenloom / Parquet, both S3", store, self.ratio(
-                (store, "tokenloom"), (store, "parquet")), ">= 10"))  # fmt: skip
+            out.append(("tokenloom / Parquet rows, both S3", store, self.ratio(
+                (store, "tokenloom"), (store, "parquet-rows")), ">= 10"))  # fmt: skip
+            out.append(("tokenloom / Parquet row groups", store, self.ratio(
+                (store, "tokenloom"), (store, "parquet")), ""))  # fmt: skip
             out.append(("tokenloom / MDS, both S3", store, self.ratio(
                 (store, "tokenloom"), (store, "mds")), ""))  # fmt: skip
         return out
@@ -108,7 +157,11 @@ class S3Bench:
                 store: {k: r.to_json() for k, r in row.items()}
                 for store, row in self.results.items()
             },
-            "proxy_requests": self.requests,
+            "io": {
+                store: {k: dataclasses.asdict(v) for k, v in row.items()}
+                for store, row in self.io.items()
+            },
+            "parquet_rows_threads": self.threads,
             "ratios": [
                 {"name": n, "store": s, "value": v, "goal": g} for n, s, v, g in self.ratios()
             ],
@@ -121,7 +174,7 @@ def _build(config: S3BenchConfig, log: Callable[[str], None]) -> dict[str, Built
     root = os.path.abspath(os.path.expanduser(config.run.workdir))
     corpus = CorpusSpec(docs=config.run.docs, seed=config.run.seed)
     jobs = {
-        "tokenloom": lambda: build_table(os.path.join(root, corpus.name + ".lance"), corpus),
+        "table": lambda: build_table(os.path.join(root, corpus.name + ".lance"), corpus),
         "parquet": lambda: build_parquet(os.path.join(root, corpus.name + ".parquet"), corpus),
         "mds": lambda: build_mds(
             os.path.join(root, f"{corpus.name}-L{config.run.seq_len}.mds"),
@@ -130,7 +183,7 @@ def _build(config: S3BenchConfig, log: Callable[[str], None]) -> dict[str, Built
         ),
     }
     builds = {}
-    for name in config.only:
+    for name in dict.fromkeys(_COPY[loader] for loader in config.only):
         built = jobs[name]()
         log(f"  {'reused' if built.cached else 'built'} {built.path} ({built.mbytes:,.0f} MB)")
         builds[name] = built
@@ -146,12 +199,15 @@ def _upload(local: str, uri: str, options: dict) -> None:
     pafs.copy_files(local, path, destination_filesystem=fs)  # a file, or a directory's tree
 
 
-def _measure(config: S3BenchConfig, loader: str, path: str, options: dict | None) -> CaseResult:
+def _measure(
+    config: S3BenchConfig, loader: str, path: str, options: dict | None, threads: int
+) -> CaseResult:
     from tokenloom.bench.loader import run_case
 
     spec = CaseSpec(
         label=_LABELS[loader],
         kind=loader,
+        options=(("threads", threads),) if loader == "parquet-rows" else (),
         path=path,
         workers=config.workers,
         seq_len=config.run.seq_len,
@@ -172,17 +228,34 @@ def run_s3_bench(
     loader locally and from the bucket at every latency."""
     from tokenloom.dev.proxy import FaultProxy
     from tokenloom.dev.s3 import LocalS3
+    from tokenloom.loader.readahead import MAX_THREADS
 
     bench = S3Bench(config=config)
     log("preparing the local copies ...")
     bench.builds = _build(config, log)
     root = os.path.abspath(os.path.expanduser(config.run.workdir))
 
-    def measure(store: str, paths: dict[str, str], options: dict | None) -> None:
+    def measure(
+        store: str,
+        paths: dict[str, str],
+        options: dict | None,
+        server: LocalS3 | None = None,
+        proxy: FaultProxy | None = None,
+    ) -> None:
         row = bench.results.setdefault(store, {})
         for loader in config.only:
+            threads = MAX_THREADS
+            sizing = row["tokenloom"].figures if "tokenloom" in row else {}
+            if sizing.get("io_threads"):
+                threads = max(round(sizing["io_threads"]), 1)
+            if loader == "parquet-rows":
+                bench.threads[store] = threads
             log(f"measuring {_LABELS[loader]}, {store} ...")
-            result = _measure(config, loader, paths[loader], options)
+            before = _store_side(server, proxy)
+            result = _measure(config, loader, paths[_COPY[loader]], options, threads)
+            if server is not None:
+                after = _store_side(server, proxy)
+                bench.io.setdefault(store, {})[loader] = _case_io(before, after)
             row[loader] = result
             if result.ok:
                 log(f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
@@ -202,17 +275,63 @@ def run_s3_bench(
             _upload(built.path, remote[name], base)
         for store, latency in zip(config.stores[1:], config.latencies_ms, strict=True):
             if latency == 0:
-                measure(store, remote, base)
+                measure(store, remote, base, server)
                 continue
             upstream = server.endpoint[len("http://") :]
             with FaultProxy(upstream, latency_ms=latency) as proxy:
-                measure(store, remote, proxy.storage_options(base))
-                bench.requests[store] = proxy.requests
+                measure(store, remote, proxy.storage_options(base), server, proxy)
     return bench
 
 
+def _cpu_seconds(path: str) -> float | None:
+    """User + system CPU seconds from a ``/proc/.../stat`` file (``None`` off Linux)."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _store_side(server: LocalS3 | None, proxy: FaultProxy | None) -> dict:
+    """A snapshot of the server's and the proxy's counters (the proxy's in-flight gauge is
+    restarted: it covers the next case)."""
+    import resource
+    import time
+
+    done = resource.getrusage(resource.RUSAGE_CHILDREN)  # the cases' processes, once joined
+    out: dict = {"t": time.monotonic(), "loader": done.ru_utime + done.ru_stime}
+    if server is not None and server.pid is not None:
+        out["server"] = _cpu_seconds(f"/proc/{server.pid}/stat")
+    if proxy is not None:
+        out["proxy"] = _cpu_seconds(f"/proc/self/task/{proxy.thread_id}/stat")
+        out["requests"], out["bytes"] = proxy.requests, proxy.body_bytes
+        out["flight"] = proxy.in_flight(reset=True)  # since the last snapshot
+    return out
+
+
+def _case_io(before: dict, after: dict) -> CaseIO:
+    def diff(key: str) -> float | None:
+        a, b = before.get(key), after.get(key)
+        return None if a is None or b is None else b - a
+
+    flight = after.get("flight")
+    requests, nbytes = diff("requests"), diff("bytes")
+    return CaseIO(
+        seconds=after["t"] - before["t"],
+        loader_cpu_s=diff("loader"),
+        server_cpu_s=diff("server"),
+        proxy_cpu_s=diff("proxy"),
+        requests=None if requests is None else int(requests),
+        body_bytes=None if nbytes is None else int(nbytes),
+        in_flight_mean=None if flight is None else flight.mean,
+        in_flight_peak=None if flight is None else flight.peak,
+    )
+
+
 def format_s3_report(bench: S3Bench) -> str:
-    """The tokens/s table (loaders x stores), the ratios with their goals, loader notes."""
+    """The tokens/s table (loaders x stores), the ratios with their goals, what the store side
+    did in each case, loader notes."""
     config = bench.config
     stores = config.stores
     lines = [
@@ -234,13 +353,63 @@ def format_s3_report(bench: S3Bench) -> str:
         if goal and value is not None:
             target = float(goal.split()[1])
             status = "PASS" if value >= target else "MISS"
-        lines.append(f"  {name:<32} {store:<10} {shown}  {goal:<16} {status}".rstrip())
+        lines.append(f"  {name:<34} {store:<10} {shown}  {goal:<16} {status}".rstrip())
+    if "parquet-rows" in config.only and bench.threads:
+        per = ", ".join(f"{store} {n}" for store, n in bench.threads.items())
+        lines.append(
+            "Parquet single rows: each document fetched alone (one row group's column chunk "
+            f"read and decoded per document), in a fresh global random order; fetched at once: "
+            f"{per} (tokenloom's concurrent takes at that store)"
+        )
+    if "parquet" in config.only:
+        lines.append(
+            "Parquet row groups: 1,024 neighbouring documents per group, in file order within "
+            "it: a much weaker shuffle than a per-row one, so its ratio carries no goal"
+        )
+    lines += _io_lines(bench)
     for store in stores:
         r = bench.results.get(store, {}).get("tokenloom")
         if r is not None and r.notes:
             lines.append(f"tokenloom, {store}: {r.notes}")
         if r is not None and r.error:
             lines.append(f"tokenloom, {store}: FAILED {r.error.splitlines()[0]}")
-    for store, n in bench.requests.items():
-        lines.append(f"proxy, {store}: {n:,} requests forwarded")
     return "\n".join(lines)
+
+
+def _io_lines(bench: S3Bench) -> list[str]:
+    """One row per S3 case: the proxy's requests, bytes and requests in flight, and the CPU the
+    server and the proxy used (as a share of one core over the case)."""
+    if not bench.io:
+        return []
+
+    def sec(cpu: float | None) -> str:
+        return f"{cpu:8.1f}" if cpu is not None else f"{'':>8}"
+
+    out = [
+        "store side per case (requests, bytes fetched and in flight mean/peak seen by the "
+        "proxy; wall and CPU seconds of the case, start-up included, CPU of its loader "
+        "process, the server and the proxy; peak RSS of the loader's process tree):",
+        f"  {'case':<50}{'requests':>9}{'rows/GET':>9}{'MB':>8}{'x used':>7}"
+        f"{'in flight':>12}{'wall':>8}{'loader':>8}{'server':>8}{'proxy':>8}{'RSS MB':>8}",
+    ]
+    for store, row in bench.io.items():
+        for loader, io in row.items():
+            result = bench.results.get(store, {}).get(loader)
+            figures = result.figures if result is not None else {}
+            rss = f"{result.peak_rss_mb:8,.0f}" if result is not None else f"{'':>8}"
+            req = f"{io.requests:9,}" if io.requests is not None else f"{'':>9}"
+            per_get = used = ""
+            if io.requests and figures.get("rows_read"):
+                per_get = f"{figures['rows_read'] / io.requests:.1f}"
+            if io.body_bytes and figures.get("bytes_read"):
+                used = f"{io.body_bytes / figures['bytes_read']:.2f}"
+            mb = f"{io.body_bytes / 1e6:8.0f}" if io.body_bytes is not None else f"{'':>8}"
+            flight = ""
+            if io.in_flight_mean is not None:
+                flight = f"{io.in_flight_mean:.1f}/{io.in_flight_peak}"
+            out.append(
+                f"  {_LABELS[loader] + ', ' + store:<50}{req}{per_get:>9}{mb}{used:>7}"
+                f"{flight:>12}{io.seconds:8.1f}{sec(io.loader_cpu_s)}{sec(io.server_cpu_s)}"
+                f"{sec(io.proxy_cpu_s)}{rss}"
+            )
+    return out

@@ -214,7 +214,8 @@ Examples:
   tokenloom bench loader --store s3 --docs 20000 --seconds 5 --latency-ms 0,20
 The corpus and its copies are built once under --workdir and reused; the results are written
 as loader-bench.json, .md and .png under --out (default: --workdir). --store s3 serves
-them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet and MDS from it.""",
+them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet (single rows and
+row groups) and MDS from it.""",
 )
 @click.option(
     "--docs",
@@ -281,7 +282,8 @@ them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet and MDS 
     type=click.Choice(["local", "s3"]),
     default="local",
     show_default=True,
-    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, parquet, mds).",
+    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, parquet-rows, "
+    "parquet, mds).",
 )
 @click.option(
     "--latency-ms",

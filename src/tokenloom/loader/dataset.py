@@ -3,13 +3,14 @@
 The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row lands where; this
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
 (:mod:`~tokenloom.loader.group`) and hands out batches. Steps are built in *groups* of consecutive
-steps: one ``take`` for all their rows, one vectorised gather, one pack into a reused buffer
-(:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading. DataLoader
-worker ``w`` of ``W`` (:mod:`~tokenloom.loader.workers`) builds groups ``w, w+W, ...`` of this
-rank's steps into shared-memory slots and sends one message per group; the training process
-takes the workers' messages round-robin, so the stream is the same for any number of workers.
-The state is ``(epoch, step)`` plus a fingerprint of the plan's inputs. Torch's face of it,
-``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`.
+steps: one ``take`` for all their rows (on an object store, the rows of many groups fetched
+ahead at once, :mod:`~tokenloom.loader.fetch`), one vectorised gather, one pack into a reused
+buffer (:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading.
+DataLoader worker ``w`` of ``W`` (:mod:`~tokenloom.loader.workers`) builds groups ``w, w+W, ...``
+of this rank's steps into shared-memory slots and sends one message per group; the training
+process takes the workers' messages round-robin, so the stream is the same for any number of
+workers. The state is ``(epoch, step)`` plus a fingerprint of the plan's inputs. Torch's face of
+it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`.
 """
 
 from __future__ import annotations
@@ -17,24 +18,25 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots, shm_available
+from tokenloom.loader.fetch import FetchAhead, SpanKey
 from tokenloom.loader.gauge import PipelineGauge
 from tokenloom.loader.group import PackedGroup
 from tokenloom.loader.planner import Planner
-from tokenloom.loader.read import LoaderError, TokenReader
+from tokenloom.loader.read import SPLIT_TAKE_PARTS, SPLIT_TAKE_ROWS, LoaderError, TokenReader
 from tokenloom.loader.readahead import (
-    READ_AHEAD_BYTES,
+    FETCH_AHEAD_BYTES,
     TAKE_ROWS,
     ReadAhead,
     available_cores,
     log,
-    rows_per_take,
+    rows_per_fetch,
     size_read_ahead,
     timed,
 )
@@ -58,6 +60,11 @@ _SLOTS_LENT = 2
 _GROUP_BYTES = 8 << 20  # packed output of one local group at most (4 int64 fields)
 _AHEAD_STEPS = 64  # local read-ahead: 4 groups ahead, fewer big ones covering these steps
 _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
+# On an object store the fetch spans read (loader/fetch.py); the read groups' threads only pack,
+# which is CPU work: one thread per core of a 2-core share, 4 groups ahead, as on a local table.
+_PACK_THREADS = 2
+_PACK_AHEAD = 4
+_MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
 
 
 class PackedStream:
@@ -80,13 +87,15 @@ class PackedStream:
         epoch: The epoch to start in.
         storage_options: Object-store options for Lance.
         allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
-        io_threads: Threads reading and packing ahead (not part of the stream; default:
-            sized from the first read group's measured wall and CPU time, see
-            :mod:`~tokenloom.loader.readahead`; at least 2, in-process and in each DataLoader
-            worker).
-        read_ahead: Read groups in flight (default: sized with ``io_threads``).
-        read_group: Steps per group: per ``take``, per pack and per worker message (default:
-            sized to ~256 rows per take).
+        io_threads: Locally, threads reading and packing ahead (default 2, in-process and in
+            each DataLoader worker); on an object store, concurrent takes of the fetch spans
+            (default: sized from the first span's measured wall and CPU time, see
+            :mod:`~tokenloom.loader.readahead`). Never part of the stream.
+        read_ahead: Locally, read groups in flight (default 4); on an object store, fetch
+            spans in flight (:mod:`~tokenloom.loader.fetch`; default: sized with
+            ``io_threads``, across the epoch boundary in the training process).
+        read_group: Steps per group: per pack and per worker message, and locally per
+            ``take`` (default: sized to ~256 stretches per group).
         **options: Keyword form only: the other :class:`LoaderSpec` fields.
     """
 
@@ -146,17 +155,21 @@ class PackedStream:
                 f"({io_threads}, {read_ahead}, {read_group})"
             )
         self.io_threads = io_threads
-        """Threads reading and packing ahead (``take`` and the packer release the GIL);
-        ``None``: sized from a measured read group on an object store; locally 2, in the
-        training process and in each DataLoader worker."""
+        """Locally, threads reading and packing ahead (``take`` and the packer release the
+        GIL; ``None``: 2); on an object store, concurrent takes of the fetch spans (``None``:
+        sized from the first span's measured fetch)."""
         self.read_ahead = read_ahead
-        """Read groups in flight (at least ``io_threads``); ``None``: sized with them."""
+        """Locally, read groups in flight (``None``: 4); on an object store, fetch spans in
+        flight (``None``: sized with ``io_threads``)."""
         self.sizing: ReadAhead | None = None
         """How the last iteration sized its reads (in this process)."""
         self.read_group = read_group
-        """Steps per ``take``; ``None``: sized to about 256 rows per take from the plan."""
+        """Steps per read group (per pack; locally per ``take``); ``None``: sized to about
+        256 stretches per group from the plan."""
         self._buffers = RecycledBuffers()
         """Output buffers of packed groups, reused once no batch of theirs is referenced."""
+        self._fetcher: FetchAhead | None = None
+        """In the training process on an object store: the fetch spans, kept across epochs."""
         self.reader = TokenReader(
             self.uri, self.version, self.spec.token_column, storage_options=storage_options
         )
@@ -167,6 +180,11 @@ class PackedStream:
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
         self._epoch = int(epoch)
         self._step = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fetcher"] = None  # threads and fetched rows stay in this process
+        return state
 
     # -- what the spec resolved to --------------------------------------------------------------
 
@@ -259,41 +277,65 @@ class PackedStream:
     # -- iteration ----------------------------------------------------------------------------
 
     def _group_steps(self, view: EpochView) -> int:
-        """Steps whose rows are read in one ``take``: about
-        :func:`~tokenloom.loader.readahead.rows_per_take` rows per call (small takes pay a
-        fixed cost each, on an object store one GET per row; very large ones lose locality);
-        locally also at most :data:`_GROUP_BYTES` of packed output (a worker's ring holds a few
-        groups: their size is most of a worker's memory)."""
+        """Steps packed together (and, on a local table, read with one ``take``): about
+        :data:`~tokenloom.loader.readahead.TAKE_ROWS` stretches per group (small takes pay a
+        fixed cost each; very large ones lose locality), and at most :data:`_GROUP_BYTES` of
+        packed output (a worker's ring holds a few groups: their size is most of a worker's
+        memory). On an object store the reads are spans of many groups (:meth:`_span_groups`)."""
         if self.read_group is not None:
             return self.read_group
-        remote = is_remote(self.uri)
-        # ~ rows + block cuts per step; on an object store distinct rows (what a GET fetches)
-        stretches = len(self.inputs.row_ids) + (0 if remote else view.plan.num_blocks)
+        stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # rows + block cuts
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
+        fit = _GROUP_BYTES // (4 * self.blocks_per_rank * self.seq_len * 8)
+        return int(min(max(TAKE_ROWS // per_step, 1), fit, _MAX_GROUP_STEPS) or 1)
+
+    def _token_bytes(self) -> int:
+        """Bytes of the token lists an epoch reads (selected tokens x bytes per token)."""
         width = self.reader.dataset.schema.field(self.spec.token_column).type.value_type
-        take = rows_per_take(
-            int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1), remote=remote
+        return int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1)
+
+    def _span_groups(self, view: EpochView, size: int) -> int:
+        """Read groups per fetch span on an object store: about
+        :func:`~tokenloom.loader.readahead.rows_per_fetch` distinct rows per span."""
+        rows = max(len(self.inputs.row_ids), 1)
+        per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
+        return int(max(rows_per_fetch(self._token_bytes(), rows) // per_group, 1))
+
+    def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
+        """The stable row ids a read group's stretches come from (no I/O)."""
+        layout = view.group(
+            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
-        steps = take // per_step
-        if not remote:
-            steps = min(steps, _GROUP_BYTES // (4 * self.blocks_per_rank * self.seq_len * 8))
-        return int(min(max(steps, 1), 64 * take // TAKE_ROWS))
+        return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, layout.spans.row_id)]
 
     def _build_group(
-        self, view: EpochView, epoch: int, steps: range, slots: SharedSlots | None
+        self,
+        view: EpochView,
+        epoch: int,
+        steps: range,
+        slots: SharedSlots | None,
+        fetch: tuple[Future, bool] | None = None,
     ) -> _Group:
-        """Several consecutive steps read with ONE take of all their rows and packed with one
-        call (in an I/O thread: ``take`` and the numpy packer release the GIL for most of their
-        time); the consumer hands them out step by step. ``slots``: in a DataLoader worker, pack
-        into a shared-memory slot that the training process lends to the batches."""
+        """Several consecutive steps read with ONE take of all their rows (or from their
+        span's fetch, ``fetch``: its future and whether this group carries its read cost) and
+        packed with one call (in an I/O thread: ``take`` and the numpy packer release the GIL
+        for most of their time); the consumer hands them out step by step. ``slots``: in a
+        DataLoader worker, pack into a shared-memory slot that the training process lends to
+        the batches."""
         layout = view.group(
             np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
         spans = layout.spans
         rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
+        fetched = None
+        if fetch is not None:
+            fetched = fetch[0].result()
         tokens, offsets, read = self.reader.read_ranges(
-            rowids, layout.starts, layout.stops, spans.doc_len
+            rowids, layout.starts, layout.stops, spans.doc_len, fetched
         )
+        if fetched is not None and fetch is not None and fetch[1]:
+            r = fetched.read
+            read = (read[0] + r[0], read[1] + r[1], read[2] + r[2])
         self.gauge.fetched()
         started = time.perf_counter()
         shape = (4, len(layout.blocks), self.seq_len)
@@ -344,13 +386,16 @@ class PackedStream:
         total = view.steps
         size = self._group_steps(view)
         # worker w builds groups w, w + W, ...: the DataLoader's round-robin keeps the order
-        starts = range(first + wid * size, total, workers * size)
-        groups = [range(lo, min(lo + size, total)) for lo in starts]
+        groups = _groups(first, total, size, wid, workers)
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
-        probed = self._size_reads(view, epoch, groups, workers if info is not None else 0)
+        fetcher = None
+        if is_remote(self.uri) and groups:
+            fetcher = self._start_fetches(view, epoch, groups, size, in_process=info is None)
+        self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
-        skip = 1 if probed is not None else 0
+        if fetcher is not None:  # reading is the fetcher's; these threads pack
+            threads, depth = _PACK_THREADS, _PACK_AHEAD
         gauge = self.gauge
         # the group being handed out stays in the packed queue while its successor is submitted
         gauge.start(capacity=(depth + 1) * size)
@@ -363,74 +408,166 @@ class PackedStream:
                 )
             build = self._build_group
 
-            def submit(g: range) -> Any:
-                return gauge.submit(pool, build, view, epoch, g, slots, steps=len(g))
+            def submit(i: int) -> Any:
+                g = groups[i]
+                fetch = None
+                if fetcher is not None:
+                    fetch = (fetcher.get(i), fetcher.first_of_span(i))
+                return gauge.submit(pool, build, view, epoch, g, slots, fetch, steps=len(g))
 
-            ahead = deque(submit(g) for g in groups[skip : skip + depth])
-            next_group = skip + len(ahead)
-            expected = first_sent = groups[0].start if groups else total
-            while ahead or probed is not None:
-                tracked = probed is None  # the probe group was built outside the gauge
-                if probed is not None:
-                    group, probed = probed, None
-                else:
-                    group = gauge.take(ahead.popleft())
-                    if next_group < len(groups):
-                        ahead.append(submit(groups[next_group]))
-                        next_group += 1
+            ahead = deque(submit(i) for i in range(min(depth, len(groups))))
+            next_group = len(ahead)
+            expected = groups[0].start if groups else total
+            for index in range(len(groups)):
+                group = gauge.take(ahead.popleft())
+                if fetcher is not None:
+                    fetcher.done(index)
+                if next_group < len(groups):
+                    ahead.append(submit(next_group))
+                    next_group += 1
                 assert group.first == expected  # groups are consumed in order
                 expected += workers * size
                 if info is not None:
                     # one message per group (the slots' memory crosses with the first one);
                     # the DataLoader splits it into steps and adds the worker's counters once
-                    gauge.handed_out(self.stats, steps=group.steps if tracked else 0)
+                    gauge.handed_out(self.stats, steps=group.steps)
                     extra, snapshot = self.stats.delta(snapshot), self.stats.copy()
-                    ring = slots if group.first == first_sent else None
+                    ring = slots if index == 0 else None
                     yield replace(group, worker=wid, slots=ring, extra=extra, sent=time.monotonic())
                     continue
                 for i in range(group.steps):
                     self.stats.add(group.step_stats(i))
-                    gauge.handed_out(self.stats, steps=1 if tracked else 0)
+                    gauge.handed_out(self.stats, steps=1)
                     self.last_counts = group.counts.step(i)
                     self._step = group.first + i + 1
                     if self._step >= total:
                         self._epoch, self._step = epoch + 1, 0
                     yield group.batch(i)
+        if fetcher is not None and info is not None:
+            fetcher.close()  # a worker's copy ends with its epoch
+
+    def _start_fetches(
+        self, view: EpochView, epoch: int, groups: list[range], size: int, *, in_process: bool
+    ) -> FetchAhead:
+        """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.fetch`): in the
+        training process the fetcher outlives the epoch, goes on into the next one's first spans
+        while this one ends, and the next pass reuses them when it starts where this one ends."""
+        per_span = self._span_groups(view, size)
+        key = SpanKey(
+            epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
+        )
+        fetcher = self._fetcher if in_process else None
+        if fetcher is None:
+            fetcher = FetchAhead(self.reader, depth=self._fetch_depth(), parts=self._fetch_parts())
+            if in_process:
+                self._fetcher = fetcher
+
+        def rows_of(v: EpochView, gs: list[range]) -> Any:
+            return lambda g: self._group_rows(v, gs[g])
+
+        following = None
+        if in_process:
+
+            def following() -> tuple[SpanKey, Any] | None:
+                nxt = self.view(epoch + 1)
+                gs = _groups(0, nxt.steps, size, 0, 1)
+                if not gs:
+                    return None
+                k = SpanKey(epoch=epoch + 1, groups=tuple((g.start, g.stop) for g in gs),
+                            per_span=per_span)  # fmt: skip
+                return k, rows_of(nxt, gs)
+
+        fetcher.start(key, rows_of(view, groups), following=following)
+        return fetcher
+
+    def _fetch_depth(self) -> int:
+        """Fetch spans in flight: ``read_ahead`` given or measured (2 until measured)."""
+        if self.read_ahead is not None:
+            return self.read_ahead
+        return self.sizing.read_ahead if self.sizing is not None and self.sizing.measured else 2
+
+    def _fetch_parts(self) -> int:
+        """Concurrent takes per fetch span: ``io_threads`` over the spans in flight."""
+        threads = self.io_threads
+        if threads is None and self.sizing is not None and self.sizing.measured:
+            threads = self.sizing.io_threads
+        if threads is None:
+            return SPLIT_TAKE_PARTS
+        return max(threads // self._fetch_depth(), 1)
 
     def _size_reads(
-        self, view: EpochView, epoch: int, groups: list[range], workers: int
-    ) -> _Group | None:
-        """Size the read pipeline (:attr:`sizing`): explicit values as given; on an object
-        store the others from the first group, built here and timed (the group is returned,
-        not built again; later epochs in this process reuse it); locally 2 threads in-process
-        and in each worker (a worker's second thread overlaps one group's take with the next
-        group's pack: measured +7% tok/s with 2 workers on 2 cores), 4 groups ahead, or fewer
-        big ones covering :data:`_AHEAD_STEPS` steps (one per thread at least)."""
+        self,
+        view: EpochView,
+        epoch: int,
+        groups: list[range],
+        fetcher: FetchAhead | None,
+        workers: int,
+    ) -> None:
+        """Size the read pipeline (:attr:`sizing`). Locally: the explicit values, else 2
+        threads in-process and in each DataLoader worker (a worker's second thread overlaps one
+        group's take with the next group's pack: measured +7% tok/s with 2 workers on 2 cores)
+        and 4 groups ahead (fewer big ones covering :data:`_AHEAD_STEPS` steps, one per thread
+        at least). On an object store (``fetcher``): ``read_ahead`` is the fetch spans
+        in flight and ``io_threads`` the concurrent takes they are cut into; unless both are
+        given, they are sized from the first span, fetched here and timed, with the CPU its
+        groups will cost to pack (the first one packed and timed, times the span's groups):
+        Little's law over the span's wall time and its whole CPU cost, plus the span being
+        packed. Once per process: later epochs reuse the measure."""
         cores = available_cores(max(workers, 1))
         floor = 2
         explicit = self.io_threads is not None and self.read_ahead is not None
-        if explicit or not groups or not is_remote(self.uri):
+        if explicit or fetcher is None:
             size = len(groups[0]) if groups else 1
             ahead = max(self.io_threads or floor, min(4, -(-_AHEAD_STEPS // size)))
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or ahead,
             )  # fmt: skip
+            if fetcher is not None:  # spans in flight and their takes, as given
+                assert self.io_threads is not None and self.read_ahead is not None
+                span_rows = len(np.unique(fetcher.span_rows(0)))
+                self.sizing = replace(
+                    self.sizing, io_threads=self.io_threads, read_ahead=self.read_ahead,
+                    span_rows=span_rows,
+                )  # fmt: skip
+                fetcher.resize(depth=self.read_ahead, parts=self._fetch_parts())
             self.stats.record_sizing(self.sizing)
-            return None
+            return
         if self.sizing is not None and self.sizing.measured:  # a later epoch: measured already
             self.stats.record_sizing(self.sizing)
-            return None
+            return
         self.reader.dataset  # noqa: B018 - opened before the clock starts
-        built, wall, cpu = timed(self._build_group, view, epoch, groups[0], None)
-        step_bytes = 4 * self.blocks_per_rank * self.seq_len * 8  # ids, labels, positions, docs
-        self.sizing = size_read_ahead(
-            wall, cpu, cores=cores, io_threads=self.io_threads, read_ahead=self.read_ahead,
-            min_threads=floor, max_ahead=READ_AHEAD_BYTES // (len(groups[0]) * step_bytes),
+        rows = fetcher.span_rows(0)
+        fetched, wall, cpu = timed(self.reader.fetch, rows)
+        span = fetcher.put(0, fetched)  # nothing else fetched yet: the timing is the pack's
+        _, _, pack_cpu = timed(self._build_group, view, epoch, groups[0], None, (span, False))
+        pack_cpu *= min(fetcher.per_span, len(groups))  # all the span's groups
+        span_bytes = max(fetched.read[1], 1)
+        depth = size_read_ahead(
+            wall, cpu + pack_cpu, cores=cores, read_ahead=self.read_ahead, min_threads=1,
+            max_ahead=max(FETCH_AHEAD_BYTES // span_bytes - 1, 1),
+        ).io_threads + 1  # fmt: skip
+        if self.read_ahead is not None:
+            depth = self.read_ahead
+        # the takes a span is cut into (split_rows never cuts runs under SPLIT_TAKE_ROWS rows)
+        parts = min(SPLIT_TAKE_PARTS, max(len(fetched.rowids) // SPLIT_TAKE_ROWS, 1))
+        if self.io_threads is not None:
+            parts = max(self.io_threads // depth, 1)
+        self.sizing = ReadAhead(
+            io_threads=self.io_threads or depth * parts, read_ahead=depth, wall_s=wall,
+            cpu_s=cpu, cores=cores, measured=True, span_rows=len(fetched.rowids),
+            pack_cpu_s=pack_cpu,
         )  # fmt: skip
+        fetcher.resize(depth=depth, parts=parts)
         self.stats.record_sizing(self.sizing)
         log.info("%s (%s)", self.sizing.describe(), self.uri)
-        return built
+
+
+def _groups(first: int, total: int, size: int, wid: int, workers: int) -> list[range]:
+    """Read groups of ``size`` steps from ``first``: worker ``wid`` of ``workers`` builds groups
+    ``wid, wid + workers, ...``."""
+    starts = range(first + wid * size, total, workers * size)
+    return [range(lo, min(lo + size, total)) for lo in starts]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -5,11 +5,12 @@ The plan needs ``(id, n_tokens, _rowid)`` of the filtered rows — one scan of t
 held as bit-packed :class:`~tokenloom.loader.compact.CompactInts` columns, done once per node
 when a :class:`~tokenloom.loader.planstore.PlanStore` is given (the other processes map the
 columns the first one wrote).
-Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released), one take per
-group of steps (on an object store cut into a few concurrent takes of neighbouring rows), and
-gathered into the packer's layout with one vectorised ``take``. A document that goes on past a
-group is kept in a small LRU while its later blocks are packed, so a document of millions of
-tokens is read once per process and costs linear work.
+Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released) and gathered
+into the packer's layout with one vectorised ``take``: locally one take per group of steps; on an
+object store the rows of many groups at once (a :class:`Fetched` span, :meth:`TokenReader.fetch`,
+cut into concurrent takes of neighbouring rows), which the groups are then packed from. A
+document that goes on past a group is kept in a small LRU while its later blocks are packed, so a
+document of millions of tokens is read about once per process and costs linear work.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tokenloom.loader.compact import COMPACT_FORMAT, CompactInts, encode
 from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.spec import count_column_for
 from tokenloom.table.filters import validate_filter
+from tokenloom.table.storage import is_remote
 
 __all__ = [
     "PlanInputs",
@@ -46,6 +48,7 @@ __all__ = [
     "plan_inputs_key",
     "table_identity",
     "TokenReader",
+    "Fetched",
     "scan_plan_inputs",
     "count_column_for",
     "read_cut_points",
@@ -328,6 +331,29 @@ def _refuse_unknown_filter_rows(ds: lance.LanceDataset, filter: str) -> None:
     )
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Fetched:
+    """The token lists of a set of rows, fetched ahead of the groups packed from them."""
+
+    rowids: np.ndarray
+    """``(R,)`` stable row ids, ascending (uint64)."""
+    starts: np.ndarray
+    """``(R,)`` int64: where each row's tokens start in :attr:`values`."""
+    lengths: np.ndarray
+    """``(R,)`` int64: tokens of each row (0 for a null list)."""
+    values: np.ndarray
+    """Every row's tokens, one after another (the column's dtype)."""
+    read: tuple[int, int, float]
+    """Rows, bytes and seconds the fetch cost."""
+
+    def find(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, index)``: which of ``rowids`` this holds, and at which position."""
+        pos = np.searchsorted(self.rowids, rowids)
+        pos = np.minimum(pos, max(len(self.rowids) - 1, 0))
+        found = (self.rowids[pos] == rowids) if len(self.rowids) else np.zeros(len(rowids), bool)
+        return found, pos
+
+
 SPLIT_TAKE_ROWS = 256
 """On an object store, rows per concurrent sub-take of one group's take (at least)."""
 SPLIT_TAKE_PARTS = 4
@@ -361,6 +387,7 @@ class TokenReader:
         self.cache_tokens = cache_tokens
         self._ds: lance.LanceDataset | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
         self._lock = threading.Lock()  # I/O threads share the cache and the counters
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cached = 0
@@ -372,6 +399,7 @@ class TokenReader:
         state = dict(self.__dict__)
         state["_ds"] = None  # Lance handles do not cross processes
         state["_pool"] = None
+        state["_pool_size"] = 0
         state["_lock"] = None
         state["_cache"] = OrderedDict()
         state["_cached"] = 0
@@ -395,18 +423,20 @@ class TokenReader:
         starts: np.ndarray,
         stops: np.ndarray,
         doc_len: np.ndarray,
+        fetched: Fetched | None = None,
     ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, float]]:
         """Tokens ``[starts[i], stops[i])`` of row ``rowids[i]`` for every ``i``, concatenated.
 
-        One ``take`` of the rows not in the long-document cache, then one vectorised gather per
-        source buffer (the take's values, each cached document): no per-row or per-stretch Python.
-        A row whose tokens go on past the last range asked for (a document continuing into
-        later blocks) is copied into the cache.
+        The rows come from the long-document cache, else from ``fetched``, else from one
+        ``take``; then one vectorised gather per source buffer (the fetched or taken values, each
+        cached document): no per-row or per-stretch Python. A row whose tokens go on past the
+        last range asked for (a document continuing into later blocks) is copied into the cache.
 
         Args:
             rowids: ``(S,)`` stable row ids (uint64).
             starts, stops: ``(S,)`` token ranges of each row.
             doc_len: ``(S,)`` planned tokens of each row (its ``n_tokens``).
+            fetched: Rows fetched ahead (:meth:`fetch`); rows it lacks are taken here.
 
         Returns:
             ``(tokens, offsets)`` in the layout :func:`tokenloom.loader.pack.pack_blocks` takes:
@@ -427,22 +457,28 @@ class TokenReader:
         source = np.zeros(len(uniq), dtype=np.int64)  # which buffer holds each row
         base = np.zeros(len(uniq), dtype=np.int64)  # where its tokens start in that buffer
         row_len = np.zeros(len(uniq), dtype=np.int64)
-        buffers: list[np.ndarray] = []
-        missing = np.arange(len(uniq))
+        cached = np.zeros(len(uniq), dtype=bool)
+        buffers: list[np.ndarray] = [np.empty(0, dtype=np.int64)]  # 0: fetched or taken rows
         if self._cache:
-            hit = np.zeros(len(uniq), dtype=bool)
             with self._lock:
                 for j, rid in enumerate(uniq.tolist()):
                     arr = self._cache.get(rid)
                     if arr is not None:
                         self._cache.move_to_end(rid)
-                        hit[j] = True
-                        source[j] = len(buffers) + 1  # 0 is the take's buffer
+                        cached[j] = True
+                        source[j] = len(buffers)
                         row_len[j] = len(arr)
                         buffers.append(arr)
-            missing = np.flatnonzero(~hit)
-        taken = np.empty(0, dtype=np.int64)
+        missing = np.flatnonzero(~cached)
+        if fetched is not None and len(missing):
+            found, pos = fetched.find(uniq[missing])
+            have, pos = missing[found], pos[found]
+            base[have] = fetched.starts[pos]
+            row_len[have] = fetched.lengths[pos]
+            buffers[0] = fetched.values
+            missing = missing[~found]
         if len(missing):
+            k = 0 if fetched is None else len(buffers)  # rows a fetch lacked: their own buffer
             started = time.perf_counter()
             col = self._take(uniq[missing]).combine_chunks()
             read = (len(missing), col.nbytes, time.perf_counter() - started)
@@ -450,14 +486,16 @@ class TokenReader:
                 self.read_seconds += read[2]
                 self.rows_read += read[0]
                 self.bytes_read += read[1]
-            if len(col.values):
-                taken = col.values.to_numpy(zero_copy_only=False)
-            offs = col.offsets.to_numpy().astype(np.int64, copy=False)
+            taken, offs = _list_values(col)
+            if k:
+                buffers.append(taken)
+            else:
+                buffers[0] = taken
+            source[missing] = k
             base[missing] = offs[:-1]
             row_len[missing] = offs[1:] - offs[:-1]
             if col.null_count:
                 row_len[missing[~col.is_valid().to_numpy(zero_copy_only=False)]] = 0
-        buffers.insert(0, taken)
         short = stops > row_len[inv]
         if short.any():
             i = int(np.flatnonzero(short)[0])
@@ -471,8 +509,8 @@ class TokenReader:
         tokens = np.empty(int(offsets[-1]), dtype=dtype)
         begin = base[inv] + starts - offsets[:-1]  # (S,) buffer position of each range's
         # first token, minus where that token goes in ``tokens``
-        if len(buffers) == 1:  # no cache hit: one gather
-            _gather(taken, begin + offsets[:-1], lengths, offsets, tokens)
+        if len(buffers) == 1:  # one source buffer: one gather
+            _gather(buffers[0], begin + offsets[:-1], lengths, offsets, tokens)
         else:
             src = source[inv]  # (S,) buffer of each range
             for k, buf in enumerate(buffers):
@@ -483,41 +521,78 @@ class TokenReader:
                 dst = np.repeat(offsets[:-1][sel] - (np.cumsum(n) - n), n) + np.arange(n.sum())
                 tokens[dst] = buf[dst + np.repeat(begin[sel], n)]
         # A document that goes on after this call's last range is needed again by a later
-        # call: keep a copy (not a view that would pin the whole take buffer); one that ends
-        # here is dropped from the cache.
+        # call: keep a copy (not a view that would pin the whole fetched or taken buffer); one
+        # that ends here is dropped from the cache.
         last = np.zeros(len(uniq), dtype=np.int64)
         np.maximum.at(last, inv, stops)
         done = last >= doc_len[first]
-        if len(buffers) > 1:
-            ended = uniq[(source > 0) & done].tolist()
-            if ended:
-                with self._lock:
-                    for rid in ended:
-                        arr = self._cache.pop(rid, None)
-                        if arr is not None:
-                            self._cached -= len(arr)
-        for j in missing[~done[missing]].tolist():
+        ended = uniq[cached & done].tolist()
+        if ended:
+            with self._lock:
+                for rid in ended:
+                    arr = self._cache.pop(rid, None)
+                    if arr is not None:
+                        self._cached -= len(arr)
+        for j in np.flatnonzero(~cached & ~done).tolist():
             lo = int(base[j])
-            self._remember(int(uniq[j]), taken[lo : lo + int(row_len[j])].copy())
+            self._remember(int(uniq[j]), buffers[source[j]][lo : lo + int(row_len[j])].copy())
         return tokens, offsets, read
 
-    def _take(self, ids: np.ndarray) -> Any:
+    def fetch(self, rowids: np.ndarray, *, parts: int = SPLIT_TAKE_PARTS) -> Fetched:
+        """The token lists of ``rowids`` (any order, repeats allowed), fetched for
+        :meth:`read_ranges`: one take of the distinct rows in ascending order (neighbouring rows
+        share a ranged GET on an object store), cut into up to ``parts`` concurrent takes. Rows
+        in the long-document cache are left out (a document of millions of tokens running
+        through many spans is not fetched again by each)."""
+        ids = np.unique(np.asarray(rowids, dtype=np.uint64))
+        if self._cache:
+            with self._lock:
+                held = np.fromiter(self._cache.keys(), dtype=np.uint64, count=len(self._cache))
+            ids = ids[~np.isin(ids, held)]
+        started = time.perf_counter()
+        if len(ids):
+            col = self._take(ids, parts=parts).combine_chunks()
+        else:
+            col = pa.array([], pa.list_(pa.int32()))
+        values, offs = _list_values(col)
+        lengths = offs[1:] - offs[:-1]
+        if col.null_count:
+            lengths[~col.is_valid().to_numpy(zero_copy_only=False)] = 0
+        read = (len(ids), col.nbytes, time.perf_counter() - started)
+        with self._lock:
+            self.read_seconds += read[2]
+            self.rows_read += read[0]
+            self.bytes_read += read[1]
+        return Fetched(rowids=ids, starts=offs[:-1], lengths=lengths, values=values, read=read)
+
+    def _take(self, ids: np.ndarray, parts: int = SPLIT_TAKE_PARTS) -> Any:
         """The token column of rows ``ids`` (ascending) as one Arrow list array. On an object
-        store the take is split into runs of neighbouring rows taken at once on a few threads:
+        store the take is split into up to ``parts`` runs of neighbouring rows taken at once:
         one take's requests are issued in waves, so parallel takes keep more GETs in flight."""
         column = self.token_column
-        parts = [ids]
-        if "://" in self.uri and not self.uri.startswith("file://"):
-            parts = split_rows(ids, min_rows=SPLIT_TAKE_ROWS, max_parts=SPLIT_TAKE_PARTS)
-        if len(parts) == 1:
+        runs = [ids]
+        if is_remote(self.uri):
+            runs = split_rows(ids, min_rows=SPLIT_TAKE_ROWS, max_parts=parts)
+        if len(runs) == 1:
             return self.dataset._take_rows(ids.tolist(), columns=[column]).column(column)
         ds = self.dataset
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(SPLIT_TAKE_PARTS, thread_name_prefix="take")
-        tables = list(self._pool.map(lambda p: ds._take_rows(p.tolist(), columns=[column]), parts))
+        pool = self._take_pool(len(runs))
+        tables = list(pool.map(lambda p: ds._take_rows(p.tolist(), columns=[column]), runs))
         chunks = [c for t in tables for c in t.column(column).chunks]
         return pa.chunked_array(chunks, type=tables[0].schema.field(column).type)
+
+    def _take_pool(self, threads: int) -> ThreadPoolExecutor:
+        """The threads running concurrent takes, at least ``threads`` of them (a pool too
+        small is replaced; the old one finishes its takes and goes)."""
+        with self._lock:
+            if self._pool is None or self._pool_size < threads:
+                self._pool_size = max(threads, SPLIT_TAKE_PARTS)
+                self._pool = ThreadPoolExecutor(self._pool_size, thread_name_prefix="take")
+            return self._pool
+
+    def reserve_takes(self, threads: int) -> None:
+        """Make room for ``threads`` concurrent takes (fetches running at once x their parts)."""
+        self._take_pool(threads)
 
     def _remember(self, rid: int, arr: np.ndarray) -> None:
         if len(arr) > self.cache_tokens:
@@ -556,6 +631,14 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
             table.column("id").to_pylist(), table.column(column).to_pylist(), strict=True
         )
     }
+
+
+def _list_values(col: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
+    """A list array's values (zero-copy where Arrow allows) and its ``(n + 1,)`` int64 offsets
+    into them."""
+    offs = col.offsets.to_numpy().astype(np.int64, copy=False)
+    values = col.values.to_numpy(zero_copy_only=False) if len(col.values) else np.empty(0, np.int64)
+    return values, offs
 
 
 def _gather(

@@ -1,24 +1,28 @@
 """How many reads the loader keeps in flight, sized from one measured read.
 
-A read group (one ``take`` of several steps' rows, then packing) costs ``cpu_s`` of CPU and
-takes ``wall_s`` end to end; the difference is time spent waiting (object-store latency, the
-disk). With ``n`` groups in flight the loader builds at most ``n / wall_s`` groups per second,
-and the cores cap it at ``cores / cpu_s``. Little's law gives the depth that reaches the cap:
+A read unit (on an object store a fetch span, :mod:`~tokenloom.loader.fetch`) costs ``cpu_s``
+of CPU and takes ``wall_s`` end to end; the difference is time spent waiting (object-store
+latency, the disk). With ``n`` units in flight the loader reads at most ``n / wall_s`` units per
+second, and the cores cap it at ``cores / cpu_s``. Little's law gives the depth that reaches the
+cap:
 
     in_flight = wall_s * wanted_rate = wall_s * cores / cpu_s
 
 On a page-cached local table ``wall_s ~ cpu_s`` and this is about one thread per core, the
 fixed default the loader keeps locally (on a busy machine, waiting for a core would look like
-I/O); on an object store it grows with the waiting share. Groups in flight are bounded by a
-memory budget (:data:`READ_AHEAD_BYTES`). Explicit ``io_threads`` / ``read_ahead`` always win;
-the measured figures are kept in :class:`ReadAhead` and the loader's stats.
+I/O): 2 threads building read groups (one ``take`` each, then packing), 4 groups ahead. On an
+object store the first fetch span is timed and the depth grows with its waiting share, within
+a memory budget of raw token bytes (:data:`FETCH_AHEAD_BYTES`). Explicit ``io_threads`` /
+``read_ahead`` always win; the measured figures are kept in :class:`ReadAhead` and the loader's
+stats.
 
 How many rows one ``take`` asks for matters as much on an object store: Lance merges reads
 closer than about 64 KiB into one ranged GET (measured against a local S3 server: rows 26 KiB
 apart cost one GET per 64 rows, rows 100 KiB apart one GET each), and a shuffled take of
-``n`` rows from a column of ``B`` bytes leaves ``B / n`` bytes between neighbours.
-:func:`rows_per_take` therefore asks for enough rows that neighbours fall within that window,
-up to a cap that bounds a read group's memory.
+``n`` rows from a column of ``B`` bytes leaves ``B / n`` bytes between neighbours (and fetches
+the bytes between neighbours it merges). :func:`rows_per_fetch` therefore reads spans of at
+least :data:`FETCH_BYTES` of tokens and a quarter of the epoch's rows (:data:`FETCH_FRACTION`),
+up to :data:`MAX_FETCH_BYTES`: raw token lists held once, not the packed blocks made of them.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ReadAhead", "size_read_ahead", "available_cores", "timed", "rows_per_take"]
+__all__ = [
+    "ReadAhead",
+    "size_read_ahead",
+    "available_cores",
+    "timed",
+    "rows_per_take",
+    "rows_per_fetch",
+]
 
 log = logging.getLogger("tokenloom.loader")
 
@@ -44,6 +55,22 @@ MAX_REMOTE_TAKE_ROWS = 4096
 """The most rows per take on an object store (a read group's batches stay in memory)."""
 READ_AHEAD_BYTES = 512 << 20
 """Budget of the batches read groups in flight may hold (measured depths are capped by it)."""
+FETCH_BYTES = 16 << 20
+"""Token bytes one fetch span reads at least on an object store (:mod:`~tokenloom.loader.fetch`):
+the rows of a span share GETs, the denser the fewer (measured at 20 ms per request on a local S3
+server, 20k rows of 1.6 KB: takes of 2,048 random rows ~32k rows/s and 4x the bytes used fetched,
+8,192 rows ~158k rows/s and 1.7x)."""
+FETCH_FRACTION = 4
+"""A fetch span reads at least ``1 / FETCH_FRACTION`` of the epoch's rows (within
+:data:`MAX_FETCH_BYTES`). Once its rows lie closer than the merge window, a span's GETs cover the
+whole file between them, so the bytes fetched per byte used are about the epoch's rows over the
+span's (measured on 100k rows of 1.6 KB at 20 ms: spans of 10% of the rows fetched 9x the bytes
+used, 2.3M tok/s; 25%: 19.8M; 50%: 25.3M; the local table 20.5M)."""
+MAX_FETCH_BYTES = 64 << 20
+"""Token bytes one fetch span reads at most (past ``FETCH_FRACTION * MAX_FETCH_BYTES`` of
+tokens, spans hold a smaller share of the epoch and fetch more bytes than they use)."""
+FETCH_AHEAD_BYTES = 256 << 20
+"""Budget of the token bytes fetch spans in flight may hold (measured depths are capped by it)."""
 MAX_THREADS = 32
 """Upper bound of measured threads (each holds one group's rows; beyond this the store, not
 the depth, is the limit)."""
@@ -65,6 +92,13 @@ class ReadAhead:
     """Cores this pipeline may use."""
     measured: bool
     """False when both values were given explicitly (no probe)."""
+    span_rows: int = 0
+    """On an object store: rows of the probe's fetch span (:mod:`~tokenloom.loader.fetch`;
+    ``read_ahead`` counts such spans and ``io_threads`` the takes they are cut into); 0 when
+    reads are one take per read group."""
+    pack_cpu_s: float = 0.0
+    """On an object store: CPU the probe span's groups cost to pack, estimated from its first
+    group (the depth counts it with :attr:`cpu_s`: a span in flight must cover its packing)."""
 
     @property
     def waiting_s(self) -> float:
@@ -75,6 +109,13 @@ class ReadAhead:
         """One log line."""
         if not self.measured:
             return f"read-ahead: {self.io_threads} threads, {self.read_ahead} groups (explicit)"
+        if self.span_rows:
+            return (
+                f"read-ahead: {self.read_ahead} fetch spans of ~{self.span_rows} rows in flight, "
+                f"{self.io_threads} concurrent takes, sized from the first span's fetch: "
+                f"{self.wall_s * 1e3:.1f} ms wall / {self.cpu_s * 1e3:.1f} ms CPU, packing it "
+                f"~{self.pack_cpu_s * 1e3:.0f} ms CPU, on {self.cores} cores"
+            )
         return (
             f"read-ahead: {self.io_threads} threads, {self.read_ahead} groups in flight, sized "
             f"from a probe group of {self.wall_s * 1e3:.1f} ms wall / {self.cpu_s * 1e3:.1f} ms "
@@ -155,7 +196,7 @@ def timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def rows_per_take(column_bytes: float, *, remote: bool) -> int:
+def rows_per_take(column_bytes: float, *, remote: bool, cap: bool = True) -> int:
     """Rows one ``take`` should ask for.
 
     Args:
@@ -165,9 +206,31 @@ def rows_per_take(column_bytes: float, *, remote: bool) -> int:
     Returns:
         :data:`TAKE_ROWS` locally; on an object store ``4 * column_bytes / COALESCE_BYTES`` (an
         average gap of a quarter of the merge window, so that most gaps fall inside it), within
-        ``[TAKE_ROWS, MAX_REMOTE_TAKE_ROWS]``.
+        ``[TAKE_ROWS, MAX_REMOTE_TAKE_ROWS]`` (``cap=False``: at least ``TAKE_ROWS``).
     """
     if not remote:
         return TAKE_ROWS
-    wanted = 4.0 * max(float(column_bytes), 0.0) / COALESCE_BYTES
-    return int(min(max(wanted, TAKE_ROWS), MAX_REMOTE_TAKE_ROWS))
+    wanted = max(4.0 * max(float(column_bytes), 0.0) / COALESCE_BYTES, TAKE_ROWS)
+    return int(min(wanted, MAX_REMOTE_TAKE_ROWS) if cap else wanted)
+
+
+def rows_per_fetch(column_bytes: float, rows: int) -> int:
+    """Rows one fetch span should read on an object store.
+
+    Args:
+        column_bytes: Size of the token data the epoch reads (selected tokens x bytes each).
+        rows: Rows the epoch reads.
+
+    Returns:
+        The most of: enough rows to hold :data:`FETCH_BYTES` of tokens, ``rows /
+        FETCH_FRACTION``, and :func:`rows_per_take`'s count (neighbours within the merge window);
+        but no more than :data:`MAX_FETCH_BYTES` of tokens, nor than ``rows``.
+    """
+    rows = max(int(rows), 1)
+    mean = max(float(column_bytes), 1.0) / rows  # bytes per row
+    wanted = max(
+        FETCH_BYTES / mean,
+        rows / FETCH_FRACTION,
+        rows_per_take(column_bytes, remote=True, cap=False),
+    )
+    return int(max(min(wanted, MAX_FETCH_BYTES / mean, rows), 1))

@@ -85,6 +85,9 @@ class LoaderStats:
     """Wall time of the groups timed to size the pipelines
     (:mod:`~tokenloom.loader.readahead`)."""
     probe_cpu_seconds: float = 0.0
+    span_rows: int = 0
+    """Rows of each pipeline's first fetch span on an object store, summed over them (0: one
+    take per read group; then :attr:`read_ahead` counts read groups, else fetch spans)."""
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""
@@ -109,12 +112,20 @@ class LoaderStats:
         self.read_ahead += sizing.read_ahead
         self.probe_wall_seconds += sizing.wall_s
         self.probe_cpu_seconds += sizing.cpu_s
+        self.span_rows += getattr(sizing, "span_rows", 0)
 
     def read_ahead_summary(self) -> str:
         """Mean threads, depth and probe times per read pipeline ("" before the first)."""
         n = self.pipelines
         if not n:
             return ""
+        if self.span_rows:
+            return (
+                f"{self.read_ahead / n:g} fetch spans of ~{self.span_rows / n:.0f} rows ahead, "
+                f"{self.io_threads / n:g} concurrent takes "
+                f"(probe {self.probe_wall_seconds / n * 1e3:.1f} ms wall, "
+                f"{self.probe_cpu_seconds / n * 1e3:.1f} ms CPU)"
+            )
         return (
             f"{self.io_threads / n:g} threads, {self.read_ahead / n:g} groups ahead "
             f"(probe {self.probe_wall_seconds / n * 1e3:.1f} ms wall, "

@@ -1,0 +1,46 @@
+"""``tokenloom bench loader --store s3`` end to end on a tiny corpus (cases in this process):
+both Parquet baselines are measured beside tokenloom, the per-row one with tokenloom's measured
+concurrency, the goal is checked against the per-row one, and the store side of every S3 case
+(the proxy's requests, bytes, requests in flight; CPU) is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def test_s3_bench_reports_both_parquet_baselines_and_the_store_side(tmp_path):
+    from tokenloom.bench.loader import LoaderBenchConfig
+    from tokenloom.bench.loader_s3 import S3BenchConfig, format_s3_report, run_s3_bench
+    from tokenloom.dev.s3 import S3ServerError, weed_binary
+
+    try:
+        weed_binary()
+    except S3ServerError as exc:
+        pytest.skip(str(exc))
+    run = LoaderBenchConfig(
+        docs=300, steps=2, workdir=str(tmp_path), only=("tokenloom",), seq_len=128, isolate=False
+    )
+    config = S3BenchConfig(
+        run=run, latencies_ms=(5.0,), only=("parquet", "tokenloom", "parquet-rows")
+    )
+    assert config.only == ("tokenloom", "parquet-rows", "parquet")  # tokenloom measured first
+    bench = run_s3_bench(config)
+
+    store = "S3 5 ms"
+    for where in ("local", store):
+        assert all(bench.results[where][k].ok for k in config.only), bench.results[where]
+    sizing = bench.results[store]["tokenloom"].figures
+    assert sizing["span_rows"] > 0 and sizing["rows_read"] > 0
+    assert bench.threads[store] == max(round(sizing["io_threads"]), 1)
+    goals = {(name, s): goal for name, s, _, goal in bench.ratios()}
+    assert goals[("tokenloom / Parquet rows, both S3", store)] == ">= 10"
+    assert goals[("tokenloom / Parquet row groups", store)] == ""
+    io = bench.io[store]["tokenloom"]
+    assert io.requests and io.body_bytes and io.in_flight_peak and io.in_flight_peak >= 1
+    assert io.server_cpu_s is not None and io.seconds > 0
+    report = format_s3_report(bench)
+    assert "a much weaker shuffle" in report and "Parquet single rows" in report
+    assert "rows/GET" in report and "fetch spans" in report
+    assert not any(p.name.startswith("s3-") for p in tmp_path.iterdir())  # server data removed

@@ -1,0 +1,104 @@
+"""Fetch spans (loader/fetch.py) on a local table: rows fetched ahead give exactly the token
+ranges a plain read gives, a fetch that lacks rows is completed by a take, spans are cut from
+consecutive read groups, and a pipeline finds the spans its predecessor fetched ahead for it.
+The object-store pipeline built on them is tested in tests/s3/test_fetch_s3.py."""
+
+from __future__ import annotations
+
+import lance
+import numpy as np
+
+from tests.conftest import real_paragraphs
+from tests.loader.tables import token_table
+from tokenloom.loader.fetch import FetchAhead, SpanKey, cut_spans
+from tokenloom.loader.read import TokenReader
+from tokenloom.loader.readahead import (
+    FETCH_BYTES,
+    FETCH_FRACTION,
+    MAX_FETCH_BYTES,
+    rows_per_fetch,
+)
+
+
+def _reader(tmp_path):
+    uri = token_table(tmp_path, real_paragraphs(40))
+    ds = lance.dataset(uri)
+    t = ds.to_table(columns=["n_tokens"], with_row_id=True)
+    rowids = t.column("_rowid").to_numpy().astype(np.uint64)
+    counts = t.column("n_tokens").to_numpy().astype(np.int64)
+    return TokenReader(uri, ds.version, "input_ids"), rowids, counts
+
+
+def test_fetched_rows_read_the_same_ranges_as_a_take(tmp_path):
+    reader, rowids, counts = _reader(tmp_path)
+    rng = np.random.default_rng(0)
+    pick = rng.choice(len(rowids), 30)  # repeats: a document cut into several stretches
+    starts = rng.integers(0, np.maximum(counts[pick] // 2, 1))
+    stops = np.maximum(starts, counts[pick] - rng.integers(0, 3, len(pick)))
+    want, want_off, _ = reader.read_ranges(rowids[pick], starts, stops, counts[pick])
+    # the whole set fetched ahead, then only part of it (the rest is taken when reading)
+    for held in (rowids[pick], rowids[pick[:10]]):
+        fetched = reader.fetch(held, parts=3)
+        assert np.all(np.diff(fetched.rowids.astype(np.int64)) > 0)  # distinct, ascending
+        fresh = TokenReader(reader.uri, reader.version, "input_ids")
+        got, off, _ = fresh.read_ranges(rowids[pick], starts, stops, counts[pick], fetched)
+        np.testing.assert_array_equal(off, want_off)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_spans_cut_consecutive_groups():
+    assert cut_spans(7, 3) == [range(0, 3), range(3, 6), range(6, 7)]
+    assert cut_spans(2, 5) == [range(0, 2)]
+    assert cut_spans(0, 4) == []
+    assert cut_spans(3, 0) == [range(0, 1), range(1, 2), range(2, 3)]
+
+
+def test_rows_per_fetch_holds_a_share_of_the_epoch_within_bounds():
+    mean = 1600.0  # bytes per row
+    assert rows_per_fetch(mean * 1_000, 1_000) == 1_000  # a small table: all of it
+    assert rows_per_fetch(mean * 20_000, 20_000) == int(FETCH_BYTES / mean)  # 16 MB of 32 MB
+    mid = 100_000  # 160 MB: a quarter of the rows is more than FETCH_BYTES
+    assert rows_per_fetch(mean * mid, mid) == mid // FETCH_FRACTION > FETCH_BYTES / mean
+    big = 10_000_000
+    assert rows_per_fetch(mean * big, big) == int(MAX_FETCH_BYTES / mean)  # the memory cap
+
+
+def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
+    reader, rowids, _ = _reader(tmp_path)
+    groups = [range(i, i + 1) for i in range(10)]  # a "group" here: one row of the table
+    rows = lambda g: rowids[[g]]  # noqa: E731
+    key0 = SpanKey(epoch=0, groups=tuple((g.start, g.stop) for g in groups), per_span=3)
+    key1 = SpanKey(epoch=1, groups=key0.groups, per_span=3)
+    fetcher = FetchAhead(reader, depth=2, parts=1)
+    try:
+        fetcher.start(key0, rows, following=lambda: (key1, rows))
+        got = []
+        for g in range(len(groups)):
+            fetched = fetcher.get(g).result()
+            assert rowids[g] in fetched.rowids
+            got.append(fetched)
+            fetcher.done(g)
+        assert got[0] is got[2] and got[3] is not got[2]  # one fetch per span of 3 groups
+        fetcher.start(key1, rows)  # the next epoch: its first span was fetched ahead
+        assert fetcher.carried == 1
+        fetcher.start(SpanKey(epoch=5, groups=key0.groups, per_span=3), rows)  # elsewhere
+        assert fetcher.carried == 1  # nothing kept for a pipeline nobody fetched ahead for
+        assert fetcher.get(0).result().rowids.tolist() == rowids[:3].tolist()
+    finally:
+        fetcher.close()
+
+
+def test_a_fetch_leaves_out_documents_the_cache_holds(tmp_path):
+    reader, rowids, counts = _reader(tmp_path)
+    long = int(np.argmax(counts))
+    half = int(counts[long] // 2)
+    ids, n = rowids[[long]], counts[[long]]
+    want, _, _ = TokenReader(reader.uri, reader.version, "input_ids").read_ranges(
+        ids, np.array([half]), n, n
+    )
+    reader.read_ranges(ids, np.array([0]), np.array([half]), n)  # goes on: kept in the cache
+    others = [i for i in range(3) if i != long][:2]
+    fetched = reader.fetch(rowids[[long, *others]])
+    assert rowids[long] not in fetched.rowids and len(fetched.rowids) == 2
+    got, _, _ = reader.read_ranges(ids, np.array([half]), n, n, fetched)
+    np.testing.assert_array_equal(got, want)
