@@ -6,8 +6,8 @@ of millions of documents, without a table. The selection stands for a filter kee
 a table's rows (ids ascending with random gaps) whose ``_rowid`` are Lance row addresses
 (fragment << 32 | offset, ``fragment_rows`` rows per fragment, written in id order). Each case
 runs in fresh forked processes which first take the plan's inputs as a rank does after scanning
-the table (:func:`~tokenloom.loader.read.compact_inputs`: the ``id``, ``n_tokens`` and ``_rowid``
-columns of :class:`~tokenloom.loader.read.PlanInputs`, bit-packed), then plan ``epochs`` epochs
+the table (:func:`~tokenloom.loader.inputs.compact_inputs`: the ``id``, ``n_tokens`` and ``_rowid``
+columns of :class:`~tokenloom.loader.inputs.PlanInputs`, bit-packed), then plan ``epochs`` epochs
 from them and keep them, like the planner's cache of the current and next epoch (both are held
 while a run crosses an epoch boundary):
 
@@ -311,9 +311,9 @@ def _child(
     phases: Any,
     slot: int,
 ) -> None:
+    from tokenloom.loader.inputs import compact_inputs, input_columns, input_parts
     from tokenloom.loader.plan import plan_epoch
     from tokenloom.loader.planstore import PlanStore
-    from tokenloom.loader.read import compact_inputs, input_columns, input_parts
 
     gc.collect()
     _trim()
@@ -381,7 +381,7 @@ def _inputs(
     codec: tuple[Callable, Callable, Callable],
 ) -> dict[str, Any]:
     """The columns a rank holds after resolving its selection (the parent's arrays stand for
-    the scan; ``codec``: :func:`~tokenloom.loader.read.compact_inputs`, ``input_parts`` and
+    the scan; ``codec``: :func:`~tokenloom.loader.inputs.compact_inputs`, ``input_parts`` and
     ``input_columns``, imported before measuring)."""
     compact, parts, columns = codec
     if mode == "reference":  # the former inputs: three int64 arrays

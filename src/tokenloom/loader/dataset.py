@@ -199,7 +199,7 @@ class PackedStream:
 
     @property
     def inputs(self) -> Any:
-        """The plan's inputs (:class:`~tokenloom.loader.read.PlanInputs`)."""
+        """The plan's inputs (:class:`~tokenloom.loader.inputs.PlanInputs`)."""
         return self.planner.inputs
 
     @property

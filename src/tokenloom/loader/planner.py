@@ -23,19 +23,18 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.compact import count_nonzero
-from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
-from tokenloom.loader.planstore import PlanStore
-from tokenloom.loader.read import (
+from tokenloom.loader.inputs import (
     INPUTS_FORMAT,
-    LoaderError,
     PlanInputs,
     compact_inputs,
     input_columns,
     input_parts,
-    read_cut_points,
     scan_plan_inputs,
     table_identity,
 )
+from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
+from tokenloom.loader.planstore import PlanStore
+from tokenloom.loader.read import LoaderError, read_cut_points
 from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec

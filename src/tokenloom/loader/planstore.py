@@ -17,12 +17,12 @@ its pages until it unmaps them). Small selections (under ``min_docs`` rows) are 
 memory: the plan costs milliseconds and a file per epoch would only add I/O.
 
 The plan's *inputs* (the ``id``, ``n_tokens`` and ``_rowid`` columns a table scan yields, see
-:func:`~tokenloom.loader.read.scan_plan_inputs`) are shared the same way by :meth:`PlanStore.
+:func:`~tokenloom.loader.inputs.scan_plan_inputs`) are shared the same way by :meth:`PlanStore.
 arrays`: the first process to resolve a selection scans the table under the lock and writes
 the columns' parts (``inputs/<key>/<column>.<part>.npy`` plus ``meta.json``), the others map
 them. Their key is
 a digest of what the scan depends on (table URI, version and data files, filter, columns,
-options; see :func:`~tokenloom.loader.read.plan_inputs_key`), not of the contents, which are
+options; see :func:`~tokenloom.loader.inputs.plan_inputs_key`), not of the contents, which are
 not known before the scan. Inputs are not pruned: one set per (table version, selection).
 """
 

@@ -1,0 +1,308 @@
+"""The plan's inputs: ``(id, n_tokens, _rowid)`` of the filtered rows, scanned once per node.
+
+One scan of two small columns, held as bit-packed :class:`~tokenloom.loader.compact.CompactInts`
+columns; with a :class:`~tokenloom.loader.planstore.PlanStore` the first process writes them and
+the others map them (:func:`plan_inputs_key` names what a scan depends on; :func:`table_identity`
+tells a table rebuilt at the same URI apart). Reading the tokens is :mod:`~tokenloom.loader.read`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow.compute as pc
+
+from tokenloom.loader.compact import COMPACT_FORMAT, CompactInts, encode
+from tokenloom.loader.plan import narrow_counts
+from tokenloom.loader.read import LoaderError
+from tokenloom.table.filters import validate_filter
+
+__all__ = [
+    "PlanInputs",
+    "INPUTS_FORMAT",
+    "compact_inputs",
+    "input_parts",
+    "input_columns",
+    "plan_inputs_key",
+    "table_identity",
+    "tokenizer_identity",
+    "scan_plan_inputs",
+]
+
+
+INPUTS_FORMAT = (
+    f"plan-inputs-v2;{COMPACT_FORMAT};row_ids=int64;n_tokens=int32|int64;rowids=uint64-row_ids"
+)
+"""Identity of what a shared set of plan inputs holds (part of its key: a store written in
+another format is scanned again, never misread)."""
+
+_INPUT_ARRAYS = ("row_ids", "n_tokens", "rowids")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PlanInputs:
+    """What the plan is computed from, as :class:`~tokenloom.loader.compact.CompactInts`
+    columns (about 2.5 bytes per selected row in all for a filter keeping 90% of a table's
+    rows, lognormal token counts; see :func:`compact_inputs`). Columns mapped from a plan
+    store stay in the page cache, one copy per node; pickling such inputs (a spawned
+    DataLoader worker) sends the store's path, and the worker maps the same files."""
+
+    version: int
+    row_ids: CompactInts
+    """The ``id`` of each selected row, ascending (int64)."""
+    n_tokens: CompactInts
+    """Stored token counts, null counted as 0: int32 when every count fits (values are exact
+    either way), else int64."""
+    rowids: CompactInts
+    """Stable Lance row ids, aligned with ``row_ids`` (uint64, stored relative to them)."""
+    null_rows: int
+    """Selected rows whose token list is null (planned as zero-length)."""
+    tokenizer: dict
+    """The token column's tokenizer identity (from its field metadata), or {}."""
+    shared: str | None = None
+    """The plan store directory the arrays are mapped from (``None``: in this process's memory)."""
+
+    def __reduce__(self) -> tuple:
+        if self.shared is not None and os.path.isdir(self.shared):
+            return (_map_plan_inputs, (self.shared,))
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return (_plan_inputs, (fields,))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the three columns hold."""
+        return sum(getattr(self, k).nbytes for k in _INPUT_ARRAYS)
+
+
+def compact_inputs(
+    row_ids: np.ndarray, n_tokens: np.ndarray, rowids: np.ndarray
+) -> dict[str, CompactInts]:
+    """The three columns of :class:`PlanInputs` from plain arrays (what a scan yields): ids as
+    int64, counts narrowed (:func:`~tokenloom.loader.plan.narrow_counts`), row ids as uint64
+    stored relative to the ids (their difference is constant over runs of rows written in id
+    order)."""
+    plain = np.asarray(row_ids).astype(np.int64, copy=False)
+    ids = encode(plain)
+    return {
+        "row_ids": ids,
+        "n_tokens": encode(narrow_counts(np.asarray(n_tokens))),
+        "rowids": encode(
+            np.asarray(rowids).astype(np.uint64, copy=False), ref=ids, ref_values=plain
+        ),
+    }
+
+
+def input_parts(
+    columns: dict[str, CompactInts], meta: dict[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Columns as the named arrays and meta :meth:`PlanStore.arrays
+    <tokenloom.loader.planstore.PlanStore.arrays>` writes (``<column>.<part>``)."""
+    arrays: dict[str, np.ndarray] = {}
+    described: dict[str, Any] = {}
+    for name, col in columns.items():
+        parts, col_meta = col.parts()
+        arrays.update({f"{name}.{k}": v for k, v in parts.items()})
+        described[name] = {**col_meta, "ref": "row_ids" if col.ref is not None else None}
+    return arrays, {**meta, "rows": len(columns["row_ids"]), "columns": described}
+
+
+def input_columns(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, CompactInts]:
+    """:func:`input_parts` read back (``ValueError`` when they do not fit together)."""
+    described = meta["columns"]
+    if set(described) != set(_INPUT_ARRAYS):
+        raise ValueError(f"plan inputs hold {sorted(described)}, not {list(_INPUT_ARRAYS)}")
+    out: dict[str, CompactInts] = {}
+    for name in _INPUT_ARRAYS:  # row_ids first: the others may be stored relative to it
+        col_meta = described[name]
+        parts = {k: arrays[f"{name}.{k}"] for k in ("bases", "starts", "data")}
+        ref = out[col_meta["ref"]] if col_meta.get("ref") else None
+        out[name] = CompactInts.from_parts(parts, col_meta, ref)
+    return out
+
+
+def _plan_inputs(fields: dict) -> PlanInputs:
+    return PlanInputs(**fields)
+
+
+def _map_plan_inputs(path: str) -> PlanInputs:
+    """The plan inputs a plan store holds at ``path``, mapped read-only."""
+    from tokenloom.loader.planstore import PLAN_CACHE_ENV, open_arrays
+
+    found = open_arrays(path)
+    try:
+        if found is None:
+            raise ValueError("missing")
+        arrays, meta = found
+        columns = input_columns(arrays, meta)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LoaderError(
+            f"the plan inputs at {path} are gone or unreadable (the plan store was cleared "
+            f"while the job ran?); restart the job, or set {PLAN_CACHE_ENV}=off"
+        ) from exc
+    return PlanInputs(
+        version=int(meta["version"]),
+        null_rows=int(meta["null_rows"]),
+        tokenizer=dict(meta["tokenizer"]),
+        shared=path,
+        **columns,
+    )
+
+
+def table_identity(ds: lance.LanceDataset) -> str:
+    """A short digest of the pinned version's data files (their names are random per write): a
+    table deleted and built again at the same URI has other files under the same version
+    numbers, so a checkpoint can tell the two apart. Metadata only; no data is read."""
+    names = sorted(f.path for frag in ds.get_fragments() for f in frag.data_files())
+    return "files:" + hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+def tokenizer_identity(ds: lance.LanceDataset, token_column: str) -> dict:
+    """The tokenizer identity recorded on the token column, or {} when none is recorded."""
+    meta = ds.schema.field(token_column).metadata or {}
+    raw = meta.get(b"tokenloom.tokenizer")
+    return json.loads(raw) if raw else {}
+
+
+def plan_inputs_key(
+    ds: lance.LanceDataset,
+    *,
+    token_column: str,
+    count_column: str,
+    filter: str | None,
+    allow_missing: bool,
+) -> str:
+    """Digest of everything a scan's result depends on: the table (URI, version and the
+    version's data files, so a table rebuilt at the same URI differs), the validated filter,
+    the token and count columns, ``allow_missing`` and :data:`INPUTS_FORMAT`."""
+    parts = {
+        "format": INPUTS_FORMAT,
+        "uri": ds.uri,
+        "version": int(ds.version),
+        "identity": table_identity(ds),
+        "filter": filter,
+        "token_column": token_column,
+        "count_column": count_column,
+        "allow_missing": bool(allow_missing),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def scan_plan_inputs(
+    ds: lance.LanceDataset,
+    *,
+    token_column: str,
+    count_column: str,
+    filter: str | None,
+    allow_missing: bool = False,
+    store: Any = None,
+) -> PlanInputs:
+    """Scan ``(id, count)`` of the rows under ``filter``; never reads token lists.
+
+    Args:
+        store: Optional :class:`~tokenloom.loader.planstore.PlanStore`: the first process of
+            the node scans and writes the arrays, the others map them (large selections only).
+
+    Raises:
+        LoaderError: A column the plan uses is not computed (null) for some rows it selects —
+            the token counts, or a column the filter reads, whose null would silently drop or
+            keep a row — unless ``allow_missing`` (then null counts are zero-length rows).
+    """
+    filter = validate_filter(ds, filter)
+    scan = {
+        "token_column": token_column,
+        "count_column": count_column,
+        "filter": filter,
+        "allow_missing": allow_missing,
+    }
+    if store is None:
+        return _scan_plan_inputs(ds, **scan)
+
+    def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        inputs = _scan_plan_inputs(ds, **scan)
+        columns = {k: getattr(inputs, k) for k in _INPUT_ARRAYS}
+        meta = {"version": inputs.version, "null_rows": inputs.null_rows}
+        return input_parts(columns, {**meta, "tokenizer": inputs.tokenizer})
+
+    arrays, meta, path = store.arrays(plan_inputs_key(ds, **scan), build)
+    return PlanInputs(
+        version=int(meta["version"]),
+        null_rows=int(meta["null_rows"]),
+        tokenizer=dict(meta["tokenizer"]),
+        shared=path,
+        **input_columns(arrays, meta),
+    )
+
+
+def _scan_plan_inputs(
+    ds: lance.LanceDataset,
+    *,
+    token_column: str,
+    count_column: str,
+    filter: str | None,
+    allow_missing: bool,
+) -> PlanInputs:
+    if filter is not None and not allow_missing:
+        _refuse_unknown_filter_rows(ds, filter)
+    for col in (token_column, count_column):
+        if col not in ds.schema.names:
+            raise LoaderError(
+                f"the table has no column {col!r} (version {ds.version}; columns: "
+                f"{', '.join(ds.schema.names)}); tokenize first: "
+                f"`tokenloom tokenize --table {ds.uri} --tokenizer gpt2`"
+            )
+    try:
+        table = ds.scanner(columns=["id", count_column], filter=filter, with_row_id=True).to_table()
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise LoaderError(f"filter {filter!r} does not work on this table: {exc}") from exc
+    order = pc.sort_indices(table.column("id"))
+    table = table.take(order)
+    counts = table.column(count_column)
+    null_rows = counts.null_count
+    if null_rows and not allow_missing:
+        tok = tokenizer_identity(ds, token_column).get("name", "SPEC")
+        raise LoaderError(
+            f"column {count_column!r} is not computed for {null_rows:,} of the "
+            f"{len(counts):,} selected rows (version {ds.version}; rows appended after "
+            f"tokenizing?); run `tokenloom refresh --table {ds.uri}` (or `tokenloom tokenize "
+            f"--table {ds.uri} --tokenizer {tok} --column {token_column}`), or pass "
+            "--allow-missing to plan them as empty"
+        )
+    columns = compact_inputs(
+        table.column("id").to_numpy(),
+        pc.fill_null(counts, 0).to_numpy(),
+        table.column("_rowid").to_numpy(),
+    )
+    del table, counts
+    return PlanInputs(
+        version=ds.version,
+        **columns,
+        null_rows=int(null_rows),
+        tokenizer=tokenizer_identity(ds, token_column),
+    )
+
+
+def _refuse_unknown_filter_rows(ds: lance.LanceDataset, filter: str) -> None:
+    """Refuse a filter that is neither true nor false on some rows: SQL's null (a column not
+    computed for them) would drop them without a word (or keep them under ``NOT``/``OR``)."""
+    unknown = ds.count_rows(filter=f"({filter}) IS NULL")
+    if not unknown:
+        return
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"'(?:[^']|'')*'", "", filter)))
+    named = [
+        c
+        for c in ds.schema.names
+        if c in words and ds.count_rows(filter=f"({filter}) IS NULL AND {c} IS NULL")
+    ]
+    cols = ", ".join(repr(c) for c in named) or "a column it reads"
+    raise LoaderError(
+        f"filter {filter!r} cannot decide {unknown:,} rows: {cols} is not computed (null) for "
+        f"them (version {ds.version}; rows appended after the column was computed?); run "
+        f"`tokenloom refresh --table {ds.uri}`, or pass --allow-missing to leave them out"
+    )
