@@ -22,8 +22,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tokenloom.loader.buffers import SharedSlots
-from tokenloom.loader.dataset import PackedStream, _Group
+from tokenloom.loader.dataset import PackedStream
 from tokenloom.loader.gauge import TransitGauge
+from tokenloom.loader.group import BuiltGroup
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
@@ -110,7 +111,7 @@ class DataLoader(torch.utils.data.DataLoader):
         while True:
             asked = time.monotonic()
             try:
-                group: _Group = next(it)
+                group: BuiltGroup = next(it)
             except StopIteration:
                 return
             if group.slots is not None:

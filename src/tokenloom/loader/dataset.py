@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ import numpy as np
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots, shm_available
 from tokenloom.loader.fetch import FetchAhead, SpanKey
 from tokenloom.loader.gauge import PipelineGauge
-from tokenloom.loader.group import PackedGroup
+from tokenloom.loader.group import BuiltGroup
 from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import SPLIT_TAKE_PARTS, SPLIT_TAKE_ROWS, LoaderError, TokenReader
 from tokenloom.loader.readahead import (
@@ -43,7 +43,7 @@ from tokenloom.loader.readahead import (
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState
 from tokenloom.loader.stats import LoaderStats
-from tokenloom.loader.view import EpochView, GroupCounts, StepCounts
+from tokenloom.loader.view import EpochView, StepCounts
 from tokenloom.process import env_topology
 from tokenloom.table.storage import is_remote
 
@@ -315,7 +315,7 @@ class PackedStream:
         steps: range,
         slots: SharedSlots | None,
         fetch: tuple[Future, bool] | None = None,
-    ) -> _Group:
+    ) -> BuiltGroup:
         """Several consecutive steps read with ONE take of all their rows (or from their
         span's fetch, ``fetch``: its future and whether this group carries its read cost) and
         packed with one call (in an I/O thread: ``take`` and the numpy packer release the GIL
@@ -348,7 +348,7 @@ class PackedStream:
         counts = view.count_group(layout, packed, len(self.spec.pool_names))
         if slot is not None:
             packed = replace(packed, arrays=None)  # the training process reads the slot
-        return _Group(
+        return BuiltGroup(
             epoch=epoch,
             first=steps.start,
             packed=packed,
@@ -372,7 +372,7 @@ class PackedStream:
         (the cursor moves as each is handed out)."""
         return self._iterate(None)
 
-    def groups(self, worker: int, workers: int) -> Iterator[_Group]:
+    def groups(self, worker: int, workers: int) -> Iterator[BuiltGroup]:
         """DataLoader worker ``worker`` of ``workers``: its groups of steps of the rest of the
         current epoch (groups ``worker, worker + workers, ...``), packed into a shared-memory
         ring where the platform has one, for the training process to hand out step by step."""
@@ -568,90 +568,3 @@ def _groups(first: int, total: int, size: int, wid: int, workers: int) -> list[r
     ``wid, wid + workers, ...``."""
     starts = range(first + wid * size, total, workers * size)
     return [range(lo, min(lo + size, total)) for lo in starts]
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class _Group:
-    """Consecutive steps as an I/O thread built them, with what they add to the counters."""
-
-    epoch: int
-    first: int
-    """Global step of the group's first batch."""
-    packed: PackedGroup
-    counts: GroupCounts
-    """Per-pool counts of each step."""
-    pools: np.ndarray | None
-    """``(k * B,)`` mixture pool of each block, with a mixture."""
-    read: tuple[int, int, float]
-    """Rows, bytes and seconds the group's ``take`` cost."""
-    pack_seconds: float
-    seq_len: int
-    slot: int | None = None
-    """The shared-memory slot holding the packed arrays (``packed.arrays`` is then ``None``)."""
-    worker: int = 0
-    """The DataLoader worker that built the group."""
-    slots: SharedSlots | None = None
-    """The worker's slots, sent with its first group."""
-    extra: dict | None = None
-    """The worker's other counters since its last message (pipeline gauges, read-ahead sizing:
-    :meth:`LoaderStats.delta`), added once by the consumer."""
-    sent: float = 0.0
-    """``time.monotonic()`` when the worker handed the group out (the in-transit gauge)."""
-
-    def settle(self, slots: SharedSlots, buffers: RecycledBuffers) -> _Group:
-        """In the training process: the group with its arrays in its slot, lent to the batches
-        (:meth:`SharedSlots.lend`: freed for the worker once no batch of it is referenced), or
-        copied out into a recycled buffer and the slot freed at once when the training loop
-        already holds all the slots it may (so the worker never waits on batches it keeps)."""
-        if self.slot is None:
-            return self
-        p = self.packed
-        shape = (4, p.steps * p.blocks_per_step, self.seq_len)
-        arrays = slots.lend(self.slot, shape)
-        if arrays is None:
-            arrays = buffers.take(shape)
-            np.copyto(arrays, slots.view(self.slot, shape))
-            slots.release(self.slot)
-        return replace(self, packed=replace(p, arrays=arrays), slot=None, slots=None)
-
-    @property
-    def steps(self) -> int:
-        return self.packed.steps
-
-    def batch(self, i: int) -> dict[str, Any]:
-        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays)."""
-        p = self.packed.step(i)
-        batch: dict[str, Any] = {
-            "input_ids": p.input_ids,
-            "labels": p.labels,
-            "position_ids": p.position_ids,
-            "doc_ids": p.doc_ids,
-            "cu_seqlens": p.cu_seqlens,
-            "max_seqlen": p.max_seqlen,
-            "continues": p.continues,
-            "spans": p.spans,
-        }
-        if p.context is not None:
-            batch["context"] = p.context  # (n, 2) context-only range of each stretch
-        if self.pools is not None:
-            B = self.packed.blocks_per_step
-            batch["block_pool"] = self.pools[i * B : (i + 1) * B]  # (B,) pool of each block
-        return batch
-
-    def step_stats(self, i: int) -> dict[str, float]:
-        """What delivering step ``first + i`` adds to :class:`LoaderStats` (the group's read
-        counts with its first step)."""
-        p = self.packed
-        rows, nbytes, seconds = self.read if i == 0 else (0, 0, 0.0)
-        return {
-            "steps": 1,
-            "rows_read": rows,
-            "bytes_read": nbytes,
-            "read_seconds": seconds,
-            "rows_packed": int(p.stretch_bounds[i + 1] - p.stretch_bounds[i]),
-            "tokens": int(p.real_tokens[i]),
-            "eos": int(p.eos_positions[i]),
-            "padding": int(p.padding_positions[i]),
-            "loss_positions": int(p.loss_positions[i]),
-            "pack_seconds": self.pack_seconds / p.steps,
-        }

@@ -7,20 +7,27 @@ step's ``B`` blocks alone would: every block starts a segment and no label cross
 block's row never depends on its neighbours. The numpy work is done once per group instead of once
 per step (a step's arrays are views into the group's), which is what keeps the per-step cost of
 the loader far below the time ``take`` needs for its rows. Pure numpy.
+
+:class:`BuiltGroup` is a packed group as it travels from the I/O thread (or a DataLoader worker)
+to the training process: with its counts, read cost and shared-memory slot.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
 from tokenloom.loader.pack import PackedArrays, pack_blocks
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.spans import Spans
 
-__all__ = ["PackedGroup", "pack_group"]
+if TYPE_CHECKING:
+    from tokenloom.loader.view import GroupCounts
+
+__all__ = ["PackedGroup", "BuiltGroup", "pack_group"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -194,3 +201,90 @@ def pack_group(
         loss_positions=loss,
         context_positions=context_positions,
     )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BuiltGroup:
+    """Consecutive steps as an I/O thread built them, with what they add to the counters."""
+
+    epoch: int
+    first: int
+    """Global step of the group's first batch."""
+    packed: PackedGroup
+    counts: GroupCounts
+    """Per-pool counts of each step."""
+    pools: np.ndarray | None
+    """``(k * B,)`` mixture pool of each block, with a mixture."""
+    read: tuple[int, int, float]
+    """Rows, bytes and seconds the group's ``take`` cost."""
+    pack_seconds: float
+    seq_len: int
+    slot: int | None = None
+    """The shared-memory slot holding the packed arrays (``packed.arrays`` is then ``None``)."""
+    worker: int = 0
+    """The DataLoader worker that built the group."""
+    slots: SharedSlots | None = None
+    """The worker's slots, sent with its first group."""
+    extra: dict | None = None
+    """The worker's other counters since its last message (pipeline gauges, read-ahead sizing:
+    :meth:`LoaderStats.delta`), added once by the consumer."""
+    sent: float = 0.0
+    """``time.monotonic()`` when the worker handed the group out (the in-transit gauge)."""
+
+    def settle(self, slots: SharedSlots, buffers: RecycledBuffers) -> BuiltGroup:
+        """In the training process: the group with its arrays in its slot, lent to the batches
+        (:meth:`SharedSlots.lend`: freed for the worker once no batch of it is referenced), or
+        copied out into a recycled buffer and the slot freed at once when the training loop
+        already holds all the slots it may (so the worker never waits on batches it keeps)."""
+        if self.slot is None:
+            return self
+        p = self.packed
+        shape = (4, p.steps * p.blocks_per_step, self.seq_len)
+        arrays = slots.lend(self.slot, shape)
+        if arrays is None:
+            arrays = buffers.take(shape)
+            np.copyto(arrays, slots.view(self.slot, shape))
+            slots.release(self.slot)
+        return replace(self, packed=replace(p, arrays=arrays), slot=None, slots=None)
+
+    @property
+    def steps(self) -> int:
+        return self.packed.steps
+
+    def batch(self, i: int) -> dict[str, Any]:
+        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays)."""
+        p = self.packed.step(i)
+        batch: dict[str, Any] = {
+            "input_ids": p.input_ids,
+            "labels": p.labels,
+            "position_ids": p.position_ids,
+            "doc_ids": p.doc_ids,
+            "cu_seqlens": p.cu_seqlens,
+            "max_seqlen": p.max_seqlen,
+            "continues": p.continues,
+            "spans": p.spans,
+        }
+        if p.context is not None:
+            batch["context"] = p.context  # (n, 2) context-only range of each stretch
+        if self.pools is not None:
+            B = self.packed.blocks_per_step
+            batch["block_pool"] = self.pools[i * B : (i + 1) * B]  # (B,) pool of each block
+        return batch
+
+    def step_stats(self, i: int) -> dict[str, float]:
+        """What delivering step ``first + i`` adds to :class:`LoaderStats` (the group's read
+        counts with its first step)."""
+        p = self.packed
+        rows, nbytes, seconds = self.read if i == 0 else (0, 0, 0.0)
+        return {
+            "steps": 1,
+            "rows_read": rows,
+            "bytes_read": nbytes,
+            "read_seconds": seconds,
+            "rows_packed": int(p.stretch_bounds[i + 1] - p.stretch_bounds[i]),
+            "tokens": int(p.real_tokens[i]),
+            "eos": int(p.eos_positions[i]),
+            "padding": int(p.padding_positions[i]),
+            "loss_positions": int(p.loss_positions[i]),
+            "pack_seconds": self.pack_seconds / p.steps,
+        }
