@@ -1,5 +1,6 @@
-"""Peak memory of a process tree (a loader's process plus its DataLoader workers), sampled in a
-background thread.
+"""Process memory for the benchmarks: peak memory of a process tree (a loader's process plus its
+DataLoader workers), sampled in a background thread, and the per-process figures ``bench plan``
+adds up (anonymous memory, files' allocated blocks, a trimmed heap).
 
 Two sums over the tree are kept: **RSS**, what ``ps``/psutil report (pages shared between the
 processes, such as torch's libraries mapped by every spawned worker, count once per process), and
@@ -16,7 +17,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["TreeMemory", "TreeSampler", "tree_pids", "tree_memory"]
+__all__ = [
+    "TreeMemory",
+    "TreeSampler",
+    "tree_pids",
+    "tree_memory",
+    "anon_bytes",
+    "trim_heap",
+    "allocated_bytes",
+]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROC = os.path.isdir("/proc/self")
@@ -157,3 +166,39 @@ class TreeSampler:
                 self.peak_pss = max(self.peak_pss or 0, sample.pss)
             if self._stop.wait(self.interval_s):
                 return
+
+
+def trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc), so that a process's growth of
+    anonymous memory counts what it allocates, not pages freed earlier that it reuses."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
+
+
+def anon_bytes(pid: int | str = "self") -> int:
+    """A process's anonymous memory (private heap and copied-on-write pages), or -1."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
+def allocated_bytes(root: str) -> int:
+    """Bytes the files under ``root`` take (allocated blocks: a file being written through a mapping
+    counts the pages written so far)."""
+    total = 0
+    for base, _, names in os.walk(root):
+        for n in names:
+            try:
+                total += os.stat(os.path.join(base, n)).st_blocks * 512
+            except OSError:  # renamed or removed meanwhile
+                pass
+    return total

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.bench.loader_rss import allocated_bytes, anon_bytes, trim_heap
+
 __all__ = [
     "GOAL_SECONDS",
     "GOAL_BYTES_PER_DOC",
@@ -243,29 +245,6 @@ class PlanBench:
         }
 
 
-def _trim() -> None:
-    """Give the heap's free pages back to the system (glibc), so that a process's growth of
-    anonymous memory counts what it allocates, not pages freed earlier that it reuses."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        pass
-
-
-def _anon_bytes(pid: int | str = "self") -> int:
-    """A process's anonymous memory (private heap and copied-on-write pages), or -1."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Anonymous:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return -1
-
-
 def _reference_plan(ids: np.ndarray, lens: np.ndarray, seed: int, epoch: int) -> tuple:
     """The former in-memory layout: int64 row ids, lengths and every start, by stable argsort."""
     from tokenloom.loader.shuffle import naive_epoch_permutation
@@ -316,9 +295,9 @@ def _child(
     from tokenloom.loader.planstore import PlanStore
 
     gc.collect()
-    _trim()
+    trim_heap()
     tracemalloc.start()
-    anon0 = _anon_bytes()
+    anon0 = anon_bytes()
     store = PlanStore(root, min_docs=0) if mode == "shared" else None
     results.put((os.getpid(), anon0))  # the parent samples the node's memory from here on
     barrier.wait()
@@ -332,7 +311,7 @@ def _child(
     for epoch in range(cfg.epochs):
         if epoch:  # crossing an epoch boundary: the previous epochs are held
             gc.collect()
-            _trim()
+            trim_heap()
             phases[slot] = epoch
         if mode == "reference":
             held.append(_reference_plan(inputs["row_ids"], inputs["n_tokens"], cfg.seed, epoch))
@@ -352,8 +331,8 @@ def _child(
     heap, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     gc.collect()
-    _trim()  # what is held, not the free pages the allocator keeps from building
-    anon = _anon_bytes()
+    trim_heap()  # what is held, not the free pages the allocator keeps from building
+    anon = anon_bytes()
     lookup, rowid_us = _lookup_us(held[0], cfg.seed, inputs) if mode != "reference" else (0, 0)
     results.put(
         ProcRun(
@@ -453,19 +432,6 @@ def _run_case(
     )
 
 
-def _files_bytes(root: str) -> int:
-    """Bytes the store's files take (allocated blocks: a file being written through a mapping
-    counts the pages written so far)."""
-    total = 0
-    for base, _, names in os.walk(root):
-        for n in names:
-            try:
-                total += os.stat(os.path.join(base, n)).st_blocks * 512
-            except OSError:  # renamed or removed meanwhile
-                pass
-    return total
-
-
 def _sample_node(
     start: dict[int, int], root: str, stop: Any, peak: list[int], phases: Any, epochs: int
 ) -> None:
@@ -474,9 +440,9 @@ def _sample_node(
     the largest while every process holds epoch 0 and some plan a later epoch."""
     while True:
         phase = min(phases)
-        total = _files_bytes(root)
+        total = allocated_bytes(root)
         for pid, anon0 in start.items():
-            anon = _anon_bytes(pid)
+            anon = anon_bytes(pid)
             total += max(anon - anon0, 0) if anon >= 0 and anon0 >= 0 else 0
         peak[0] = max(peak[0], total)
         if 1 <= phase < epochs:
