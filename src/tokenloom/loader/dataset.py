@@ -219,6 +219,11 @@ class PackedStream:
     def seq_len(self) -> int:
         return self.spec.seq_len
 
+    @property
+    def step_values(self) -> int:
+        """int64 values one packed step of this rank holds (ids, labels, positions, doc ids)."""
+        return 4 * self.blocks_per_rank * self.seq_len
+
     # -- the plan -----------------------------------------------------------------------------
 
     @property
@@ -286,7 +291,7 @@ class PackedStream:
             return self.read_group
         stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # rows + block cuts
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
-        fit = _GROUP_BYTES // (4 * self.blocks_per_rank * self.seq_len * 8)
+        fit = _GROUP_BYTES // (self.step_values * 8)
         return int(min(max(TAKE_ROWS // per_step, 1), fit, _MAX_GROUP_STEPS) or 1)
 
     def _token_bytes(self) -> int:
@@ -402,7 +407,7 @@ class PackedStream:
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
             slots = None
             if info is not None and groups and shm_available():
-                size_values = 4 * len(groups[0]) * self.blocks_per_rank * self.seq_len
+                size_values = len(groups[0]) * self.step_values
                 slots = SharedSlots(
                     depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, size_values, lendable=_SLOTS_LENT
                 )
