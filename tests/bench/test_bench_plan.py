@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -52,7 +54,9 @@ def test_plan_bench_rejects_bad_sizes() -> None:
     assert "--docs" in out.stderr and "abc" in out.stderr
 
 
-def test_plan_bench_rejects_bad_keep() -> None:
-    out = run_cli("bench", "plan", "--docs", "1000", "--keep", "0")
-    assert out.returncode != 0
+@pytest.mark.parametrize("keep", ["0", "1.5", "-0.2", "half"])
+def test_plan_bench_rejects_bad_keep(keep) -> None:
+    out = run_cli("bench", "plan", "--docs", "1000", "--keep", keep)
+    assert out.returncode == 2, out.stderr  # a usage error, before anything is built
     assert "--keep" in out.stderr
+    assert "Traceback" not in out.stderr

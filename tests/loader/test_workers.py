@@ -116,3 +116,37 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+_FAILING = """
+import sys
+from tests.loader.worker_hooks import fail_in_worker_1
+from tokenloom.loader import DataLoader, PackedDataset
+def main():
+    ds = PackedDataset(sys.argv[1], seq_len=32, global_batch=4, seed=5, read_group=2)
+    for _ in DataLoader(ds, num_workers=2, worker_init_fn=fail_in_worker_1):
+        pass
+    print("finished")
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_failing_worker_fails_the_training_process(table, tmp_path):
+    """Through a real process: the worker's error ends the training script with a non-zero
+    status and the worker's traceback, never a silent or hung run."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "failing.py"
+    script.write_text(_FAILING)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(
+        [sys.executable, str(script), table],
+        capture_output=True, text=True, timeout=120, env=env, cwd=root,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert "finished" not in out.stdout
+    assert "DataLoader worker 1 failed" in out.stderr
+    assert "bad shard settings in worker 1" in out.stderr
