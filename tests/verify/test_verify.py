@@ -4,6 +4,9 @@ when the thing it guards is broken (stored ids, provenance, masks, labels, resum
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
-from tests.conftest import real_paragraphs  # noqa: E402
+from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
 from tests.verify.tables import FLIPPED_TOKEN, corrupt_table, gpt2_table  # noqa: E402
 from tokenloom.cli.verify import command  # noqa: E402
 from tokenloom.loader import LoaderSpec, PackedDataset  # noqa: E402
@@ -93,6 +96,7 @@ def test_a_flipped_stored_id_fails_token_ids_and_text(bad, longest):
         "document_isolation",
         "loss_positions",
         "resume",
+        "pool_shares",
     ]
 
 
@@ -111,7 +115,7 @@ def test_cli_prints_pass_per_check_and_exits_zero(good):
     assert result.exit_code == 0, result.output
     lines = [ln for ln in result.output.splitlines() if ln.startswith(("PASS", "FAIL"))]
     assert [ln.split()[:2] for ln in lines] == [["PASS", name] for name in CHECKS]
-    assert "5 of 5 checks passed" in result.output
+    assert "6 of 6 checks passed" in result.output
 
 
 def test_cli_exits_one_on_a_failed_check(bad):
@@ -228,3 +232,56 @@ def test_segment_starts_compare_masks():
     assert np.array_equal(segment_starts(a)[0], [0, 0, 2, 2, -1])
     c = np.array([[0, 0, 0, 1, -1], [3, 3, 3, 4, 4]])
     assert not np.array_equal(segment_starts(a), segment_starts(c))
+
+
+# -- pool shares per step ----------------------------------------------------------------------
+
+MIX3 = {"prose": ("id % 3 = 0", 0.5), "code": ("id % 3 = 1", 0.3), "verse": ("id % 3 = 2", 0.2)}
+
+
+def _mixture_file(tmp_path) -> str:
+    path = tmp_path / "mix.json"
+    path.write_text(json.dumps({k: list(v) for k, v in MIX3.items()}))
+    return str(path)
+
+
+@pytest.mark.parametrize("budget", [61_440, 62_464])  # 60 steps (a multiple of 10) and 61
+@pytest.mark.parametrize("order", ["interleave", "sequential"])
+def test_every_step_of_a_mixture_holds_its_shares(good, budget, order):
+    """3 pools 50/30/20, 128 positions, global batch 8: each step has 4 prose blocks, 2-3 code
+    and 1-2 verse, whatever the epoch's step count or the block order."""
+    ds = PackedDataset(
+        good, seq_len=128, global_batch=8, mixture=MIX3, budget_tokens=budget, block_order=order
+    )
+    steps = [b["block_pool"].numpy() for b in ds]
+    assert len(steps) == budget // (128 * 8)
+    for pools in steps:
+        counts = np.bincount(pools, minlength=3).tolist()
+        assert counts[0] == 4 and counts[1] in (2, 3) and counts[2] in (1, 2), counts
+    report = verify(
+        good, seq_len=128, global_batch=8, mixture=MIX3, budget_tokens=budget, block_order=order
+    )
+    assert report.passed, [c.detail for c in report.checks if not c.passed]
+    assert "hold every pool's share" in report.checks[-1].detail
+
+
+def test_verify_fails_a_run_whose_steps_each_come_from_one_pool(good, tmp_path):
+    """The earlier layout (one pool sequence over blocks, interleaved into steps) on 60 steps:
+    every step from one pool; ``verify`` exits 1 naming the first step and pool that is off."""
+    args = ["--table", good, "--seq-len", "128", "--global-batch-size", "8"]
+    args += ["--mixture", _mixture_file(tmp_path), "--budget-tokens", "61440", "--steps", "2"]
+    proc = run_cli("verify", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS  pool_shares" in proc.stdout
+    broken = subprocess.run(
+        [sys.executable, "-m", "tests.verify.single_pool", "verify", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": REPO},
+        timeout=300,
+        cwd=REPO,
+    )
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "FAIL  pool_shares" in broken.stdout
+    assert "step 0: pool 'prose' has 8 of the step's 8 blocks" in broken.stdout
+    assert "verify failed: pool_shares" in broken.stderr

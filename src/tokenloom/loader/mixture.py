@@ -1,4 +1,4 @@
-"""Token-quota mixing: pools planned on their own, interleaved block by block to target shares.
+"""Token-quota mixing: pools planned on their own, stratified into every global step.
 
 **Pools.** The caller defines each :class:`Pool` by its rows (``row_ids``, ``n_tokens``), a target
 share and an optional cap on passes. Pool ``p`` is planned alone with the job's
@@ -7,13 +7,15 @@ share and an optional cap on passes. Pool ``p`` is planned alone with the job's
 repeats with a new order each pass, up to its cap.
 
 **Schedule** (:mod:`~tokenloom.loader.schedule`). Shares become integer weights ``w_p``
-(:func:`share_weights`, ``W = sum(w)``). Global block ``k`` comes from the pool with the largest
-deficit ``w_p * (k + 1) - W * c_p(k)`` (``c_p(k)``: blocks already taken from ``p``; ties: the
-lowest pool index). That greedy never lets a pool get ahead of its quota by a whole block (``c_p(k)
-< k * w_p / W + 1``), so after ``W`` blocks every pool has exactly ``w_p`` and all deficits are 0
-again: **the schedule is periodic with period W**. One period is precomputed (O(W P) once, O(W)
-memory) and then :func:`mixture_block_source` and the per-pool counters (:meth:`MixturePlan.taken`)
-are O(P) for any ``k``, without iterating from 0. Resume therefore needs only ``(epoch, step)``.
+(:func:`share_weights`, ``W = sum(w)``). The mixture lays out its own global steps of ``G``
+blocks: **every step gives pool ``p`` either ``floor(G w_p / W)`` or ``ceil(G w_p / W)`` blocks**
+(stratified by systematic sampling), and after ``W`` steps every pool has had exactly
+``G w_p`` blocks, so the shares hold within each step as far as ``G`` allows and over the epoch.
+Global block ``k`` is slot ``k % G`` of step ``k // G`` (step-major: the epoch view asks for a
+mixture's blocks in that order whatever the block order); the block order decides how a pool
+numbers its blocks (``interleave``: consecutive blocks of a pool go to consecutive steps, so a long
+document spreads over steps). Any block's source and any pool's count before a block are O(P)
+from one precomputed period, so resume needs only ``(epoch, step)``.
 
 **Epoch length.** ``budget_tokens`` gives ``ceil(budget_tokens / L)`` global blocks (the budget
 counts positions: tokens, EOS and padding). A capped pool can supply at most the blocks of its
@@ -38,10 +40,10 @@ import numpy as np
 from tokenloom.loader.plan import BlockCounts, PlanError, clip_range
 from tokenloom.loader.recipe import Recipe, RecipePlan, plan_recipe_epoch
 from tokenloom.loader.schedule import (
-    Schedule,
-    deficit_schedule,
-    naive_deficit_sources,
+    StepSchedule,
+    naive_step_sources,
     share_weights,
+    step_schedule,
     window_share_deviation,
 )
 from tokenloom.loader.spans import Spans
@@ -50,20 +52,20 @@ from tokenloom.loader.window import check_blocks, empty_spans
 __all__ = [
     "MIXTURE_ALGORITHM",
     "Pool",
-    "Schedule",
+    "StepSchedule",
     "PoolReport",
     "MixturePlan",
     "share_weights",
     "pool_seed",
-    "deficit_schedule",
-    "naive_deficit_sources",
+    "step_schedule",
+    "naive_step_sources",
     "plan_mixture",
     "mixture_block_source",
     "mixture_spans",
     "window_share_deviation",
 ]
 
-MIXTURE_ALGORITHM = "largest-deficit-periodic-v1;pool-seed=seedseq[seed,pool,pass]"
+MIXTURE_ALGORITHM = "stratified-steps-v1;pool-seed=seedseq[seed,pool,pass]"
 """Identity of the schedule and the per-pass seeds (part of the fingerprint of a mixture)."""
 
 
@@ -145,7 +147,8 @@ class MixturePlan:
     seq_len: int
     recipe: Recipe
     pools: tuple[Pool, ...]
-    schedule: Schedule
+    schedule: StepSchedule
+    """Which pool fills each slot of each step (its ``global_batch`` and ``block_order``)."""
     pass_ends: tuple[np.ndarray, ...]
     """Per pool, ``(passes + 1,)`` cumulative blocks at the end of each planned pass."""
     pass_counts: tuple[tuple[BlockCounts, ...], ...]
@@ -176,10 +179,19 @@ class MixturePlan:
             self._store,
         )
 
+    lays_out_steps = True
+    """The plan places its blocks in steps itself: global block ``k`` is slot ``k % G`` of step
+    ``k // G`` (the epoch view asks for step-major blocks, whatever the block order)."""
+
+    @property
+    def global_batch(self) -> int:
+        """``G``: the blocks of a step this plan was laid out for."""
+        return self.schedule.global_batch
+
     def source(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(pool, pool_block, pass, block_in_pass)`` of global blocks (``>= 0``)."""
         k = np.asarray(blocks, dtype=np.int64)
-        p, j = self.schedule.source(k)
+        p, j = self.schedule.source(k, self.num_blocks)
         q = np.zeros_like(j)
         for i, ends in enumerate(self.pass_ends):
             sel = p == i
@@ -189,6 +201,21 @@ class MixturePlan:
             sel = p == i
             start[sel] = ends[q[sel]]
         return p, j, q, j - start
+
+    def stream_position(self, blocks: np.ndarray) -> np.ndarray:
+        """``(m,)`` a key ordering global blocks (``>= 0``) as their pools' streams run: blocks
+        of one pool by its numbering (pass after pass), pools apart. Step order is not stream
+        order under ``interleave``, so what reads a document's stretches in delivery order
+        (a document delivered once per pass) sorts by this."""
+        p, j = self.schedule.source(np.asarray(blocks, dtype=np.int64), self.num_blocks)
+        return p * (1 << 40) + j
+
+    def epoch_ends(self) -> frozenset[int]:
+        """The :meth:`stream_position` of each pool's last block of the epoch: where a pool's
+        stream stops, a document can be cut short (a partial last pass)."""
+        return frozenset(
+            p * (1 << 40) + r.blocks - 1 for p, r in enumerate(self.reports) if r.blocks > 0
+        )
 
     def taken(self, k: int) -> np.ndarray:
         """``(P,)`` blocks taken from each pool before global block ``k``."""
@@ -215,8 +242,21 @@ class MixturePlan:
         return out
 
     def counts(self, lo: int, hi: int) -> BlockCounts:
-        """What global blocks ``[lo, hi)`` hold (per pool, per pass; full passes are stored)."""
+        """What global blocks ``[lo, hi)`` hold (per pool, per pass; full passes are stored).
+
+        A pool's blocks in ``[lo, hi)`` are a contiguous run of its numbering when the order is
+        sequential, and for the whole epoch or its partial last step in any order: those are
+        counted from the passes; any other range is counted block by block from its stretches.
+        """
         lo, hi = clip_range(lo, hi, self.num_blocks)
+        G = self.schedule.global_batch
+        contiguous = (
+            self.schedule.block_order == "sequential"
+            or (lo == 0 and hi == self.num_blocks)
+            or lo >= self.num_blocks // G * G
+        )
+        if not contiguous:
+            return _spans_counts(self.spans(np.arange(lo, hi, dtype=np.int64)))
         a, b = self.taken(lo), self.taken(hi)
         tokens = eos = filled = 0
         for p in range(len(self.pools)):
@@ -229,6 +269,14 @@ class MixturePlan:
             )
             tokens, eos, filled = tokens + c.tokens, eos + c.eos, filled + c.filled
         return BlockCounts(tokens=tokens, eos=eos, filled=filled)
+
+
+def _spans_counts(spans: Spans) -> BlockCounts:
+    """Tokens, EOS and filled positions of the stretches of some blocks (context included, as
+    in the plans' own counts)."""
+    tokens = int(np.sum(spans.tok_end - spans.tok_start, dtype=np.int64))
+    eos = int(np.sum(spans.has_eos, dtype=np.int64))
+    return BlockCounts(tokens=tokens, eos=eos, filled=tokens + eos)
 
 
 def _pool_plan(
@@ -301,6 +349,8 @@ def plan_mixture(
     seq_len: int,
     recipe: Recipe | None = None,
     budget_tokens: int | None = None,
+    global_batch: int = 1,
+    block_order: str = "sequential",
     resolution: int = 10_000,
     store: Any = None,
 ) -> MixturePlan:
@@ -314,6 +364,10 @@ def plan_mixture(
         recipe: Packing of every pool (default: concat).
         budget_tokens: Positions in the epoch (``ceil(budget / L)`` blocks); ``None``: until the
             first capped pool runs out.
+        global_batch: Blocks per global step ``G``: every step holds the shares as nearly as
+            ``G`` allows.
+        block_order: How a pool numbers its blocks over the steps (``sequential`` or
+            ``interleave``, see :mod:`~tokenloom.loader.schedule`).
         resolution: Share resolution of :func:`share_weights` (the period is about this long).
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the pools' passes.
 
@@ -337,7 +391,7 @@ def plan_mixture(
             "a mixture epoch needs an end: pass budget_tokens=, or max_passes= on some pool"
         )
     w = share_weights([p.share for p in pools], resolution=resolution)
-    sched = deficit_schedule(w)
+    sched = step_schedule(w, global_batch=global_batch, block_order=block_order)
     L = int(seq_len)
     cache: OrderedDict = OrderedDict()
     invariant = recipe.packing == "concat"  # concat passes have the same size in any order
@@ -420,13 +474,13 @@ def plan_mixture(
 
 
 def mixture_block_source(plan: MixturePlan, k: Any) -> tuple[Any, Any]:
-    """``(pool, pool_block_index)`` of global block ``k`` (an int or an array), O(1) each.
+    """``(pool, pool_block_index)`` of global block ``k`` (an int or an array), O(P) each.
 
     Computed from the periodic schedule without iterating from block 0.
     """
-    p, j = plan.schedule.source(np.asarray(k, dtype=np.int64))
+    p, j = plan.schedule.source(np.asarray(k, dtype=np.int64).reshape(-1), plan.num_blocks)
     if np.ndim(k) == 0:
-        return int(p), int(j)
+        return int(p[0]), int(j[0])
     return p, j
 
 

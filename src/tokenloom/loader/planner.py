@@ -201,6 +201,8 @@ class Planner:
                 seq_len=spec.seq_len,
                 recipe=spec.recipe,
                 budget_tokens=spec.budget_tokens,
+                global_batch=spec.global_batch,
+                block_order=spec.block_order,
                 store=self.store,
             )
         else:

@@ -194,6 +194,16 @@ class EpochView:
         self.global_batch = int(global_batch)
         self.drop_last = bool(drop_last)
         self.block_order = block_order
+        # A plan that lays out its own steps (a mixture: stratified, block order applied per
+        # pool) is asked for its blocks step-major; any other plan in the block order.
+        self.stream_order = block_order
+        if getattr(plan, "lays_out_steps", False):
+            if plan.global_batch != self.global_batch:  # type: ignore[attr-defined]
+                raise PlanError(
+                    f"the plan was laid out for global steps of {plan.global_batch} blocks "  # type: ignore[attr-defined]
+                    f"but the view asks for {self.global_batch}"
+                )
+            self.stream_order = "sequential"
         self.lookahead = bool(lookahead)
         self.eos_id, self.pad_id = int(eos_id), int(pad_id)
         self.sizes: EpochSteps = epoch_steps(plan, global_batch=global_batch, drop_last=drop_last)
@@ -220,7 +230,7 @@ class EpochView:
             batch_size=self.global_batch // world_size,
             num_blocks=self.plan.num_blocks,
             drop_last=self.drop_last,
-            order=self.block_order,
+            order=self.stream_order,
         )
 
     def group(self, steps: np.ndarray, *, rank: int = 0, world_size: int = 1) -> GroupLayout:
@@ -238,7 +248,7 @@ class EpochView:
             batch_size=B,
             num_blocks=self.plan.num_blocks,
             drop_last=self.drop_last,
-            order=self.block_order,
+            order=self.stream_order,
         ).reshape(-1)
         spans = self.plan.spans(blocks)
         starts, stops = token_ranges(spans, lookahead=self.lookahead)
@@ -358,6 +368,6 @@ class EpochView:
             found.append(spans.blocks[spans.block[np.isin(spans.row_id, want)]])
         blocks = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
         step, _ = block_steps(
-            blocks, global_batch=self.global_batch, steps=self.steps, order=self.block_order
+            blocks, global_batch=self.global_batch, steps=self.steps, order=self.stream_order
         )
         return sorted(set(step.tolist()))

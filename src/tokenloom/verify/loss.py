@@ -11,7 +11,8 @@ whose next window trains that target. The EOS position and padding have ``-100``
 Then: the batch's ``labels`` equal the expected ones everywhere; the number of expected loss
 positions equals what the loader's ``stats.loss_positions`` counted for those batches; and over
 the whole epoch each target ``1..n`` of each fixed document (``n`` = its EOS) is trained exactly
-once, target 0 never.
+once per visit (a mixture pool that repeats delivers it once per pass; a visit its pool's epoch
+ends inside trains the targets it reached, once), target 0 never.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from tokenloom.loader.pack import IGNORE_INDEX
 from tokenloom.verify.report import CheckResult
 from tokenloom.verify.sample import Sample, StepBatch
+from tokenloom.verify.text import stretches, visits
 
 __all__ = ["expected_labels", "check_loss"]
 
@@ -55,24 +57,39 @@ def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarr
 
 
 def _fixed_coverage(sample: Sample) -> str | None:
-    """Why some target of a fixed document is not trained exactly once in the epoch (or None)."""
+    """Why some target of a fixed document is not trained exactly once per visit (or None).
+
+    A mixture pool that repeats delivers the document once per pass (each a visit); a visit that
+    its pool's epoch ends inside trains the targets it delivered, once, and no other."""
+    fixed = set(sample.fixed_rows)
+    parts: dict[int, list] = {rid: [] for rid in fixed}
+    trained: dict[int, np.ndarray] = {}
+    for batch in sample.batches:
+        labels = batch.arrays["labels"]
+        for st in stretches(batch):
+            if st.row in fixed:
+                parts[st.row].append(st)
+                trained[id(st)] = labels[st.block, st.pos : st.pos + st.end - st.start] != (
+                    IGNORE_INDEX
+                )
     for rid in sample.fixed_rows:
         n = len(sample.rows[rid].stored)
-        count = np.zeros(n + 1, dtype=np.int64)
-        for batch in sample.batches:
-            labels = batch.arrays["labels"]
-            for blk, pos, r, s, e in batch.arrays["spans"].tolist():
-                if r == rid:
-                    trained = labels[blk, pos : pos + e - s] != IGNORE_INDEX
-                    np.add.at(count, np.arange(s + 1, e + 1)[trained], 1)
-        # once per visit: a mixture pool that repeats delivers the document once per pass
-        visits = max(int(count[1]), 1) if n else 1
-        if count[0] or not bool(np.all(count[1:] == visits)):
-            t = int(np.flatnonzero(count[1:] != visits)[0]) + 1 if count[0] == 0 else 0
-            return (
-                f"row {rid}: target {t} of {n} is trained {count[t]} times in the epoch "
-                f"(target 1: {visits})"
-            )
+        for i, visit in enumerate(visits(parts[rid]) or [[]]):
+            count = np.zeros(n + 1, dtype=np.int64)
+            for st in visit:
+                np.add.at(count, np.arange(st.start + 1, st.end + 1)[trained[id(st)]], 1)
+            want = np.ones(n + 1, dtype=np.int64)
+            want[0] = 0
+            if any(st.order in sample.epoch_ends for st in visit):
+                reach = max(st.end for st in visit)  # the pool's epoch ends inside this visit
+                want[reach + 1 :] = 0
+                want[reach] = count[reach]  # trained only with a lookahead token
+            if n and not np.array_equal(count, want):
+                t = int(np.flatnonzero(count != want)[0])
+                return (
+                    f"row {rid}: target {t} of {n} is trained {count[t]} times in visit {i + 1} "
+                    f"of the epoch (expected {want[t]})"
+                )
     return None
 
 

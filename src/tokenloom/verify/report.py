@@ -9,7 +9,14 @@ from tokenloom.errors import TokenloomError
 
 __all__ = ["CHECKS", "CheckResult", "VerifyError", "VerifyReport"]
 
-CHECKS = ("text_reconstruction", "token_ids", "document_isolation", "loss_positions", "resume")
+CHECKS = (
+    "text_reconstruction",
+    "token_ids",
+    "document_isolation",
+    "loss_positions",
+    "resume",
+    "pool_shares",
+)
 """The checks, in the order they run and are printed."""
 
 

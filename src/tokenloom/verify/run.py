@@ -12,6 +12,7 @@ from tokenloom.verify.loss import check_loss
 from tokenloom.verify.report import CheckResult, VerifyError, VerifyReport
 from tokenloom.verify.resume import check_resume
 from tokenloom.verify.sample import read_sample
+from tokenloom.verify.shares import check_pool_shares
 from tokenloom.verify.text import check_text, check_token_ids
 
 __all__ = ["verify"]
@@ -38,10 +39,11 @@ def verify(
 ) -> VerifyReport:
     """Check a loader spec on real batches of its epoch 0.
 
-    Five checks (each module's docstring defines its check exactly): ``text_reconstruction``
+    Six checks (each module's docstring defines its check exactly): ``text_reconstruction``
     (:mod:`~tokenloom.verify.text`), ``token_ids`` (same module), ``document_isolation``
-    (:mod:`~tokenloom.verify.isolation`), ``loss_positions`` (:mod:`~tokenloom.verify.loss`) and
-    ``resume`` (:mod:`~tokenloom.verify.resume`). They look at the first ``steps`` global steps,
+    (:mod:`~tokenloom.verify.isolation`), ``loss_positions`` (:mod:`~tokenloom.verify.loss`),
+    ``resume`` (:mod:`~tokenloom.verify.resume`) and ``pool_shares``
+    (:mod:`~tokenloom.verify.shares`). They look at the first ``steps`` global steps,
     ``steps`` steps at an offset drawn from the seed, and every step holding the shortest or the
     longest selected row, in the spec's block order. The table version is pinned at the start.
 
@@ -74,6 +76,7 @@ def verify(
             "resume",
             lambda: check_resume(pinned, steps=steps, storage_options=storage_options),
         ),
+        _guarded("pool_shares", lambda: check_pool_shares(sample)),
     ]
     return VerifyReport(
         table=sample.uri,

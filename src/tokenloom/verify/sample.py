@@ -54,6 +54,9 @@ class StepBatch:
     max_seqlen: int
     plan: Spans
     """The plan's stretches of the step's blocks (what the batch is meant to materialise)."""
+    order: np.ndarray
+    """``(B,)`` each batch row's place in the stream (the plan's ``stream_position`` where it
+    has one, as a mixture does; else its block index), ``-1`` for a padding block."""
     loss_positions: int
     """What the loader's ``stats.loss_positions`` counted for this batch."""
 
@@ -93,6 +96,9 @@ class Sample:
     """Ascending by step: the sampled steps and every step holding a fixed row."""
     rows: dict[int, Row]
     """Every row any of the batches holds."""
+    epoch_ends: frozenset[int] = frozenset()
+    """Stream positions (:attr:`StepBatch.order`) where a mixture pool's epoch stops: a visit of
+    a document reaching one may end early (the pool's last pass is partial). Empty otherwise."""
 
 
 def sample_steps(total: int, k: int, seed: int) -> list[int]:
@@ -148,17 +154,31 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
         for step in run:
             batch = next(it)
             arrays = {k: v.numpy() for k, v in batch.items() if hasattr(v, "numpy")}
+            spans = view.layout(step).spans
             out.append(
                 StepBatch(
                     step=step,
                     arrays=arrays,
                     max_seqlen=int(batch["max_seqlen"]),
-                    plan=view.layout(step).spans,
+                    plan=spans,
+                    order=_stream_order(view.plan, spans.blocks),
                     loss_positions=dl.stats.loss_positions - counted,
                 )
             )
             counted = dl.stats.loss_positions
         it.close()
+    return out
+
+
+def _stream_order(plan: Any, blocks: np.ndarray) -> np.ndarray:
+    """Each block's place in the stream (``-1`` for padding): see :attr:`StepBatch.order`."""
+    blocks = np.asarray(blocks, dtype=np.int64)
+    position = getattr(plan, "stream_position", None)
+    if position is None:
+        return blocks
+    out = np.full(blocks.shape, -1, dtype=np.int64)
+    real = blocks >= 0
+    out[real] = position(blocks[real])
     return out
 
 
@@ -236,4 +256,5 @@ def read_sample(
         fixed_rows=fixed,
         batches=batches,
         rows=read_rows(ds, ids, tokenizer),
+        epoch_ends=getattr(ds.view(0).plan, "epoch_ends", frozenset)(),
     )

@@ -26,7 +26,7 @@ import numpy as np
 from tokenloom.verify.report import CheckResult
 from tokenloom.verify.sample import Sample, StepBatch
 
-__all__ = ["Stretch", "stretches", "check_text", "check_token_ids"]
+__all__ = ["Stretch", "stretches", "visits", "check_text", "check_token_ids"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ def stretches(batch: StepBatch) -> Iterator[Stretch]:
     """The batch's stretches, read from its provenance, context ranges and ``input_ids`` only."""
     inp = batch.arrays["input_ids"]
     ctx = batch.arrays.get("context")
-    planned = batch.plan.blocks
+    planned = batch.order
     for i, (blk, pos, rid, s, e) in enumerate(batch.arrays["spans"].tolist()):
         c = s if ctx is None else min(max(int(ctx[i, 1]), s), e)
         ids = inp[blk, pos : pos + e - s]
@@ -70,7 +70,7 @@ def _first_diff(a: np.ndarray | str, b: np.ndarray | str) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def _visits(parts: list[Stretch]) -> list[list[Stretch]]:
+def visits(parts: list[Stretch]) -> list[list[Stretch]]:
     """Split a document's stretches into visits, in stream order: a mixture pool that repeats
     delivers the document once per pass, each visit starting again at token 0."""
     ordered = sorted(parts, key=lambda p: (p.order, p.pos))
@@ -85,6 +85,7 @@ def _visits(parts: list[Stretch]) -> list[list[Stretch]]:
 def _rebuild(rid: int, parts: list[Stretch], sample: Sample) -> str | None:
     """Why the fixed document ``rid`` does not come back exactly from its stretches (or None)."""
     row = sample.rows[rid]
+    cut = any(p.order in sample.epoch_ends for p in parts)  # the pool's epoch stops inside
     new = sorted((p for p in parts if p.end > p.ctx_end), key=lambda p: p.ctx_end)
     tiled: list[np.ndarray] = []
     covered = 0
@@ -104,6 +105,15 @@ def _rebuild(rid: int, parts: list[Stretch], sample: Sample) -> str | None:
             p.ids[: p.ctx_end - p.start], ids[p.start : p.ctx_end]
         ):
             return f"row {rid}: context tokens at {p.where()} differ from the tokens they repeat"
+    if cut and covered < len(row.stored):
+        # the epoch ends inside this visit: what it delivered must be the row's first tokens
+        if np.array_equal(ids, row.stored[:covered]):
+            return None
+        at_token = _first_diff(ids, row.stored[:covered])
+        return (
+            f"row {rid}: the {covered} tokens delivered before its pool's epoch ends differ "
+            f"from the stored ids at token {at_token}"
+        )
     text = sample.tokenizer.decode(ids)
     if text == row.text:
         return None
@@ -148,7 +158,7 @@ def check_text(sample: Sample) -> CheckResult:
     problems = [
         p
         for rid, parts in fixed.items()
-        for visit in _visits(parts)
+        for visit in visits(parts)
         if (p := _rebuild(rid, visit, sample))
     ]
     blocks = sum(len({(st.step, st.block) for st in parts}) for parts in fixed.values())
