@@ -11,8 +11,8 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    loader_table_option,
     storage_options_option,
-    table_option,
 )
 
 __all__ = ["command"]
@@ -30,7 +30,7 @@ Examples:
 mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
            "code": ["source = 'python_stdlib'", 0.3, 2]}""",
 )
-@table_option
+@loader_table_option
 @storage_options_option
 @loader_options(epoch=True)
 @click.option(
@@ -41,7 +41,7 @@ mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
 )
 @json_option
 def command(
-    table: str,
+    table: str | None,
     storage_options: dict,
     steps: int | None,
     epoch: int,
