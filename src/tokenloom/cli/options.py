@@ -21,6 +21,7 @@ __all__ = [
     "loader_options",
     "loader_spec",
     "loader_table_option",
+    "optional_table_option",
     "run_record",
     "given",
     "LOADER_KEYS",
@@ -36,13 +37,15 @@ table_option = click.option(
 )
 
 
-loader_table_option = click.option(
-    "--table",
-    "table",
-    default=None,
-    metavar="PATH",
-    help="The tokenloom table: a local directory or an object-store URI Lance accepts "
-    "[required unless --run names a training run, whose table is read].",
+def optional_table_option(help: str) -> Any:
+    """``--table`` where another option can stand for it (``help`` says which); the same
+    declaration as :data:`table_option`, not required."""
+    return click.option("--table", "table", default=None, metavar="PATH", help=help)
+
+
+loader_table_option = optional_table_option(
+    "The tokenloom table: a local directory or an object-store URI Lance accepts "
+    "[required unless --run names a training run, whose table is read]."
 )
 """``--table`` of the commands that also take ``--run`` (the run's record names the table)."""
 
