@@ -128,6 +128,18 @@ def test_in_place_with_a_source_column_and_a_renamed_text(tmp_path):
     assert "it is already a tokenloom table" in res.stderr
 
 
+def test_in_place_keeps_ids_of_rows_deleted_before(tmp_path):
+    src = str(tmp_path / "docs.lance")
+    texts = _write(src, large=True, stable=True)
+    lance.dataset(src).delete("key IN ('doc-1', 'doc-7')")
+    out = json.loads(_ok(run_cli("adopt", src, "--in-place", "--text-field", "content",
+                                 "--source-field", "key", "--json")))  # fmt: skip
+    assert out["rejected"] == {"empty_text": 2, "null_text": 1} and out["rows"] == 10
+    rows = lance.dataset(src).to_table(columns=["id", "source"]).to_pylist()
+    good = [i for i, t in enumerate(texts) if t and t.strip() and i not in (1, 7)]
+    assert [(r["id"], r["source"]) for r in rows] == [(i, f"doc-{i}") for i in good]
+
+
 def test_in_place_refused_names_each_requirement_and_writes_nothing(tmp_path):
     src = str(tmp_path / "docs.lance")
     _write(src, large=False, stable=False)
@@ -138,6 +150,12 @@ def test_in_place_refused_names_each_requirement_and_writes_nothing(tmp_path):
     assert "'content' is string, not large_string" in res.stderr
     assert f"tokenloom adopt {src} --table NEW.lance --text-field content" in res.stderr
     assert _files(src) == before and lance.dataset(src).version == version
+    empty = str(tmp_path / "empty.lance")
+    lance.write_dataset(pa.table({"text": pa.array([], pa.large_string())}), empty)
+    res = run_cli("adopt", empty, "--in-place")
+    assert res.returncode == 1 and "holds no rows" in res.stderr
+    res = run_cli("adopt", "s3://bucket/docs.lance", "--table", str(tmp_path / "t.lance"))
+    assert res.returncode == 2 and "not a local folder" in res.stderr
 
 
 @pytest.mark.parametrize(
@@ -147,6 +165,7 @@ def test_in_place_refused_names_each_requirement_and_writes_nothing(tmp_path):
         ([], "--table is required"),
         (["--table", "SRC"], "is SRC itself"),
         (["--in-place", "--columns", "key"], "--columns applies to a copy"),
+        (["--table", "x.lance", "--source-field", "nope"], "SRC has no column 'nope'"),
     ],
 )
 def test_usage_errors(tmp_path, args, named):

@@ -94,6 +94,12 @@ def command(
     from tokenloom.ingest.inputs import is_lance_dataset
     from tokenloom.table.core import normalize_uri
 
+    if "://" in src and not src.startswith("file://"):
+        raise click.BadParameter(
+            f"{src!r} is not a local folder; adopt reads a Lance dataset on local disk (copy it "
+            "down first, or read an object-store table where it is)",
+            param_hint="'SRC'",
+        )
     if not is_lance_dataset(normalize_uri(src)):
         raise click.BadParameter(
             f"{src!r} is not the folder of a Lance dataset (no _versions inside); `tokenloom "
@@ -121,6 +127,15 @@ def command(
         raise click.UsageError("--columns applies to a copy; in place every column stays one")
     if source is not None and source_field is not None and in_place:
         raise click.UsageError("give --source or --source-field with --in-place, not both")
+    if source_field is not None:
+        import lance
+
+        names = lance.dataset(normalize_uri(src)).schema.names
+        if source_field not in names:
+            raise click.BadParameter(
+                f"SRC has no column {source_field!r}; its columns: {', '.join(names)}",
+                param_hint="'--source-field'",
+            )
     result = adopt(
         src,
         table,

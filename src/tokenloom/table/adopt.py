@@ -65,6 +65,8 @@ def in_place_problems(
     names = ds.schema.names
     if all(f.name in names and ds.schema.field(f.name).type == f.type for f in BASE_SCHEMA):
         return ["it is already a tokenloom table (open it with `tokenloom info --table ...`)"]
+    if not ds.get_fragments():
+        return ["it holds no rows (no data fragment), so there is nothing to adopt"]
     if not ds.has_stable_row_ids:
         problems.append(
             "it was created without stable row ids, which the loader reads rows by and which "
@@ -88,6 +90,9 @@ def in_place_problems(
         )
     if source_field is not None and source_field not in names:
         problems.append(f"it has no column {source_field!r} (--source-field)")
+    elif source_field is not None and not _names_a_source(ds.schema.field(source_field).type):
+        kind = ds.schema.field(source_field).type
+        problems.append(f"its --source-field column {source_field!r} is {kind}, not text")
     elif source_field == "source":  # kept as the table's own source column: must be complete
         kind = ds.schema.field("source").type
         missing = (
@@ -99,6 +104,11 @@ def in_place_problems(
                 f"every row; it is {kind} with {missing} null or empty value(s)"
             )
     return problems
+
+
+def _names_a_source(kind: pa.DataType) -> bool:
+    """Whether a column of type ``kind`` can name a source (text, or an integer code)."""
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)
 
 
 def adopt_in_place(
