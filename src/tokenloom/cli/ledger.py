@@ -23,6 +23,7 @@ __all__ = ["command"]
     epilog="""\b
 Examples:
   tokenloom ledger --table corpus.lance --seq-len 1024 --global-batch-size 8
+  tokenloom ledger --run runs/tiny --json                 # the loader a training run recorded
   tokenloom ledger --table corpus.lance --steps 1000 --packing best_fit --json
   tokenloom ledger --table corpus.lance --budget-tokens 20000000 --mixture mix.json
 

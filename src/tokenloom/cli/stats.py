@@ -21,6 +21,7 @@ __all__ = ["command"]
     epilog="""\b
 Examples:
   tokenloom stats --table corpus.lance
+  tokenloom stats --run runs/tiny --json                   # the loader a training run recorded
   tokenloom stats --table corpus.lance --filter "NOT is_dup" --seq-len 2048 --plot lengths.png
   tokenloom stats --table corpus.lance --column input_ids_bpe16k --json""",
 )

@@ -33,6 +33,7 @@ Exit status 1 when any check fails.
 \b
 Examples:
   tokenloom verify --table corpus.lance
+  tokenloom verify --run runs/tiny                         # the loader a training run recorded
   tokenloom verify --table corpus.lance --filter "NOT is_dup AND quality >= 0.75" --seq-len 2048
   tokenloom verify --table corpus.lance --packing best_fit --long-docs window --window 1024 \\
       --overlap 128 --json""",
