@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test]" -c requirements/pins.txt  # CI's exact versions
 	$(BIN)/python -m pip install -q --no-deps -r requirements/corpus.txt -r requirements/assets.txt \
 		-r requirements/images.txt
 

@@ -41,6 +41,7 @@ READS_WITHOUT = {
 
 WRITES_TABLE = {
     "ingest",
+    "adopt",
     "dedup",
     "score",
     "tokenize",

@@ -370,7 +370,7 @@ def _train_search_trace(
             f"tokens [{r['tokens'][0]}, {r['tokens'][1]}) {r['snippet']!r}"
         )
     if len(rows) > 5:
-        click.echo(f"        ... {len(rows) - 5} more (tokenloom trace --checkpoint {run_dir} "
+        click.echo(f"        ... {len(rows) - 5} more (tokenloom trace --run {run_dir} "
                    f"--step {step})")  # fmt: skip
     return {
         "train_steps": result.step,

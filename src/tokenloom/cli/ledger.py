@@ -11,8 +11,8 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    loader_table_option,
     storage_options_option,
-    table_option,
 )
 
 __all__ = ["command"]
@@ -23,6 +23,7 @@ __all__ = ["command"]
     epilog="""\b
 Examples:
   tokenloom ledger --table corpus.lance --seq-len 1024 --global-batch-size 8
+  tokenloom ledger --run runs/tiny --json                 # the loader a training run recorded
   tokenloom ledger --table corpus.lance --steps 1000 --packing best_fit --json
   tokenloom ledger --table corpus.lance --budget-tokens 20000000 --mixture mix.json
 
@@ -30,7 +31,7 @@ Examples:
 mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
            "code": ["source = 'python_stdlib'", 0.3, 2]}""",
 )
-@table_option
+@loader_table_option
 @storage_options_option
 @loader_options(epoch=True)
 @click.option(
@@ -41,7 +42,7 @@ mix.json: {"web": ["source LIKE 'wiki%'", 0.7],
 )
 @json_option
 def command(
-    table: str,
+    table: str | None,
     storage_options: dict,
     steps: int | None,
     epoch: int,

@@ -73,6 +73,7 @@ def cli() -> None:
 
 def _register() -> None:
     from tokenloom.cli import (
+        adopt,
         backfill,
         bench,
         corpus,
@@ -95,6 +96,7 @@ def _register() -> None:
     modules = (
         corpus,
         ingest,
+        adopt,
         info,
         refresh,
         backfill,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -19,6 +20,10 @@ __all__ = [
     "emit_json",
     "loader_options",
     "loader_spec",
+    "loader_table_option",
+    "optional_table_option",
+    "run_record",
+    "given",
     "LOADER_KEYS",
     "parse_mixture_option",
 ]
@@ -30,6 +35,30 @@ table_option = click.option(
     metavar="PATH",
     help="The tokenloom table: a local directory or an object-store URI Lance accepts.",
 )
+
+
+def optional_table_option(help: str) -> Any:
+    """``--table`` where another option can stand for it (``help`` says which); the same
+    declaration as :data:`table_option`, not required."""
+    return click.option("--table", "table", default=None, metavar="PATH", help=help)
+
+
+loader_table_option = optional_table_option(
+    "The tokenloom table: a local directory or an object-store URI Lance accepts "
+    "[required unless --run names a training run, whose table is read]."
+)
+"""``--table`` of the commands that also take ``--run`` (the run's record names the table)."""
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the option whose keyword is ``name`` was given on the command line (or the
+    environment), not left at its default."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
 
 
 def _parse_storage_options(ctx, param, value):  # noqa: ANN001, ANN202 - a click callback
@@ -157,16 +186,25 @@ LOADER_KEYS = (
 them back out)."""
 
 
-def loader_options(func=None, *, epoch: bool = False):  # noqa: ANN001, ANN201
-    """Every :class:`~tokenloom.loader.LoaderSpec` option, declared once for every command that
-    builds a loader (train, verify, ledger, stats, trace); defaults are the spec's.
+RUN_HELP = (
+    "Read every loader option from this training run's record (DIR/last.json, written by "
+    "`tokenloom train --out DIR`): table, pinned version, filter, column, block length, batch, "
+    "seed, recipe, mixture. A loader option given beside --run must equal the recorded value."
+)
 
-    ``epoch=True`` adds ``--epoch`` (for commands that look at one epoch, like ``ledger``). Use as
+
+def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa: ANN001, ANN201
+    """Every :class:`~tokenloom.loader.LoaderSpec` option, declared once for every command that
+    builds a loader (train, verify, ledger, stats); defaults are the spec's.
+
+    ``epoch=True`` adds ``--epoch`` (for commands that look at one epoch, like ``ledger``).
+    ``run=True`` adds ``--run DIR``: the spec is a training run's recorded one (pair it with
+    :data:`loader_table_option`; ``train`` continues a run with ``--resume`` instead). Use as
     ``@loader_options`` or ``@loader_options(epoch=True)``; turn the values into a spec with
     :func:`loader_spec`.
     """
     if func is None:
-        return lambda f: loader_options(f, epoch=epoch)
+        return lambda f: loader_options(f, epoch=epoch, run=run)
     opts = [
         click.option(
             "--column",
@@ -279,6 +317,8 @@ def loader_options(func=None, *, epoch: bool = False):  # noqa: ANN001, ANN201
         opts.append(
             click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True)
         )
+    if run:
+        opts.insert(0, click.option("--run", "run", default=None, metavar="DIR", help=RUN_HELP))
     for opt in reversed(opts):
         func = opt(func)
     return func
@@ -301,12 +341,102 @@ def parse_mixture_option(value: str | None) -> Any:
         raise click.BadParameter(f"not JSON and not a file: {exc}", param_hint="--mixture") from exc
 
 
-def loader_spec(table: str, options: dict[str, Any]) -> Any:
+def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
     """Pop :func:`loader_options`' values out of a command's keyword arguments into a
-    :class:`~tokenloom.loader.LoaderSpec` (the remaining keys are the command's own)."""
+    :class:`~tokenloom.loader.LoaderSpec` (the remaining keys are the command's own).
+
+    With ``--run DIR`` the spec is the run's recorded one (:func:`run_spec`); without it
+    ``table`` is required.
+    """
     from tokenloom.loader.spec import LoaderSpec
 
+    run = options.pop("run", None)
     values = {k: options.pop(k) for k in LOADER_KEYS if k in options}
+    if run is not None:
+        return run_spec(run, table, values)
+    if table is None:
+        raise click.UsageError(
+            "--table is required: pass --table PATH, or --run DIR to read the loader options "
+            "(table included) from a training run's record"
+        )
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
     return LoaderSpec.from_options(table=table, **values)
+
+
+def run_record(run: str, *, option: str = "--run") -> Any:
+    """The :class:`~tokenloom.train.record.RunRecord` of the run directory ``run`` named by
+    ``option``.
+
+    Raises:
+        click.BadParameter: ``run`` holds no record (exit 2, naming ``option``).
+        RecordError: The record is there but unreadable (exit 1, naming its path).
+    """
+    from tokenloom.train.record import read_record, record_path
+
+    path = record_path(run)
+    if not os.path.isfile(path):
+        what = "does not exist" if not os.path.exists(run) else f"holds no run record ({path})"
+        raise click.BadParameter(
+            f"{run!r} {what}; pass the --out directory of a `tokenloom train` run that has "
+            "written a checkpoint (its last.json)",
+            param_hint=f"'{option}'",
+        )
+    return read_record(run)
+
+
+def _spelled(ctx: click.Context, key: str, value: Any) -> str:
+    """How the option whose keyword is ``key`` was given, e.g. ``--seq-len 64``,
+    ``--no-lookahead``."""
+    for param in ctx.command.params:
+        if param.name == key and isinstance(param, click.Option):
+            if isinstance(value, bool) and (param.is_flag or param.secondary_opts):
+                return param.opts[0] if value else (param.secondary_opts or param.opts)[0]
+            return f"{param.opts[0]} {value}"
+    return f"--{key.replace('_', '-')} {value}"
+
+
+def run_spec(run: str, table: str | None, values: dict[str, Any]) -> Any:
+    """The loader spec recorded by the training run ``run`` (``--run``), checked against the
+    loader options given beside it.
+
+    The rule: the record decides; an option given explicitly (not defaulted) is accepted only
+    when it leaves the recorded spec unchanged, so a retyped flag can confirm the record but
+    never silently reads another stream than the run's.
+
+    Raises:
+        click.UsageError: A given option differs from the record (exit 2, naming the option and
+            the recorded value).
+    """
+    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.spec import absolute_uri
+    from tokenloom.train.record import record_path
+
+    ctx = click.get_current_context()
+    record = run_record(run)
+    spec = record.loader
+    recorded = spec.to_dict()
+    where = record_path(run)
+    changes: dict[str, Any] = {k: v for k, v in values.items() if given(ctx, k)}
+    if table is not None:
+        changes["table"] = table
+    for key, value in changes.items():
+        field = {"table_version": "version"}.get(key, key)
+        if key == "table":
+            same = absolute_uri(value) == spec.table
+        else:
+            if key == "mixture":
+                value = parse_mixture_option(value)
+            try:
+                same = spec.replace(**{field: value}) == spec
+            except (PlanError, TypeError, ValueError):
+                same = False
+        if not same:
+            shown = _spelled(ctx, key, changes[key])
+            raise click.UsageError(
+                f"{shown} differs from the {field} recorded by the run "
+                f"({field} = {json.dumps(recorded.get(field))}, in {where}); drop "
+                f"{shown.split()[0]} to read the run's stream, or drop --run and give every "
+                "loader option yourself"
+            )
+    return spec

@@ -9,8 +9,8 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    loader_table_option,
     storage_options_option,
-    table_option,
 )
 
 __all__ = ["command"]
@@ -21,16 +21,17 @@ __all__ = ["command"]
     epilog="""\b
 Examples:
   tokenloom stats --table corpus.lance
+  tokenloom stats --run runs/tiny --json                   # the loader a training run recorded
   tokenloom stats --table corpus.lance --filter "NOT is_dup" --seq-len 2048 --plot lengths.png
   tokenloom stats --table corpus.lance --column input_ids_bpe16k --json""",
 )
-@table_option
+@loader_table_option
 @storage_options_option
 @loader_options
 @click.option("--plot", default=None, metavar="FILE", help="Write a PNG length histogram.")
 @json_option
 def command(  # noqa: ANN003 - the loader options
-    table: str, storage_options: dict, plot: str | None, as_json: bool, **loader
+    table: str | None, storage_options: dict, plot: str | None, as_json: bool, **loader
 ) -> None:
     """Length statistics of a token column, and the exact epoch of the loader options given,
     from the stored counts only."""
@@ -43,6 +44,7 @@ def command(  # noqa: ANN003 - the loader options
 
     spec = loader_spec(table, loader)
     filter, seq_len, count = spec.filter, spec.seq_len, spec.count_column
+    table = spec.table
     ds = Table.open(table, version=spec.version, storage_options=storage_options).dataset
     if count not in ds.schema.names:
         raise click.UsageError(

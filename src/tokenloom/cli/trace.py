@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tokenloom.cli.options import json_option, storage_options_option
+from tokenloom.cli.options import json_option, run_record, storage_options_option
 
 __all__ = ["command", "describe"]
 
@@ -64,11 +64,18 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
     "trace",
     epilog="""\b
 Examples:
-  tokenloom trace --checkpoint runs/tiny --step 120            # the rows of step 120's batch
-  tokenloom trace --checkpoint runs/tiny --step 120 --rank 1   # what rank 1 was fed
-  tokenloom trace --checkpoint runs/tiny --row 4711 --json     # every step that saw row 4711""",
+  tokenloom trace --run runs/tiny --step 120            # the rows of step 120's batch
+  tokenloom trace --run runs/tiny --step 120 --rank 1   # what rank 1 was fed
+  tokenloom trace --run runs/tiny --row 4711 --json     # every step that saw row 4711""",
 )
-@click.option("--checkpoint", required=True, metavar="DIR", help="The run's --out directory.")
+@click.option(
+    "--run",
+    "--checkpoint",
+    "checkpoint",
+    required=True,
+    metavar="DIR",
+    help="The run's --out directory (--checkpoint is the same option).",
+)
 @storage_options_option
 @click.option("--step", type=click.IntRange(min=1), default=None, help="Optimizer step (1-based).")
 @click.option("--row", "row_id", type=int, default=None, help="A row id.")
@@ -93,6 +100,7 @@ def command(
 
     if (step is None) == (row_id is None):
         raise click.UsageError("give exactly one of --step and --row")
+    run_record(checkpoint)  # a missing run is a usage error naming --run
     run = open_run(checkpoint, storage_options=storage_options)
     seen = run.step(step, rank=rank) if step is not None else run.row(row_id)
     if rank is not None and row_id is not None:

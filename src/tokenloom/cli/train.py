@@ -9,10 +9,12 @@ import click
 from tokenloom.cli.options import (
     LOADER_KEYS,
     emit_json,
+    given,
     json_option,
     loader_options,
     loader_spec,
     parse_mixture_option,
+    run_record,
     storage_options_option,
 )
 
@@ -48,7 +50,7 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
 )
 @click.option("--out", default=None, metavar="DIR", help="Run directory [default: runs/MODEL].")
 @storage_options_option
-@loader_options
+@loader_options(run=False)
 @click.option(
     "--model", type=click.Choice(["tiny", "small", "medium"]), default="tiny", show_default=True
 )
@@ -226,16 +228,6 @@ def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
     }
 
 
-def _given(ctx: click.Context, name: str) -> bool:
-    """Whether an option was given on the command line (or the environment), not defaulted."""
-    from click.core import ParameterSource
-
-    return ctx.get_parameter_source(name) in (
-        ParameterSource.COMMANDLINE,
-        ParameterSource.ENVIRONMENT,
-    )
-
-
 def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     """The run's TrainConfig: from the options, or on ``--resume`` from the run's record with
     the options given again laid over it (the loader and the resume checks then refuse a
@@ -261,7 +253,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
         raise click.UsageError("--resume needs --out DIR (the run to continue)")
     record = read_record(options["out"])
     given_loader = {k: options.pop(k) for k in LOADER_KEYS if k in options}
-    changed = {k: v for k, v in given_loader.items() if _given(ctx, k)}
+    changed = {k: v for k, v in given_loader.items() if given(ctx, k)}
     if table is not None:
         changed["table"] = table
     loader = record.loader
@@ -278,7 +270,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
         from tokenloom.loader.spec import LoaderSpec
 
         loader = LoaderSpec.from_options(**spec_of)
-    own = {k: v for k, v in options.items() if k != "out" and _given(ctx, k)}
+    own = {k: v for k, v in options.items() if k != "out" and given(ctx, k)}
     if "steps" in own and "epochs" not in own:
         own["epochs"] = None
     if "epochs" in own and "steps" not in own:
@@ -292,9 +284,12 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     "sample",
     epilog="""\b
 Examples:
-  tokenloom sample --checkpoint runs/tiny --prompt "In the beginning" --max-new-tokens 60""",
+  tokenloom sample --run runs/tiny --prompt "In the beginning" --max-new-tokens 60""",
 )
-@click.option("--checkpoint", required=True, metavar="DIR")
+@click.option(
+    "--run", "--checkpoint", "checkpoint", required=True, metavar="DIR",
+    help="The run's --out directory (--checkpoint is the same option).",
+)  # fmt: skip
 @click.option("--prompt", required=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--temperature", type=float, default=0.8, show_default=True)
@@ -309,6 +304,7 @@ def sample(
     from tokenloom.train.checkpoint import load_run_model
     from tokenloom.train.model import generate
 
+    run_record(checkpoint)  # a missing run is a usage error naming --run
     model, record = load_run_model(checkpoint)
     tok = load_tokenizer(record.tokenizer["name"])
     gen = torch.Generator().manual_seed(seed)

@@ -11,8 +11,8 @@ from tokenloom.cli.options import (
     json_option,
     loader_options,
     loader_spec,
+    loader_table_option,
     storage_options_option,
-    table_option,
 )
 
 __all__ = ["command"]
@@ -33,11 +33,12 @@ Exit status 1 when any check fails.
 \b
 Examples:
   tokenloom verify --table corpus.lance
+  tokenloom verify --run runs/tiny                         # the loader a training run recorded
   tokenloom verify --table corpus.lance --filter "NOT is_dup AND quality >= 0.75" --seq-len 2048
   tokenloom verify --table corpus.lance --packing best_fit --long-docs window --window 1024 \\
       --overlap 128 --json""",
 )
-@table_option
+@loader_table_option
 @storage_options_option
 @loader_options
 @click.option(
@@ -50,7 +51,7 @@ Examples:
     help="Steps per sample, and steps read before the resume check saves its state.",
 )
 @json_option
-def command(table: str, storage_options: dict, k: int, as_json: bool, **loader: Any) -> None:
+def command(table: str | None, storage_options: dict, k: int, as_json: bool, **loader: Any) -> None:
     """Check the loader's batches against the table before a long training job."""
     from tokenloom.verify import verify
 

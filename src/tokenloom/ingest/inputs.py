@@ -50,8 +50,8 @@ class InputFile:
     path: str
     """Path as found (absolute; may hold surrogate escapes of a non-UTF-8 name)."""
     kind: str
-    """``jsonl``, ``parquet``, ``arrow`` (Arrow IPC, as ``datasets`` saves) or ``text`` (one
-    document per file)."""
+    """``jsonl``, ``parquet``, ``arrow`` (Arrow IPC, as ``datasets`` saves), ``text`` (one
+    document per file) or ``lance`` (a Lance dataset's folder, read at :attr:`version`)."""
     compression: str = ""
     """``""``, ``".gz"`` or ``".zst"`` (JSONL only)."""
     default_source: str = ""
@@ -67,6 +67,8 @@ class InputFile:
     """Size in bytes when known from the listing (object-store inputs), else -1."""
     split: str = ""
     """The split of a file of a Hugging Face dataset folder (:mod:`tokenloom.ingest.hf`)."""
+    version: int | None = None
+    """A Lance dataset's version read (``kind == "lance"``), pinned when it is found."""
 
 
 class NotRegularFile(OSError):
@@ -240,6 +242,14 @@ def discover(
         if stat.S_ISDIR(st.st_mode) and is_saved_dataset(path):
             _discover_hf(path, split, seen, files, rejects)
             continue
+        if stat.S_ISDIR(st.st_mode) and is_lance_dataset(path):
+            found = lance_input(path)
+            if isinstance(found, Reject):
+                rejects.append(found)
+            elif (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                files.append(found)
+            continue
         if stat.S_ISDIR(st.st_mode):
             found = _walk(path, st, pattern, follow_symlinks, seen, rejects)
             if found is None:
@@ -387,6 +397,65 @@ def _discover_hf(
     if not found and not problems:
         detail = "no .parquet, .arrow or .jsonl data file in this dataset folder"
         rejects.append(Reject(file=root, reason=Reason.UNREADABLE_FILE, detail=detail))
+
+
+def is_lance_dataset(path: str) -> bool:
+    """Whether the local directory ``path`` holds a Lance dataset (a LanceDB table's too)."""
+    return os.path.isdir(os.path.join(path, "_versions"))
+
+
+def lance_input(path: str, version: int | None = None) -> InputFile | Reject:
+    """The input of the Lance dataset at ``path``, pinned to ``version`` (default: its latest),
+    or the rejection saying why it cannot be read."""
+    import lance
+
+    try:
+        ds = lance.dataset(path, version=version)
+        pinned = int(ds.version)
+        size = sum(
+            os.path.getsize(os.path.join(path, "data", f.path))
+            for frag in ds.get_fragments()
+            for f in frag.data_files()
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure to open: the dataset is unreadable
+        detail = f"not a readable Lance dataset: {type(exc).__name__}: {str(exc)[:300]}"
+        return Reject(file=path, reason=Reason.UNREADABLE_FILE, detail=detail)
+    name = os.path.basename(path.rstrip(os.sep))
+    shown = printable(name)
+    return InputFile(
+        path=path,
+        kind="lance",
+        default_source=_stem(shown),
+        relpath=shown,
+        escaped_name=shown != name,
+        size=size,
+        version=pinned,
+    )
+
+
+def fingerprint_lance(inp: InputFile) -> str:
+    """The content fingerprint of a Lance dataset at the version ``inp`` pins: its schema and
+    the names, sizes and deletion files of its data files (Lance never rewrites a data file in
+    place, so these name the content without reading it)."""
+    import json
+
+    import lance
+
+    ds = lance.dataset(inp.path, version=inp.version)
+    parts = [ds.schema.to_string(show_schema_metadata=False)]
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        deletion = getattr(meta, "deletion_file", None)
+        parts.append(
+            json.dumps(
+                [
+                    [f.path, os.path.getsize(os.path.join(inp.path, "data", f.path))]
+                    for f in frag.data_files()
+                ]
+                + [str(deletion) if deletion is not None else None]
+            )
+        )
+    return "lance:" + fingerprint_bytes("\n".join(parts).encode())
 
 
 def _stat_reject(path: str, exc: OSError) -> Reject:

@@ -21,7 +21,7 @@ from tokenloom.ingest.rejects import Note, Reason, Reject, excerpt_of
 from tokenloom.ingest.streams import StreamError, open_lines
 from tokenloom.ingest.values import BadValue, BigInt, clean_string, load_json, meta_json
 
-__all__ = ["ReadOptions", "Doc", "Tally", "read_input", "check_text"]
+__all__ = ["ReadOptions", "Doc", "Tally", "read_input", "check_text", "cell_values"]
 
 Doc = tuple[str, str, str, tuple]
 """A document: (text, source, meta as JSON text, values of the typed columns)."""
@@ -40,8 +40,10 @@ class ReadOptions:
     """Field (JSONL key or Parquet column) holding the document text; a dotted path
     (``doc.text``) reaches into nested objects and structs (:mod:`tokenloom.ingest.fieldpath`)."""
     source: str | None = None
-    """Source name forced on every row; default: the record's ``source`` field, else the file
+    """Source name forced on every row; default: the record's ``source_field``, else the file
     stem (or the directory name for text directories)."""
+    source_field: str = "source"
+    """Field (JSONL key or column) whose string value is a record's source name."""
     errors: str = "strict"
     """``"strict"`` rejects invalid UTF-8 / lone surrogates in any field; ``"replace"`` keeps
     the record with U+FFFD in place of the bad bytes (noted)."""
@@ -195,13 +197,14 @@ def _parse_line(
         text = clean_string(text, opts.errors, f"the {field!r} field", notes)
         source = opts.source
         if source is None:
-            rec_source = obj.pop("source", None)
+            key = opts.source_field
+            rec_source = obj.pop(key, None)
             if isinstance(rec_source, str) and rec_source and not isinstance(rec_source, BigInt):
-                source = clean_string(rec_source, opts.errors, "the 'source' field", notes)
+                source = clean_string(rec_source, opts.errors, f"the {key!r} field", notes)
             else:
                 source = inp.default_source
                 if rec_source is not None:
-                    obj["source"] = rec_source  # keep an unusable source value in meta, not lost
+                    obj[key] = rec_source  # keep an unusable source value in meta, not lost
         typed = tuple(_typed_value(obj.pop(c.name, None), c, opts, notes) for c in opts.columns)
         obj["_file"] = inp.relpath
         obj["_line"] = line_no
@@ -362,11 +365,42 @@ def read_arrow(
         progress(size)
 
 
+def read_lance(
+    inp: InputFile, opts: ReadOptions, progress: Progress, tally: Tally
+) -> Iterator[Doc | Reject]:
+    """Read a Lance dataset (a LanceDB table's folder too) at the version ``inp.version``, one
+    batch at a time, as Parquet rows are read; ``row`` is the position in that version's scan
+    order. The dataset is only read: nothing is written to it."""
+    import lance
+
+    try:
+        ds = lance.dataset(inp.path, version=inp.version)
+        schema = ds.schema
+        n_rows = ds.count_rows()
+    except Exception as exc:  # noqa: BLE001 - any open failure: the dataset is unreadable
+        tally.records += 1
+        detail = f"not a readable Lance dataset: {type(exc).__name__}: {str(exc)[:300]}"
+        yield Reject(file=inp.path, reason=Reason.UNREADABLE_FILE, detail=detail)
+        return
+    path = parquet_path(schema.names, schema.types, opts.text_field)
+    if not isinstance(path, ParquetPath):
+        tally.records += max(n_rows, 1)
+        reason = Reason.DUPLICATE_TEXT_FIELD if "rename" in path else Reason.MISSING_TEXT
+        yield Reject(file=inp.path, reason=reason, count=max(n_rows, 1), detail=path)
+        return
+    tally.records += n_rows
+    row = 0
+    for batch in ds.to_batches(batch_size=2048):
+        yield from _parquet_batch(batch, path, inp, opts, row)
+        row += batch.num_rows
+        progress(int(max(inp.size, 0) * batch.num_rows / max(n_rows, 1)))
+
+
 class _BadCell(bytes):
     """A cell of a string column that is not valid UTF-8 (its raw bytes, maybe empty)."""
 
 
-def _py_values(arr: Any) -> list[Any]:
+def cell_values(arr: Any) -> list[Any]:
     """Python values of an Arrow column; cells that are not valid UTF-8 become :class:`_BadCell`."""
     import pyarrow as pa
 
@@ -407,9 +441,9 @@ def _parquet_batch(
 
     text_index = path.column
     if path.children:  # a struct's field; a null parent makes a null text
-        values = _py_values(pc.struct_field(batch.column(text_index), list(path.children)))
+        values = cell_values(pc.struct_field(batch.column(text_index), list(path.children)))
     else:
-        values = _py_values(batch.column(text_index))
+        values = cell_values(batch.column(text_index))
     others: list[tuple[str, list[Any]]] = []
     seen: dict[str, int] = {}
     typed_names = {c.name for c in opts.columns}
@@ -418,11 +452,11 @@ def _parquet_batch(
         if i == text_index and not path.children:
             continue
         if name in typed_names and name not in typed:
-            typed[name] = _py_values(batch.column(i))
+            typed[name] = cell_values(batch.column(i))
             continue
         seen[name] = seen.get(name, 0) + 1
         key = name if seen[name] == 1 else f"{name}#{seen[name]}"  # duplicate column names
-        cells = _py_values(batch.column(i))
+        cells = cell_values(batch.column(i))
         if i == text_index:  # the struct holding the text: the rest of it goes to meta
             cells = [drop_path(cell, path.children) for cell in cells]
         others.append((key, cells))
@@ -467,14 +501,16 @@ def _parquet_row(
         rec_source = None
         for name, column in others:
             cell = _meta_cell(column[i], name, opts, notes)
-            if name == "source":
+            if name == opts.source_field:
                 rec_source = cell
             else:
                 meta[name] = cell
         source = opts.source
         if source is None:
             if isinstance(rec_source, str) and rec_source:
-                source = clean_string(rec_source, opts.errors, "column 'source'", notes)
+                source = clean_string(
+                    rec_source, opts.errors, f"column {opts.source_field!r}", notes
+                )
             else:
                 source = inp.default_source
         values = tuple(
@@ -577,6 +613,8 @@ def read_input(
         return read_parquet(inp, opts, progress, tally)
     if inp.kind == "arrow":
         return read_arrow(inp, opts, progress, tally)
+    if inp.kind == "lance":
+        return read_lance(inp, opts, progress, tally)
     if inp.kind == "text":
         assert data is not None, "text files are read (and fingerprinted) by the caller"
         return read_text_file(inp, opts, data, progress, tally)

@@ -33,6 +33,7 @@ from tokenloom.ingest.inputs import (
     discover,
     fingerprint_bytes,
     fingerprint_file,
+    fingerprint_lance,
     open_regular,
 )
 from tokenloom.ingest.readers import ReadOptions, Tally, read_input
@@ -221,6 +222,7 @@ def ingest(
     table: str | os.PathLike[str],
     *,
     source: str | None = None,
+    source_field: str = "source",
     text_field: str = "text",
     errors: str = "strict",
     glob: str = "**/*.txt",
@@ -236,10 +238,13 @@ def ingest(
     """Ingest files into a tokenloom table as one new version.
 
     Args:
-        paths: JSONL (also .gz/.zst), Parquet, Arrow IPC, .txt files, directories of text files
-            and Hugging Face dataset folders (``hf://DIR``, or a ``save_to_disk`` folder).
+        paths: JSONL (also .gz/.zst), Parquet, Arrow IPC, .txt files, directories of text files,
+            Hugging Face dataset folders (``hf://DIR``, or a ``save_to_disk`` folder) and Lance
+            datasets (a LanceDB table's folder; read at its latest version, never written).
         table: Table URI; created (with stable row ids) when absent.
-        source: Source name for every row (default: the record's ``source``, else the file stem).
+        source: Source name for every row (default: the record's ``source_field``, else the
+            file stem).
+        source_field: The field (key or column) naming a record's source.
         text_field: Key/column holding the text.
         errors: ``"strict"`` rejects invalid UTF-8 / lone surrogates in any field, ``"replace"``
             keeps the record with U+FFFD.
@@ -291,6 +296,7 @@ def ingest(
     opts = ReadOptions(
         text_field=text_field,
         source=source,
+        source_field=source_field,
         errors=errors,
         max_doc_bytes=max_doc_bytes,
         columns=typed,
@@ -420,6 +426,13 @@ def _parquet_schemas(files: list[InputFile]) -> Iterator[pa.Schema]:
     import pyarrow.parquet as pq
 
     for inp in files:
+        if inp.kind == "lance":
+            import lance
+
+            try:
+                yield lance.dataset(inp.path, version=inp.version).schema
+            except Exception:  # noqa: BLE001, S112 - the reader rejects it with the reason
+                continue
         if inp.kind not in ("parquet", "arrow"):
             continue
         try:
@@ -489,6 +502,8 @@ def _ingest_file(
                 advance(size)
                 return
             report.fingerprint = fingerprint_bytes(data)
+        elif inp.kind == "lance":
+            report.fingerprint = fingerprint_lance(inp)
         else:
             report.fingerprint = fingerprint_file(inp.path, storage_options=inp.storage_options)
     except OSError as exc:
