@@ -13,6 +13,8 @@ __all__ = [
     "storage_options_option",
     "json_option",
     "workers_option",
+    "check_filter_option",
+    "check_table_option",
     "filter_option",
     "version_option",
     "quiet_option",
@@ -23,11 +25,26 @@ __all__ = [
     "parse_mixture_option",
 ]
 
+
+def check_table_option(ctx, param, value):  # noqa: ANN001, ANN201 - a click callback
+    """Click callback of every table option: a malformed URI (``file:/x``, ``s3://`` without a
+    bucket) is a usage error naming the option, before anything is created."""
+    if value is None:
+        return None
+    from tokenloom.table.storage import StorageError, check_uri
+
+    try:
+        return check_uri(value)
+    except StorageError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 table_option = click.option(
     "--table",
     "table",
     required=True,
     metavar="PATH",
+    callback=check_table_option,
     help="The tokenloom table: a local directory or an object-store URI Lance accepts.",
 )
 
@@ -66,6 +83,21 @@ json_option = click.option(
 """``--json`` of every command that prints figures (progress and warnings stay on stderr)."""
 
 
+def check_filter_option(ctx, param, value):  # noqa: ANN001, ANN201 - a click callback
+    """Click callback of every SQL filter option: a filter that is not one well-formed condition
+    (a comment, unbalanced parentheses, a ``;``, an open string) is a usage error naming the
+    option; whether it fits the table is checked when the table is open."""
+    if value is None:
+        return None
+    from tokenloom.table.filters import FilterError, check_structure
+
+    try:
+        check_structure(value)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
 def filter_option(help: str = "Rows to read.") -> Any:
     """``--filter SQL`` (``--where`` is the same option) of every command that selects rows,
     as the keyword argument ``filter``; ``help`` says what the rows are for."""
@@ -75,6 +107,7 @@ def filter_option(help: str = "Rows to read.") -> Any:
         "filter",
         default=None,
         metavar="SQL",
+        callback=check_filter_option,
         help=f"{help} A SQL filter; --where is the same option.",
     )
 
