@@ -93,6 +93,8 @@ class Sample:
     """Ascending by step: the sampled steps and every step holding a fixed row."""
     rows: dict[int, Row]
     """Every row any of the batches holds."""
+    left_out: str | None = None
+    """How many rows the filter left out because a column it reads is null (one line)."""
 
 
 def sample_steps(total: int, k: int, seed: int) -> list[int]:
@@ -236,4 +238,5 @@ def read_sample(
         fixed_rows=fixed,
         batches=batches,
         rows=read_rows(ds, ids, tokenizer),
+        left_out=ds.inputs.left_out(),
     )
