@@ -244,7 +244,7 @@ def _typed_value(value: Any, column: ColumnSpec, opts: ReadOptions, notes: set[s
     if isinstance(value, BigInt):
         value = int(value) if column.kind == "float" else str(value)
     try:
-        out = convert(value, column.kind)
+        out = convert(value, column.kind, column.arrow)
     except BadColumnValue as exc:
         raise BadValue(Reason.BAD_COLUMN_VALUE, f"field {column.name!r}: {exc}") from None
     if isinstance(out, str):
