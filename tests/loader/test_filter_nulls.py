@@ -127,3 +127,27 @@ def test_a_stale_derived_column_is_still_refused_with_refresh(scored: str, tmp_p
     epoch = json.loads(allowed.stdout)["epoch"]
     assert epoch["filter_null_rows"] == 4 + 3
     assert epoch["filter_null_columns"] == ["score", "n_bytes"]  # schema order
+
+
+def test_verify_and_train_say_how_many_rows_a_null_left_out(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from tokenloom.tokenize.column import tokenize_table
+
+    paras = real_paragraphs(24)
+    write_jsonl(tmp_path / "a.jsonl", [{"text": p, "score": 2.0} for p in paras[:18]])
+    write_jsonl(tmp_path / "b.jsonl", [{"text": p} for p in paras[18:]])
+    uri = str(tmp_path / "t.lance")
+    ingest([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], uri, columns="score:float")
+    tokenize_table(uri, "gpt2", workers=0, roundtrip_sample=0)
+    note = "6 rows left out: 'score' is null for them"
+    verify = run_cli(
+        "verify", "--table", uri, "--filter", "score >= 1.0", "--seq-len", "32", "--steps", "2"
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert note in verify.stdout
+    train = run_cli(
+        "train", "--table", uri, "--out", str(tmp_path / "run"), "--filter", "score >= 1.0",
+        "--seq-len", "32", "--global-batch-size", "2", "--steps", "1",
+    )  # fmt: skip
+    assert train.returncode == 0, train.stderr
+    assert f"data: {note}" in train.stdout
