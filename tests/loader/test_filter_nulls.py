@@ -151,3 +151,25 @@ def test_verify_and_train_say_how_many_rows_a_null_left_out(tmp_path: Path) -> N
     )  # fmt: skip
     assert train.returncode == 0, train.stderr
     assert f"data: {note}" in train.stdout
+
+
+def test_a_column_no_job_computes_follows_sql_even_where_it_has_no_data(tmp_path: Path) -> None:
+    """A column declared by hand before an ingest filled it: the older rows have no data file
+    of it, but no job could compute them (refresh lists it as not refreshable): their nulls are
+    values, so the filter leaves them out and says so."""
+    import lance
+
+    paras = real_paragraphs(6)
+    write_jsonl(tmp_path / "a.jsonl", [{"text": p} for p in paras[:3]])
+    write_jsonl(tmp_path / "b.jsonl", [{"text": p, "score": i} for i, p in enumerate(paras[3:])])
+    uri = str(tmp_path / "t.lance")
+    ingest([tmp_path / "a.jsonl"], uri)
+    lance.dataset(uri).add_columns(pa.schema([pa.field("score", pa.float64())]))
+    ingest([tmp_path / "b.jsonl"], uri, columns="score:float")
+    add_column(uri, None, _tokens(), workers=0, progress=False)
+    ds = Table.open(uri).dataset
+    inputs = scan_plan_inputs(
+        ds, token_column="input_ids", count_column="n_tokens", filter="score >= 1.0"
+    )
+    assert len(inputs.row_ids) == 2
+    assert (inputs.filter_nulls, inputs.filter_null_columns) == (3, ("score",))

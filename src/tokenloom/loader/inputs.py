@@ -322,17 +322,21 @@ def _filter_nulls(
 ) -> tuple[int, tuple[str, ...]]:
     """Rows the filter cannot decide (SQL's null) and the columns it reads that are null there.
 
-    Two causes, told apart by fragment metadata (:mod:`tokenloom.table.coverage`):
+    Two causes, told apart by fragment metadata (:mod:`tokenloom.table.coverage`) and the
+    column's origin (:func:`tokenloom.refresh.made_by`):
 
-    * a **derived** column not computed for rows appended after it (their fragment holds no
-      data file of it): refused unless ``allow_missing`` — the rows would be dropped (or kept
-      under ``NOT``) only because a job has not run yet, and ``tokenloom refresh`` computes them;
-    * a null **value** (an ingested column some sources leave empty, a UDF that returned null):
-      SQL's rule, the row is not selected; counted, so the commands can say so.
+    * a **derived** column (a backfill recorded its UDF) not computed for rows appended after
+      it (their fragment holds no data file of it): refused unless ``allow_missing`` — the rows
+      would be dropped (or kept under ``NOT``) only because a job has not run yet, and
+      ``tokenloom refresh`` computes them;
+    * a null **value** (a column made by ingest that some sources leave empty, a UDF that
+      returned null, a column no job can compute): SQL's rule, the row is not selected;
+      counted, so the commands can say so.
 
     Returns:
         ``(rows left out, columns null on them)``.
     """
+    from tokenloom.refresh import made_by
     from tokenloom.table.coverage import missing_rows, uncovered_fragments
 
     undecided = f"({filter}) IS NULL"
@@ -341,7 +345,8 @@ def _filter_nulls(
         return 0, ()
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"'(?:[^']|'')*'", "", filter)))
     read = [c for c in ds.schema.names if c in words]
-    stale = [c for c in read if c in missing_rows(ds)]
+    lacking_rows = missing_rows(ds)
+    stale = [c for c in read if c in lacking_rows and made_by(ds, c) is not None]
     if stale and not allow_missing:
         frags = uncovered_fragments(ds, stale)
         scan = ds.scanner(columns=[], filter=undecided, fragments=frags, with_row_id=True)
