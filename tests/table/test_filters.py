@@ -3,6 +3,7 @@ type errors are one-line errors, never a silently truncated filter, in every com
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -265,3 +266,11 @@ def test_train_refuses_a_commented_val_filter_as_a_usage_error(tokenized, tmp_pa
     assert "Invalid value for '--val-filter': invalid filter" in proc.stderr
     assert "comments are not allowed: the '--' at character 9" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_malformed_mixture_pool_filter_is_a_usage_error(tokenized):
+    mixture = json.dumps({"web": ["id < 10 -- AND id > 5", 1.0], "rest": ["id >= 10", 1.0]})
+    proc = run_cli("stats", "--table", tokenized, "--mixture", mixture, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Invalid value for --mixture: pool 'web': invalid filter" in proc.stderr
+    assert "comments are not allowed" in proc.stderr

@@ -342,4 +342,12 @@ def loader_spec(table: str, options: dict[str, Any]) -> Any:
     values = {k: options.pop(k) for k in LOADER_KEYS if k in options}
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
-    return LoaderSpec.from_options(table=table, **values)
+    spec = LoaderSpec.from_options(table=table, **values)
+    from tokenloom.table.filters import FilterError, check_structure
+
+    for pool in spec.mixture or ():
+        try:
+            check_structure(pool.filter)
+        except FilterError as exc:  # as --filter: a malformed one is a usage error
+            raise click.BadParameter(f"pool {pool.name!r}: {exc}", param_hint="--mixture") from None
+    return spec
