@@ -49,7 +49,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(
-    *args: str, env: dict | None = None, timeout: float = 300
+    *args: str, env: dict | None = None, timeout: float = 300, cwd: str | None = None
 ) -> subprocess.CompletedProcess:
     """``tokenloom ARGS`` in a real subprocess (so its exit status is what a shell sees), with
     the repository importable; text output captured."""
@@ -60,6 +60,7 @@ def run_cli(
         text=True,
         env={**os.environ, "PYTHONPATH": path, **(env or {})},
         timeout=timeout,
+        cwd=cwd,
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from tokenloom.errors import TokenloomError
 
-__all__ = ["RefreshError", "RefreshResult", "RefreshStep", "refresh_table"]
+__all__ = ["RefreshError", "RefreshResult", "RefreshStep", "made_by", "refresh_table"]
 
 _UDF_META_KEY = b"tokenloom.udf"
 _ORDER = {
@@ -82,7 +82,9 @@ class RefreshResult:
         return asdict(self)
 
 
-def _made_by(ds: Any, column: str) -> dict | None:
+def made_by(ds: Any, column: str) -> dict | None:
+    """The identity of the UDF a backfill recorded on ``column`` (a *derived* column), or
+    ``None`` for a column no backfill made (ingest's, or one added by hand)."""
     raw = (ds.schema.field(column).metadata or {}).get(_UDF_META_KEY)
     return json.loads(raw) if raw else None
 
@@ -93,7 +95,7 @@ def _jobs(ds: Any, missing: dict[str, int]) -> tuple[list[tuple[str, dict, list[
     groups: dict[str, tuple[str, dict, list[str]]] = {}
     lost: dict[str, int] = {}
     for col in missing:
-        made = _made_by(ds, col)
+        made = made_by(ds, col)
         if made is None or (made.get("name") not in _ORDER and not made.get("ref")):
             lost[col] = missing[col]
             continue

@@ -72,7 +72,7 @@ def test_planning_commands_refuse_rows_a_used_column_does_not_cover(
     assert out.returncode == 1, (out.stdout, out.stderr)
     assert f"tokenloom refresh --table {appended}" in out.stderr
     if "--filter" in command:
-        assert "'quality' is not computed (null) for them" in out.stderr
+        assert "'quality' is not computed for them" in out.stderr
         assert "cannot decide 25 rows" in out.stderr
     else:
         assert "'n_tokens' is not computed for 25 of the 65 selected rows" in out.stderr

@@ -52,7 +52,7 @@ def test_verify_trace_and_sample_take_run(run):
     out, _ = run
     res = run_cli("verify", "--run", out, "--steps", "1")
     assert res.returncode == 0, res.stderr
-    assert "5 of 5 checks passed" in res.stdout and "2 x 32 per step" in res.stdout
+    assert "6 of 6 checks passed" in res.stdout and "2 x 32 per step" in res.stdout
     assert "seed 3" in res.stdout
     trace = _json(run_cli("trace", "--run", out, "--step", "2", "--json"))
     assert trace["loader"]["filter"] == "id % 7 != 0" and trace["rows"]

@@ -233,16 +233,21 @@ def test_changed_table_or_filter_is_refused_with_the_override(tmp_path):
     write_jsonl(tmp_path / "more.jsonl", [{"text": t} for t in real_paragraphs(25)[20:]])
     ingest([tmp_path / "more.jsonl"], uri, progress=False)
     add_column(uri, None, byte_tokens, workers=0)
-    new = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
+    latest = Table.open(uri).version
+    new = PackedDataset(uri, seq_len=L, global_batch=2, version=latest, block_order="sequential")
     with pytest.raises(ResumeMismatchError, match=r"table version .* pass `version=") as err:
         new.load_state_dict(state)
     assert str(old.version) in str(err.value)
     PackedDataset(
         uri, seq_len=L, global_batch=2, version=old.version, block_order="sequential"
     ).load_state_dict(state)
+    unpinned = PackedDataset(uri, seq_len=L, global_batch=2, block_order="sequential")
+    unpinned.load_state_dict(state)  # no version asked for: the state's, as train --resume
+    assert unpinned.version == old.version
     PackedDataset(
-        uri, seq_len=L, global_batch=2, allow_data_change=True, block_order="sequential"
-    ).load_state_dict(state)
+        uri, seq_len=L, global_batch=2, version=latest, allow_data_change=True,
+        block_order="sequential",
+    ).load_state_dict(state)  # fmt: skip
     other = PackedDataset(
         uri,
         seq_len=L,

@@ -115,3 +115,23 @@ def test_from_dict_rejects_bad_states(patch: dict, match: str) -> None:
     data = {**LoaderState.create(epoch=0, step=1, inputs=INPUTS).to_dict(), **patch}
     with pytest.raises(LoaderStateError, match=match):
         LoaderState.from_dict(data)
+
+
+def test_a_new_version_is_named_first_and_is_not_called_a_rebuilt_table() -> None:
+    """Another version has other data files, so its identity differs too: that is no rebuild."""
+    saved = {**INPUTS, "table_identity": "files:aaaa"}
+    current = {**INPUTS, "table_version": 14, "table_identity": "files:bbbb", "seed": 3}
+    with pytest.raises(ResumeMismatchError) as info:
+        check_fingerprint(saved, current)
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("checkpoint was taken on table version 12 but the loader reads")
+    assert len(lines) == 2 and lines[1].startswith("checkpoint was taken with seed 0")
+    assert "built again" not in str(info.value)
+    assert info.value.changes["table_identity"] == ("files:aaaa", "files:bbbb")
+    same_version = {**saved, "table_identity": "files:bbbb", "filter": "true"}
+    with pytest.raises(ResumeMismatchError) as info:
+        check_fingerprint(saved, same_version)
+    lines = str(info.value).splitlines()
+    assert "deleted and built again" in lines[0] and lines[1].startswith(
+        "checkpoint was taken with filter"
+    )

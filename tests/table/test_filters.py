@@ -3,16 +3,17 @@ type errors are one-line errors, never a silently truncated filter, in every com
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import real_paragraphs, write_jsonl
+from tests.conftest import real_paragraphs, run_cli, write_jsonl
 from tokenloom.ingest import ingest
 from tokenloom.table import Table
-from tokenloom.table.filters import FilterError, and_filters, strip_comments, validate_filter
+from tokenloom.table.filters import FilterError, and_filters, check_structure, validate_filter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -86,16 +87,16 @@ def test_the_message_says_what_is_wrong(uri, sql, words):
     [
         ("id > 3", "id > 3", 16),
         ("  id > 3 \n", "id > 3", 16),
-        ("id > 3 -- a comment", "id > 3", 16),
-        ("id > 3 /* ) ( */ AND id < 10", "id > 3   AND id < 10", 6),
         ("source = 'it''s (not) a paren'", "source = 'it''s (not) a paren'", 0),
+        ("source = 'a--b' OR source = '/* x */'", None, 0),
+        ("id - -1 > 4", None, 16),
         ("((id > 3) OR (id < 1)) AND source LIKE 'd%'", None, 17),
         ("`id` > 3", None, 16),
         ("_rowid >= 0", None, 20),
         ("id IN (1, 2, 3)", None, 3),
     ],
 )
-def test_valid_filters_pass_unchanged_but_for_comments(uri, sql, clean, rows):
+def test_valid_filters_pass_unchanged_but_for_outer_space(uri, sql, clean, rows):
     ds = Table.open(uri).dataset
     out = validate_filter(ds, sql)
     assert out == (clean if clean is not None else sql)
@@ -110,16 +111,39 @@ def test_none_is_every_row(uri):
 def test_and_filters_checks_each_part_before_joining(uri):
     ds = Table.open(uri).dataset
     assert and_filters(ds, None, None) is None
-    assert and_filters(ds, "id > 3 -- c", None) == "id > 3"
+    assert and_filters(ds, " id > 3 ", None) == "id > 3"
     assert and_filters(ds, "id > 3", "id < 8") == "(id > 3) AND (id < 8)"
     # Joined unchecked, "(id < 0) AND (1 = 1) OR (id >= 0)" would balance and select every row.
     with pytest.raises(FilterError, match="closes nothing"):
         and_filters(ds, "id < 0", "1 = 1) OR (id >= 0")
 
 
-def test_strip_comments_keeps_quotes_whole():
-    assert strip_comments("a = '--x' -- y") == "a = '--x'"
-    assert strip_comments('a = "/*" AND b = 1') == 'a = "/*" AND b = 1'
+COMMENTED = [
+    ("id < 10 -- AND id > 5", "'--' at character 9"),
+    ("id < 10 /* AND id > 5 */", "'/*' at character 9"),
+    ("id < 10 /* AND id > 5", "'/*' at character 9"),
+    ("id < 10\n-- AND id > 5", "'--' at character 9"),
+    ("source = 'a' --'b'", "'--' at character 14"),
+    ("id--1 > 0", "'--' at character 3"),
+    ("-- only a comment", "'--' at character 1"),
+]
+
+
+@pytest.mark.parametrize(("sql", "where"), COMMENTED)
+def test_a_comment_is_refused_never_dropped(uri, sql, where):
+    """``id < 10 -- AND id > 5`` once ran as ``id < 10`` (10 rows instead of 4)."""
+    ds = Table.open(uri).dataset
+    with pytest.raises(FilterError, match="comments are not allowed") as err:
+        validate_filter(ds, sql)
+    assert where in str(err.value)
+    with pytest.raises(FilterError, match="comments are not allowed"):
+        and_filters(ds, "id >= 0", sql)
+
+
+def test_comment_marks_inside_quotes_are_text():
+    assert check_structure("a = '--x' AND b = '/*'") == "a = '--x' AND b = '/*'"
+    assert check_structure('a = "/*" AND b = 1') == 'a = "/*" AND b = 1'
+    assert check_structure(" a = 'it''s -- fine' ") == "a = 'it''s -- fine'"
 
 
 # -- every command that takes a filter reports it the same way -----------------------------------
@@ -186,7 +210,8 @@ def _commands(uri: str) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-BAD = ["id > 3) foo", "(id > 3", "id > 3 garbage", "no_such_col > 1"]
+BAD = ["id > 3 garbage", "no_such_col > 1", "id > 3 LIMIT 2"]
+MALFORMED = ["id > 3) foo", "(id > 3", "id < 10 -- AND id > 5", "id < 10 /* AND id > 5 */"]
 
 
 COMMANDS = ["stats", "search", "contamination", "tokenizer train", "backfill run", "ledger"]
@@ -194,7 +219,9 @@ COMMANDS += ["verify"]
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_every_command_reports_a_bad_filter_in_one_line_and_exits_one(tokenized, name):
+def test_every_command_reports_a_filter_the_table_refuses_in_one_line_and_exits_one(
+    tokenized, name
+):
     if name in ("ledger", "verify"):
         pytest.importorskip("torch")
     index = list(_commands(tokenized)).index(name)
@@ -216,3 +243,34 @@ def test_every_command_reports_a_bad_filter_in_one_line_and_exits_one(tokenized,
     if "no_such_col" in bad:
         assert "no column 'no_such_col'" in lines[0]
     assert "n_words" not in Table.open(tokenized).schema().names  # nothing was computed
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_refuses_a_malformed_filter_as_a_usage_error(tokenized, name):
+    """Comments, unbalanced parentheses: refused as the option is parsed (exit 2, naming it)."""
+    index = list(_commands(tokenized)).index(name)
+    bad = MALFORMED[index % len(MALFORMED)]
+    proc = run_cli(*_commands(tokenized)[name], bad, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Invalid value for '--filter' / '--where': invalid filter" in proc.stderr
+    assert "comments are not allowed" in proc.stderr or "parentheses" in proc.stderr
+    assert "n_words" not in Table.open(tokenized).schema().names
+
+
+def test_train_refuses_a_commented_val_filter_as_a_usage_error(tokenized, tmp_path):
+    proc = run_cli(
+        "train", "--table", tokenized, "--out", str(tmp_path / "run"), "--seq-len", "16",
+        "--val-filter", "id < 10 -- AND id > 5",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Invalid value for '--val-filter': invalid filter" in proc.stderr
+    assert "comments are not allowed: the '--' at character 9" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_malformed_mixture_pool_filter_is_a_usage_error(tokenized):
+    mixture = json.dumps({"web": ["id < 10 -- AND id > 5", 1.0], "rest": ["id >= 10", 1.0]})
+    proc = run_cli("stats", "--table", tokenized, "--mixture", mixture, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Invalid value for --mixture: pool 'web': invalid filter" in proc.stderr
+    assert "comments are not allowed" in proc.stderr

@@ -73,3 +73,27 @@ def test_a_table_rebuilt_at_the_same_path_is_refused_on_resume(tmp_path):
     assert len(again.stderr.strip().splitlines()) == 1  # one line, no traceback
     knowingly = _train("--out", str(out), "--resume", "--allow-data-change")
     assert knowingly.returncode == 0, knowingly.stderr
+
+
+def test_a_column_added_since_is_a_new_version_not_a_rebuilt_table(tmp_path):
+    from tests.loader.test_resume_version import n_bytes
+    from tokenloom.backfill import add_column
+    from tokenloom.table import Table
+
+    uri = token_table(tmp_path, real_paragraphs(40))
+    out = tmp_path / "run"
+    first = _train("--table", uri, "--out", str(out), *BASE, "--steps", "6", "--stop-at", "2")
+    assert first.returncode == 0, first.stderr
+    pinned = Table.open(uri).version
+    add_column(uri, None, n_bytes, workers=0, progress=False)
+    latest = Table.open(uri).version
+    newer = _train("--out", str(out), "--resume", "--version", str(latest), "--stop-at", "3")
+    assert newer.returncode == 1, newer.stderr
+    assert newer.stderr.startswith(
+        f"error: checkpoint was taken on table version {pinned} but the loader reads version "
+        f"{latest}"
+    )
+    assert "built again" not in newer.stderr and "Traceback" not in newer.stderr
+    pinned_run = _train("--out", str(out), "--resume", "--stop-at", "3")
+    assert pinned_run.returncode == 0, pinned_run.stderr
+    assert read_record(out).step == 3 and read_record(out).loader.version == pinned

@@ -14,6 +14,8 @@ __all__ = [
     "storage_options_option",
     "json_option",
     "workers_option",
+    "check_filter_option",
+    "check_table_option",
     "filter_option",
     "version_option",
     "quiet_option",
@@ -28,11 +30,26 @@ __all__ = [
     "parse_mixture_option",
 ]
 
+
+def check_table_option(ctx, param, value):  # noqa: ANN001, ANN201 - a click callback
+    """Click callback of every table option: a malformed URI (``file:/x``, ``s3://`` without a
+    bucket) is a usage error naming the option, before anything is created."""
+    if value is None:
+        return None
+    from tokenloom.table.storage import StorageError, check_uri
+
+    try:
+        return check_uri(value)
+    except StorageError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 table_option = click.option(
     "--table",
     "table",
     required=True,
     metavar="PATH",
+    callback=check_table_option,
     help="The tokenloom table: a local directory or an object-store URI Lance accepts.",
 )
 
@@ -95,6 +112,21 @@ json_option = click.option(
 """``--json`` of every command that prints figures (progress and warnings stay on stderr)."""
 
 
+def check_filter_option(ctx, param, value):  # noqa: ANN001, ANN201 - a click callback
+    """Click callback of every SQL filter option: a filter that is not one well-formed condition
+    (a comment, unbalanced parentheses, a ``;``, an open string) is a usage error naming the
+    option; whether it fits the table is checked when the table is open."""
+    if value is None:
+        return None
+    from tokenloom.table.filters import FilterError, check_structure
+
+    try:
+        check_structure(value)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+    return value
+
+
 def filter_option(help: str = "Rows to read.") -> Any:
     """``--filter SQL`` (``--where`` is the same option) of every command that selects rows,
     as the keyword argument ``filter``; ``help`` says what the rows are for."""
@@ -104,6 +136,7 @@ def filter_option(help: str = "Rows to read.") -> Any:
         "filter",
         default=None,
         metavar="SQL",
+        callback=check_filter_option,
         help=f"{help} A SQL filter; --where is the same option.",
     )
 
@@ -361,7 +394,15 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
         )
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
-    return LoaderSpec.from_options(table=table, **values)
+    spec = LoaderSpec.from_options(table=table, **values)
+    from tokenloom.table.filters import FilterError, check_structure
+
+    for pool in spec.mixture or ():
+        try:
+            check_structure(pool.filter)
+        except FilterError as exc:  # as --filter: a malformed one is a usage error
+            raise click.BadParameter(f"pool {pool.name!r}: {exc}", param_hint="--mixture") from None
+    return spec
 
 
 def run_record(run: str, *, option: str = "--run") -> Any:

@@ -105,5 +105,7 @@ def command(  # noqa: ANN003 - the loader options
             f"({epoch['padding_positions'] / positions:.2%}), dropped {epoch['dropped_tokens']:,} "
             "tokens"
         )
+        if planner.inputs.left_out():
+            click.echo(planner.inputs.left_out())
         if plot:
             click.echo(f"histogram: {plot}")

@@ -8,6 +8,8 @@ import click
 
 from tokenloom.cli.options import (
     LOADER_KEYS,
+    check_filter_option,
+    check_table_option,
     emit_json,
     given,
     json_option,
@@ -46,7 +48,11 @@ TOKENLOOM_PROGRESS_SECONDS on stderr otherwise (`tokenloom --quiet train` for no
 With --json the log lines go to stderr and stdout holds one JSON object.""",
 )
 @click.option(
-    "--table", default=None, metavar="PATH", help="The table [a resume reads it from the record]."
+    "--table",
+    default=None,
+    metavar="PATH",
+    callback=check_table_option,
+    help="The table [a resume reads it from the record].",
 )
 @click.option("--out", default=None, metavar="DIR", help="Run directory [default: runs/MODEL].")
 @storage_options_option
@@ -54,7 +60,13 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
 @click.option(
     "--model", type=click.Choice(["tiny", "small", "medium"]), default="tiny", show_default=True
 )
-@click.option("--val-filter", default=None, metavar="SQL", help="Held-out rows for val loss.")
+@click.option(
+    "--val-filter",
+    default=None,
+    metavar="SQL",
+    callback=check_filter_option,
+    help="Held-out rows for val loss.",
+)
 @click.option(
     "--micro-batch-size",
     type=click.IntRange(min=1),

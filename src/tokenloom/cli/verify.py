@@ -69,6 +69,8 @@ def command(table: str | None, storage_options: dict, k: int, as_json: bool, **l
             f"fixed rows {', '.join(map(str, report.fixed_rows))}; "
             f"{report.rows_checked:,} rows tokenized again"
         )
+        if report.left_out:
+            click.echo(f"  {report.left_out}")
         for check in report.checks:
             status = "PASS" if check.passed else "FAIL"
             click.echo(f"{status}  {check.name:<20} {check.detail}")

@@ -21,7 +21,15 @@ from tokenloom.ingest.rejects import Note, Reason, Reject, excerpt_of
 from tokenloom.ingest.streams import StreamError, open_lines
 from tokenloom.ingest.values import BadValue, BigInt, clean_string, load_json, meta_json
 
-__all__ = ["ReadOptions", "Doc", "Tally", "read_input", "check_text", "cell_values"]
+__all__ = [
+    "ReadOptions",
+    "Doc",
+    "Tally",
+    "add_provenance",
+    "read_input",
+    "check_text",
+    "cell_values",
+]
 
 Doc = tuple[str, str, str, tuple]
 """A document: (text, source, meta as JSON text, values of the typed columns)."""
@@ -206,13 +214,33 @@ def _parse_line(
                 if rec_source is not None:
                     obj[key] = rec_source  # keep an unusable source value in meta, not lost
         typed = tuple(_typed_value(obj.pop(c.name, None), c, opts, notes) for c in opts.columns)
-        obj["_file"] = inp.relpath
-        obj["_line"] = line_no
-        if inp.split:
-            obj["_split"] = inp.split
+        add_provenance(obj, notes, inp, _line=line_no)
         return text, source, meta_json(obj, opts.errors, notes), typed
     except BadValue as bad:
         return reject(bad.reason, bad.detail)
+
+
+def add_provenance(meta: dict[str, Any], notes: set[str], inp: InputFile, **where: int) -> dict:
+    """Add where a record came from to its ``meta``: ``_file`` (the input's relative path),
+    ``where`` (``_line`` of a JSONL line, ``_row`` of a Parquet/Arrow row) and ``_split`` (a
+    Hugging Face split). The same rule for every reader: the record's own fields win — a key the
+    record already holds keeps the record's value, and ingest's goes under the key with one more
+    leading ``_`` (``__file``, else ``___file``...), counted as a ``provenance_renamed`` note.
+
+    Returns:
+        ``meta`` (changed in place).
+    """
+    ours: dict[str, Any] = {"_file": inp.relpath, **where}
+    if inp.split:
+        ours["_split"] = inp.split
+    for key, value in ours.items():
+        name = key
+        while name in meta:
+            name = "_" + name
+        if name != key:
+            notes.add(Note.PROVENANCE_RENAMED)
+        meta[name] = value
+    return meta
 
 
 def _typed_value(value: Any, column: ColumnSpec, opts: ReadOptions, notes: set[str]) -> Any:
@@ -227,7 +255,7 @@ def _typed_value(value: Any, column: ColumnSpec, opts: ReadOptions, notes: set[s
     if isinstance(value, BigInt):
         value = int(value) if column.kind == "float" else str(value)
     try:
-        out = convert(value, column.kind)
+        out = convert(value, column.kind, column.arrow)
     except BadColumnValue as exc:
         raise BadValue(Reason.BAD_COLUMN_VALUE, f"field {column.name!r}: {exc}") from None
     if isinstance(out, str):
@@ -517,10 +545,7 @@ def _parquet_row(
             _typed_value(typed[c.name][i] if c.name in typed else None, c, opts, notes)
             for c in opts.columns
         )
-        meta["_file"] = inp.relpath
-        meta["_row"] = row
-        if inp.split:
-            meta["_split"] = inp.split
+        add_provenance(meta, notes, inp, _row=row)
         return text, source, meta_json(meta, opts.errors, notes), values
     except BadValue as bad:
         return _row_reject(inp, row, bad.reason, bad.detail, value)
@@ -578,7 +603,7 @@ def read_text_file(
         return
     source = opts.source or inp.default_source
     try:
-        meta = meta_json({"_file": inp.relpath}, opts.errors, notes)
+        meta = meta_json(add_provenance({}, notes, inp), opts.errors, notes)
     except BadValue as bad:  # pragma: no cover - relpath is made printable at discovery
         yield Reject(file=inp.path, reason=bad.reason, detail=bad.detail)
         return

@@ -72,6 +72,10 @@ class Note:
     """An integer of more than 4000 digits in metadata, kept as a JSON string of its digits."""
     ESCAPED_FILE_NAME = "escaped_file_name"
     """A file name that is not UTF-8: kept, with ``\\xNN`` escapes in ``_file`` and ``source``."""
+    PROVENANCE_RENAMED = "provenance_renamed"
+    """The record has a field of its own named like ingest's provenance (``_file``, ``_line``,
+    ``_row``, ``_split``): the record's value is kept, ingest's goes under the name with one more
+    leading ``_`` (``__file``; see :func:`tokenloom.ingest.readers.add_provenance`)."""
     CHECKSUM_MISMATCH = "checksum_mismatch"
     """A gzip member or zstd frame whose trailer/checksum is wrong; its decoded records were
     kept (each is still validated as JSON)."""

@@ -419,9 +419,9 @@ def _run(
             journal.close()
 
 
-def _parquet_schemas(files: list[InputFile]) -> Iterator[pa.Schema]:
-    """The Arrow schema of each readable Parquet or Arrow IPC input (footers or stream headers
-    only; unreadable ones are rejected later by the reader)."""
+def _parquet_schemas(files: list[InputFile]) -> Iterator[tuple[str, pa.Schema]]:
+    """``(file name, Arrow schema)`` of each readable Parquet or Arrow IPC input (footers or
+    stream headers only; unreadable ones are rejected later by the reader)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -438,13 +438,13 @@ def _parquet_schemas(files: list[InputFile]) -> Iterator[pa.Schema]:
         try:
             with open_regular(inp.path, inp.storage_options) as fh:
                 if inp.kind == "parquet":
-                    yield pq.ParquetFile(fh).schema_arrow
+                    yield inp.relpath, pq.ParquetFile(fh).schema_arrow
                     continue
                 try:
-                    yield pa.ipc.open_stream(fh).schema
+                    yield inp.relpath, pa.ipc.open_stream(fh).schema
                 except pa.ArrowInvalid:
                     fh.seek(0)
-                    yield pa.ipc.open_file(fh).schema
+                    yield inp.relpath, pa.ipc.open_file(fh).schema
         except Exception:  # noqa: BLE001, S112 - the reader rejects it with the reason
             continue
 

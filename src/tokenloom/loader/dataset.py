@@ -141,9 +141,10 @@ class PackedStream:
             raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
         self.blocks_per_rank = spec.per_rank(self.world_size)
         """Blocks this rank packs per step (``global_batch / world_size``)."""
-        self.planner = Planner(spec, storage_options=storage_options, table=handle)
-        self.spec = self.planner.spec
-        """The spec, with the table version pinned."""
+        self._version_given = spec.version is not None
+        """Whether the caller pinned the version (else a resume reads the checkpoint's)."""
+        self._storage_options = storage_options
+        self._pin(spec, handle)
         self.allow_data_change = allow_data_change
         if (
             (io_threads is not None and io_threads < 1)
@@ -170,16 +171,23 @@ class PackedStream:
         """Output buffers of packed groups, reused once no batch of theirs is referenced."""
         self._fetcher: FetchAhead | None = None
         """In the training process on an object store: the fetch spans, kept across epochs."""
-        self.reader = TokenReader(
-            self.uri, self.version, self.spec.token_column, storage_options=storage_options
-        )
-        self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
         self.gauge = PipelineGauge()
         """Queue occupancy of this process's read pipeline (written into :attr:`stats`)."""
         self.last_counts: StepCounts | None = None
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
         self._epoch = int(epoch)
         self._step = 0
+
+    def _pin(self, spec: LoaderSpec, handle: Any = None) -> None:
+        """Plan ``spec`` (its version pinned: the latest now when it names none) and open the
+        token reader on that version."""
+        self.planner = Planner(spec, storage_options=self._storage_options, table=handle)
+        self.spec = self.planner.spec
+        """The spec, with the table version pinned."""
+        self.reader = TokenReader(
+            self.uri, self.version, self.spec.token_column, storage_options=self._storage_options
+        )
+        self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -272,10 +280,26 @@ class PackedStream:
     def load_state_dict(self, state: dict) -> None:
         """Continue the global stream a state was taken at (on any world size / workers).
 
+        A loader whose spec names no table version (it pinned the latest when it was built)
+        moves to the version the state was taken on, as ``tokenloom train --resume`` does: a
+        column added since (a later backfill) makes a newer version, not another stream. A
+        version given explicitly is kept, and checked like every other input.
+
         Raises:
             ResumeMismatchError: naming what changed and the override.
         """
         saved = LoaderState.from_dict(state)
+        pinned = saved.inputs.get("table_version")
+        if (
+            not self._version_given
+            and isinstance(pinned, int)
+            and not isinstance(pinned, bool)
+            and pinned != self.version
+        ):
+            if self._fetcher is not None:  # fetched spans of the other version
+                self._fetcher.close()
+                self._fetcher = None
+            self._pin(self.spec.replace(version=pinned))
         saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
         self._epoch, self._step = saved.epoch, saved.step
 

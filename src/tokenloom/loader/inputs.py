@@ -30,6 +30,8 @@ __all__ = [
     "compact_inputs",
     "input_parts",
     "input_columns",
+    "input_meta",
+    "inputs_from",
     "plan_inputs_key",
     "table_identity",
     "tokenizer_identity",
@@ -38,7 +40,7 @@ __all__ = [
 
 
 INPUTS_FORMAT = (
-    f"plan-inputs-v2;{COMPACT_FORMAT};row_ids=int64;n_tokens=int32|int64;rowids=uint64-row_ids"
+    f"plan-inputs-v3;{COMPACT_FORMAT};row_ids=int64;n_tokens=int32|int64;rowids=uint64-row_ids"
 )
 """Identity of what a shared set of plan inputs holds (part of its key: a store written in
 another format is scanned again, never misread)."""
@@ -66,6 +68,11 @@ class PlanInputs:
     """Selected rows whose token list is null (planned as zero-length)."""
     tokenizer: dict
     """The token column's tokenizer identity (from its field metadata), or {}."""
+    filter_nulls: int = 0
+    """Rows the filter left out because a column it reads holds a null for them (SQL: a
+    condition on null is not true, so the row is not selected)."""
+    filter_null_columns: tuple[str, ...] = ()
+    """The columns read by the filter that are null on those rows."""
     shared: str | None = None
     """The plan store directory the arrays are mapped from (``None``: in this process's memory)."""
 
@@ -74,6 +81,16 @@ class PlanInputs:
             return (_map_plan_inputs, (self.shared,))
         fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
         return (_plan_inputs, (fields,))
+
+    def left_out(self) -> str | None:
+        """One line saying how many rows the filter left out because of a null, or ``None``."""
+        if not self.filter_nulls:
+            return None
+        cols = " or ".join(repr(c) for c in self.filter_null_columns) or "a column it reads"
+        return (
+            f"{self.filter_nulls:,} rows left out: {cols} is null for them (SQL: a condition "
+            "on null is not true, so the filter does not select the row)"
+        )
 
     @property
     def nbytes(self) -> int:
@@ -127,6 +144,31 @@ def input_columns(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[s
     return out
 
 
+def input_meta(inputs: PlanInputs) -> dict[str, Any]:
+    """The scalars of ``inputs`` a plan store keeps beside the arrays (JSON values)."""
+    return {
+        "version": inputs.version,
+        "null_rows": inputs.null_rows,
+        "filter_nulls": inputs.filter_nulls,
+        "filter_null_columns": list(inputs.filter_null_columns),
+    }
+
+
+def inputs_from(
+    arrays: dict[str, np.ndarray], meta: dict[str, Any], path: str | None
+) -> PlanInputs:
+    """:class:`PlanInputs` from what :func:`input_parts` wrote (``path``: where it is mapped)."""
+    return PlanInputs(
+        version=int(meta["version"]),
+        null_rows=int(meta["null_rows"]),
+        filter_nulls=int(meta["filter_nulls"]),
+        filter_null_columns=tuple(meta["filter_null_columns"]),
+        tokenizer=dict(meta["tokenizer"]),
+        shared=path,
+        **input_columns(arrays, meta),
+    )
+
+
 def _plan_inputs(fields: dict) -> PlanInputs:
     return PlanInputs(**fields)
 
@@ -140,19 +182,12 @@ def _map_plan_inputs(path: str) -> PlanInputs:
         if found is None:
             raise ValueError("missing")
         arrays, meta = found
-        columns = input_columns(arrays, meta)
+        return inputs_from(arrays, meta, path)
     except (ValueError, KeyError, TypeError) as exc:
         raise LoaderError(
             f"the plan inputs at {path} are gone or unreadable (the plan store was cleared "
             f"while the job ran?); restart the job, or set {PLAN_CACHE_ENV}=off"
         ) from exc
-    return PlanInputs(
-        version=int(meta["version"]),
-        null_rows=int(meta["null_rows"]),
-        tokenizer=dict(meta["tokenizer"]),
-        shared=path,
-        **columns,
-    )
 
 
 def table_identity(ds: lance.LanceDataset) -> str:
@@ -227,17 +262,10 @@ def scan_plan_inputs(
     def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         inputs = _scan_plan_inputs(ds, **scan)
         columns = {k: getattr(inputs, k) for k in _INPUT_ARRAYS}
-        meta = {"version": inputs.version, "null_rows": inputs.null_rows}
-        return input_parts(columns, {**meta, "tokenizer": inputs.tokenizer})
+        return input_parts(columns, {**input_meta(inputs), "tokenizer": inputs.tokenizer})
 
     arrays, meta, path = store.arrays(plan_inputs_key(ds, **scan), build)
-    return PlanInputs(
-        version=int(meta["version"]),
-        null_rows=int(meta["null_rows"]),
-        tokenizer=dict(meta["tokenizer"]),
-        shared=path,
-        **input_columns(arrays, meta),
-    )
+    return inputs_from(arrays, meta, path)
 
 
 def _scan_plan_inputs(
@@ -248,8 +276,7 @@ def _scan_plan_inputs(
     filter: str | None,
     allow_missing: bool,
 ) -> PlanInputs:
-    if filter is not None and not allow_missing:
-        _refuse_unknown_filter_rows(ds, filter)
+    nulls, null_columns = (0, ()) if filter is None else _filter_nulls(ds, filter, allow_missing)
     for col in (token_column, count_column):
         if col not in ds.schema.names:
             raise LoaderError(
@@ -284,25 +311,53 @@ def _scan_plan_inputs(
         version=ds.version,
         **columns,
         null_rows=int(null_rows),
+        filter_nulls=nulls,
+        filter_null_columns=null_columns,
         tokenizer=tokenizer_identity(ds, token_column),
     )
 
 
-def _refuse_unknown_filter_rows(ds: lance.LanceDataset, filter: str) -> None:
-    """Refuse a filter that is neither true nor false on some rows: SQL's null (a column not
-    computed for them) would drop them without a word (or keep them under ``NOT``/``OR``)."""
-    unknown = ds.count_rows(filter=f"({filter}) IS NULL")
+def _filter_nulls(
+    ds: lance.LanceDataset, filter: str, allow_missing: bool
+) -> tuple[int, tuple[str, ...]]:
+    """Rows the filter cannot decide (SQL's null) and the columns it reads that are null there.
+
+    Two causes, told apart by fragment metadata (:mod:`tokenloom.table.coverage`) and the
+    column's origin (:func:`tokenloom.refresh.made_by`):
+
+    * a **derived** column (a backfill recorded its UDF) not computed for rows appended after
+      it (their fragment holds no data file of it): refused unless ``allow_missing`` — the rows
+      would be dropped (or kept under ``NOT``) only because a job has not run yet, and
+      ``tokenloom refresh`` computes them;
+    * a null **value** (a column made by ingest that some sources leave empty, a UDF that
+      returned null, a column no job can compute): SQL's rule, the row is not selected;
+      counted, so the commands can say so.
+
+    Returns:
+        ``(rows left out, columns null on them)``.
+    """
+    from tokenloom.refresh import made_by
+    from tokenloom.table.coverage import missing_rows, uncovered_fragments
+
+    undecided = f"({filter}) IS NULL"
+    unknown = ds.count_rows(filter=undecided)
     if not unknown:
-        return
+        return 0, ()
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", re.sub(r"'(?:[^']|'')*'", "", filter)))
-    named = [
-        c
-        for c in ds.schema.names
-        if c in words and ds.count_rows(filter=f"({filter}) IS NULL AND {c} IS NULL")
-    ]
-    cols = ", ".join(repr(c) for c in named) or "a column it reads"
-    raise LoaderError(
-        f"filter {filter!r} cannot decide {unknown:,} rows: {cols} is not computed (null) for "
-        f"them (version {ds.version}; rows appended after the column was computed?); run "
-        f"`tokenloom refresh --table {ds.uri}`, or pass --allow-missing to leave them out"
-    )
+    read = [c for c in ds.schema.names if c in words]
+    lacking_rows = missing_rows(ds)
+    stale = [c for c in read if c in lacking_rows and made_by(ds, c) is not None]
+    if stale and not allow_missing:
+        frags = uncovered_fragments(ds, stale)
+        scan = ds.scanner(columns=[], filter=undecided, fragments=frags, with_row_id=True)
+        lacking = scan.count_rows() if frags else 0
+        if lacking:
+            cols = ", ".join(repr(c) for c in stale)
+            raise LoaderError(
+                f"filter {filter!r} cannot decide {lacking:,} rows: {cols} is not computed for "
+                f"them (version {ds.version}; rows appended after the column was computed); "
+                f"run `tokenloom refresh --table {ds.uri}`, or pass --allow-missing to leave "
+                "them out"
+            )
+    named = tuple(c for c in read if ds.count_rows(filter=f"{undecided} AND `{c}` IS NULL"))
+    return int(unknown), named

@@ -27,8 +27,8 @@ from tokenloom.loader.inputs import (
     INPUTS_FORMAT,
     PlanInputs,
     compact_inputs,
-    input_columns,
     input_parts,
+    inputs_from,
     scan_plan_inputs,
     table_identity,
 )
@@ -57,7 +57,12 @@ def union_inputs(parts: list[PlanInputs], store: PlanStore | None = None) -> Pla
         counts = np.concatenate([np.asarray(p.n_tokens) for p in parts])[first]
         rowids = np.concatenate([np.asarray(p.rowids) for p in parts])[first]
         columns = compact_inputs(uniq, counts, rowids)
-        meta = {"version": parts[0].version, "null_rows": sum(p.null_rows for p in parts)}
+        meta = {
+            "version": parts[0].version,
+            "null_rows": sum(p.null_rows for p in parts),
+            "filter_nulls": sum(p.filter_nulls for p in parts),  # per pool, as each filter
+            "filter_null_columns": sorted({c for p in parts for c in p.filter_null_columns}),
+        }
         return input_parts(columns, {**meta, "tokenizer": parts[0].tokenizer})
 
     path = None
@@ -67,13 +72,7 @@ def union_inputs(parts: list[PlanInputs], store: PlanStore | None = None) -> Pla
         arrays, meta, path = store.arrays(key, build)
     else:
         arrays, meta = build()
-    return PlanInputs(
-        version=int(meta["version"]),
-        null_rows=int(meta["null_rows"]),
-        tokenizer=dict(meta["tokenizer"]),
-        shared=path,
-        **input_columns(arrays, meta),
-    )
+    return inputs_from(arrays, meta, path)
 
 
 class Planner:
@@ -266,6 +265,8 @@ class Planner:
             "rows": len(self.inputs.row_ids),
             "empty_rows": len(self.inputs.n_tokens) - count_nonzero(self.inputs.n_tokens),
             "null_rows": self.inputs.null_rows,
+            "filter_null_rows": self.inputs.filter_nulls,
+            "filter_null_columns": list(self.inputs.filter_null_columns),
             "tokens": plan.num_tokens,
             "blocks": plan.num_blocks,
             "steps": sizes.steps,

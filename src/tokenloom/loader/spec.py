@@ -31,8 +31,14 @@ SPEC_VERSION = 1
 
 def absolute_uri(uri: str) -> str:
     """An object-store or ``file://`` URI unchanged; a local path made absolute (so a record
-    written in one directory is read the same from any other)."""
-    text = os.fspath(uri)
+    written in one directory is read the same from any other).
+
+    Raises:
+        StorageError: A malformed URI (:func:`~tokenloom.table.storage.check_uri`).
+    """
+    from tokenloom.table.storage import check_uri
+
+    text = check_uri(uri)
     if "://" in text:
         return text
     return os.path.abspath(os.path.expanduser(text))

@@ -105,6 +105,17 @@ def _describe(key: str, old: Any, new: Any) -> str:
     return f"{head}; {fix} (a different {what} makes a different stream, so the cursor is void)"
 
 
+_FIRST = {"table_version": 0, "table_identity": 1, "filter": 2, "token_column": 3, "tokenizer": 4}
+"""Order of the reported changes: what selects the data first (the version most of all: every
+other data input may follow from it), then the others by name."""
+
+
+def _differs(saved: Mapping[str, Any], current: Mapping[str, Any], key: str) -> bool:
+    if key not in saved or key not in current:
+        return key in saved or key in current
+    return _canonical({"v": saved[key]}) != _canonical({"v": current[key]})
+
+
 def check_fingerprint(
     saved: Mapping[str, Any], current: Mapping[str, Any], *, allow_data_change: bool = False
 ) -> None:
@@ -118,15 +129,24 @@ def check_fingerprint(
 
     Raises:
         ResumeMismatchError: An input differs, or is present on one side only. The message has one
-            line per changed input with the saved and current values and the override;
+            line per changed input with the saved and current values and the override, the
+            table version first; a changed version explains the other data files, so the table
+            is said to be rebuilt only when its files differ at the same version.
             ``.changes`` maps each to ``(saved, current)`` (``None`` where absent).
     """
     changes: dict[str, tuple[Any, Any]] = {}
     lines: list[str] = []
-    for key in sorted(set(saved) | set(current)):
+    version_changed = _differs(saved, current, "table_version")
+    for key in sorted(set(saved) | set(current), key=lambda k: (_FIRST.get(k, len(_FIRST)), k)):
         if allow_data_change and key in DATA_KEYS:
             continue
         if key in _NEWER and key not in saved:
+            continue
+        if key == "table_identity" and version_changed:
+            # another version has other data files: the identity can only tell a rebuilt table
+            # apart at the same version, so the version change is the whole story
+            if _differs(saved, current, key):
+                changes[key] = (saved.get(key), current.get(key))
             continue
         if key not in current:
             changes[key] = (saved[key], None)

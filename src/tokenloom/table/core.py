@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from tokenloom.errors import TableError, TableNotFoundError
 from tokenloom.table.schema import BASE_SCHEMA, OP_KEY, validate_base_schema
-from tokenloom.table.storage import resolve_storage_options
+from tokenloom.table.storage import check_uri, resolve_storage_options
 
 __all__ = ["Table", "VersionInfo", "normalize_uri", "is_local", "NEXT_ID_KEY"]
 
@@ -31,8 +31,12 @@ NEXT_ID_KEY = "tokenloom.next_id"
 
 
 def normalize_uri(uri: str | os.PathLike[str]) -> str:
-    """Return an absolute local path (``file://`` URIs included), or an object-store URI."""
-    text = os.fspath(uri)
+    """Return an absolute local path (``file://`` URIs included), or an object-store URI.
+
+    Raises:
+        StorageError: A malformed URI (:func:`~tokenloom.table.storage.check_uri`).
+    """
+    text = check_uri(uri)
     if text.startswith("file://"):
         from urllib.parse import unquote, urlparse
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["column_coverage", "missing_rows"]
+__all__ = ["column_coverage", "missing_rows", "uncovered_fragments"]
 
 
 def _field_ids(ds: Any) -> dict[str, set[int]]:
@@ -51,3 +51,23 @@ def missing_rows(ds: Any) -> dict[str, int]:
     """``{column: rows not computed}`` for the columns that do not cover every row."""
     total = ds.count_rows()
     return {c: total - n for c, n in column_coverage(ds).items() if n < total}
+
+
+def uncovered_fragments(ds: Any, columns: list[str]) -> list[Any]:
+    """The fragments that hold no data file of some of ``columns`` (their rows read that column
+    as null because it was never computed for them, not because a value is null).
+
+    Args:
+        ds: A ``lance.LanceDataset``.
+        columns: Top-level column names (unknown names are ignored).
+    """
+    ids = _field_ids(ds)
+    wanted = [ids[c] for c in columns if c in ids]
+    if not wanted:
+        return []
+    out = []
+    for frag in ds.get_fragments():
+        present = {f for df in frag.metadata.files for f in df.fields}
+        if any(not (fids & present) for fids in wanted):
+            out.append(frag)
+    return out

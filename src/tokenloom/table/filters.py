@@ -7,14 +7,19 @@ inside a command, as a message with Rust source paths in it.
 
 :func:`validate_filter` closes both holes in one place, with Lance's own parser and planner:
 
-1. a small lexer (quotes and comments aware) checks that the parentheses balance and that there
-   is one statement; comments are dropped, so the result composes (``(a) AND (b)``) safely;
+1. a small lexer (quotes aware) checks that the parentheses balance, that there is one statement
+   and that there is no comment: ``id < 10 -- AND id > 5`` reads as ``id < 10`` (a ``--`` comment
+   runs to the end of the line, a command line has one line), so a comment is refused, never
+   dropped; ``--`` and ``/*`` inside a quoted string are text. The result composes
+   (``(a) AND (b)``) safely;
 2. the filter is planned wrapped as ``(\\n<filter>\\n)`` on a zero-row scan. With balanced
    parentheses, the outer one can only close at the end, so a parser that stops early finds the
    leftover text where it expects ``)`` and fails: trailing text is an error, never ignored;
 3. Lance's error is turned into one line that names the filter, the column and the rule.
 
-Every command that takes ``--filter`` / ``--where`` calls it first.
+Every command that takes ``--filter`` / ``--where`` calls it first; the CLI runs
+:func:`check_structure` (it needs no table) as the option is parsed, so a malformed filter is a
+usage error (exit 2) naming the option.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 from tokenloom.errors import TokenloomError
 
-__all__ = ["FilterError", "and_filters", "strip_comments", "validate_filter"]
+__all__ = ["FilterError", "and_filters", "check_structure", "validate_filter"]
 
 _INTERNAL_COLUMNS = ("_rowid", "_rowaddr", "_rowoffset")
 
@@ -38,14 +43,14 @@ def _fail(sql: str, reason: str) -> FilterError:
     return FilterError(f"invalid filter {shown!r}: {reason}")
 
 
-def strip_comments(sql: str) -> str:
-    """``sql`` with its comments replaced by a space, after checking its structure.
+def check_structure(sql: str) -> str:
+    """``sql`` stripped of outer whitespace, after checking its structure (no table needed).
 
     Raises:
-        FilterError: on unbalanced parentheses, an unterminated string, identifier or comment,
-            or a ``;`` (a filter is one condition, not statements).
+        FilterError: on unbalanced parentheses, an unterminated string or identifier, a comment
+            (``--`` or ``/* */`` outside quotes: it hides the text after it), or a ``;`` (a
+            filter is one condition, not statements).
     """
-    out: list[str] = []
     depth_open: list[int] = []  # positions of the ( not yet closed
     i, n = 0, len(sql)
     while i < n:
@@ -61,18 +66,15 @@ def strip_comments(sql: str) -> str:
                     j = k + 2
                     continue
                 break
-            out.append(sql[i : k + 1])
             i = k + 1
-        elif sql.startswith("--", i):
-            k = sql.find("\n", i)
-            out.append(" ")
-            i = n if k < 0 else k
-        elif sql.startswith("/*", i):
-            k = sql.find("*/", i + 2)
-            if k < 0:
-                raise _fail(sql, f"the comment opened at character {i + 1} is never closed")
-            out.append(" ")
-            i = k + 2
+        elif sql.startswith("--", i) or sql.startswith("/*", i):
+            mark = sql[i : i + 2]
+            raise _fail(
+                sql,
+                f"comments are not allowed: the {mark!r} at character {i + 1} would hide the "
+                "text after it from the condition; remove the comment (quote the text if it "
+                "is a value, e.g. 'a--b')",
+            )
         else:
             if ch == "(":
                 depth_open.append(i)
@@ -85,27 +87,26 @@ def strip_comments(sql: str) -> str:
                 depth_open.pop()
             elif ch == ";":
                 raise _fail(sql, f"a filter is one condition; remove the ';' at character {i + 1}")
-            out.append(ch)
             i += 1
     if depth_open:
         at = depth_open[-1] + 1
         raise _fail(sql, f"unbalanced parentheses: the '(' at character {at} is never closed")
-    return "".join(out).strip()
+    return sql.strip()
 
 
 def validate_filter(dataset: Any, sql: str | None) -> str | None:
-    """Check ``sql`` as a filter on ``dataset`` and return it ready to use (comments removed).
+    """Check ``sql`` as a filter on ``dataset`` and return it ready to use.
 
     Args:
         dataset: A ``lance.LanceDataset`` (the version the filter will run on).
         sql: The user's filter, or ``None`` for every row.
 
     Returns:
-        ``None`` for ``None``; else the filter, stripped of comments and outer whitespace.
+        ``None`` for ``None``; else the filter, stripped of outer whitespace.
 
     Raises:
         FilterError: one line naming the filter and what is wrong (an unknown column, a syntax
-            error, text after the condition, a type mismatch, not a condition).
+            error, a comment, text after the condition, a type mismatch, not a condition).
     """
     if sql is None:
         return None
@@ -117,9 +118,7 @@ def validate_filter(dataset: Any, sql: str | None) -> str | None:
         raise FilterError(f"a filter must be SQL text, not {type(sql).__name__}")
     if not sql.strip():
         raise _fail(sql, "it is empty; omit the option to select every row")
-    clean = strip_comments(sql)
-    if not clean:
-        raise _fail(sql, "it holds only a comment; omit the option to select every row")
+    clean = check_structure(sql)
     wrapped = f"(\n{clean}\n)"
     try:
         scanner = dataset.scanner(columns=[], filter=wrapped, limit=0, with_row_id=True)

@@ -15,12 +15,14 @@ without that environment.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 
 from tokenloom.errors import TokenloomError
 
 __all__ = [
     "StorageError",
+    "check_uri",
     "is_remote",
     "join",
     "parse_storage_options",
@@ -64,6 +66,57 @@ _ENV = (
     "AWS_ALLOW_HTTP",
 )
 """Environment variables taken into the resolved options (explicit options win)."""
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+_NO_AUTHORITY = frozenset({"file", "memory"})
+"""Schemes whose URIs may have an empty authority (``file:///abs``, ``memory://``)."""
+_KNOWN = _NO_AUTHORITY | {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "hf", "http", "https"}
+
+
+def check_uri(uri: str | os.PathLike[str]) -> str:
+    """``uri`` unchanged when it is a plain path or a well-formed URI; else an error.
+
+    A text that starts like a URI (``scheme:``) must go on with ``//``: ``file:/abs/t.lance``,
+    ``s3:/bucket/t`` or ``s3:bucket/t`` would otherwise be taken for a *relative local path* and a
+    directory named ``file:`` or ``s3:`` created in the current directory. An object-store URI
+    names its bucket (``s3://`` alone does not); a ``file://`` URI names a path on this machine
+    (``file:///abs/t.lance``). A local name holding a colon is written ``./name:x``.
+
+    Raises:
+        StorageError: naming the text, the rule and the spelling that works.
+    """
+    text = os.fspath(uri)
+    if not isinstance(text, str):
+        raise StorageError(f"a table URI must be text, not {type(text).__name__}")
+    found = _SCHEME.match(text)
+    if found is None or (os.name == "nt" and len(found.group(1)) == 1):  # a drive letter
+        return text
+    scheme, rest = found.group(1), text[found.end() :]
+    kind = scheme.lower()
+    if not rest.startswith("//"):
+        tail = rest.lstrip("/")
+        fix = f"file:///{tail}` or `/{tail}" if kind == "file" else f"{scheme}://{tail}"
+        local = "" if kind in _KNOWN else f", or `./{text}` for a local name holding a colon"
+        raise StorageError(
+            f"{text!r} is not a well-formed URI: '{scheme}:' must be followed by '//' (it would "
+            f"be read as a local path relative to the current directory); write `{fix}`{local}"
+        )
+    authority, _, path = rest[2:].partition("/")
+    if kind == "file":
+        if authority not in ("", "localhost"):
+            raise StorageError(
+                f"{text!r} names the host {authority!r}: a file URI is a path on this machine, "
+                f"written with three slashes (`file:///{rest[2:]}`)"
+            )
+        if not path.strip("/"):
+            raise StorageError(f"{text!r} names no path; write `file:///ABSOLUTE/PATH`")
+    elif kind not in _NO_AUTHORITY and not authority:
+        raise StorageError(
+            f"{text!r} names no bucket: write `{scheme}://BUCKET/PATH` (e.g. "
+            f"`{scheme}://my-bucket/corpus.lance`)"
+        )
+    return text
 
 
 def is_remote(uri: str) -> bool:

@@ -326,6 +326,8 @@ def _train(
             f"(B={run.micro}, K={run.accum}); {total} steps{origin}"
         )
         log(f"data: {spec.table} v{spec.version}, {spec.describe()}")
+        if ds.inputs.left_out():
+            log(f"data: {ds.inputs.left_out()}")
         share = vocab_share(raw)
         if share > SLOW_VOCAB_SHARE:
             warn(_slow_vocab(cfg.model, raw, share, vocab, ds.inputs.tokenizer, spec))

@@ -58,6 +58,8 @@ class VerifyReport:
     checks: list[CheckResult] = field(default_factory=list)
     seconds: float = 0.0
     """Wall time of the whole run."""
+    left_out: str | None = None
+    """How many rows the filter left out because a column it reads is null, or ``None``."""
 
     @property
     def passed(self) -> bool:

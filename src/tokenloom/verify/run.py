@@ -88,4 +88,5 @@ def verify(
         rows_checked=len(sample.rows),
         checks=checks,
         seconds=time.perf_counter() - started,
+        left_out=sample.left_out,
     )

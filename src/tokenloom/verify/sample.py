@@ -99,6 +99,8 @@ class Sample:
     epoch_ends: frozenset[int] = frozenset()
     """Stream positions (:attr:`StepBatch.order`) where a mixture pool's epoch stops: a visit of
     a document reaching one may end early (the pool's last pass is partial). Empty otherwise."""
+    left_out: str | None = None
+    """How many rows the filter left out because a column it reads is null (one line)."""
 
 
 def sample_steps(total: int, k: int, seed: int) -> list[int]:
@@ -257,4 +259,5 @@ def read_sample(
         batches=batches,
         rows=read_rows(ds, ids, tokenizer),
         epoch_ends=getattr(ds.view(0).plan, "epoch_ends", frozenset)(),
+        left_out=ds.inputs.left_out(),
     )
