@@ -17,6 +17,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,7 +62,7 @@ FILES_KEY = "tokenloom.files"
 INGEST_FILES_KEY = "tokenloom.ingest_files"
 
 _BATCH_ROWS = 8192
-_BATCH_BYTES = 64 << 20
+_BATCH_BYTES = 64 << 20  # Python strings held before they become one Arrow batch
 _ROWS_PER_FRAGMENT = 131072  # modest fragments: the unit of parallel backfill work
 _LOG_SCHEMA = pa.schema(
     [
@@ -207,7 +208,9 @@ class _Batcher:
         self.sources.append(source)
         self.metas.append(meta)
         self.typed.append(typed)
-        self.nbytes += len(text) + sum(len(v) for v in typed if isinstance(v, bytes))
+        # The memory the strings take (up to 4 bytes a character), not their length: a batch of
+        # texts above U+FFFF must not hold four times the bytes the cap means.
+        self.nbytes += sys.getsizeof(text) + sum(len(v) for v in typed if isinstance(v, bytes))
         if len(self.texts) >= _BATCH_ROWS or self.nbytes >= _BATCH_BYTES:
             return [self.flush()]  # type: ignore[list-item]  # not empty here
         return []
