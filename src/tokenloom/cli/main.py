@@ -4,7 +4,8 @@ The exit status is the truth, whatever was printed:
 
 ====  ======================================================================================
 0     the command did what was asked
-1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), or a
+1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), an
+      object store that could not be reached (the endpoint named; run the command again), or a
       command that reports a failure (``verify`` with a failed check)
 2     a usage error: an unknown option, a bad option value, a missing argument
 70    an unexpected error, i.e. a bug (``EX_SOFTWARE``); please report it
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     except TokenloomError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        outage = _outage(exc, argv, detail=False)
+        click.echo(f"error: {exc}" + (f"\n{outage}" if outage else ""), err=True)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -148,6 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the boundary: a bug should still end in one readable line
         if debug:
             raise
+        outage = _outage(exc, argv)
+        if outage is not None:  # the environment, not a bug
+            click.echo(f"error: {outage}", err=True)
+            sys.exit(EXIT_ERROR)
         click.echo(
             f"unexpected error: {type(exc).__name__}: {exc}\n"
             "rerun with TOKENLOOM_DEBUG=1 for the traceback, and please report it",
@@ -155,6 +161,15 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(EXIT_BUG)
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def _outage(exc: BaseException, argv: list[str] | None, *, detail: bool = True) -> str | None:
+    """The message for an object store that could not be reached, if that is what ``exc`` is."""
+    # Imported on the error path only: keeps the start-up of every command light.
+    from tokenloom.table.outage import options_from_argv, outage_message
+
+    options = options_from_argv(sys.argv[1:] if argv is None else argv)
+    return outage_message(exc, options, detail=detail)
 
 
 if __name__ == "__main__":  # pragma: no cover
