@@ -73,3 +73,41 @@ def test_a_table_rebuilt_at_the_same_path_is_refused_on_resume(tmp_path):
     assert len(again.stderr.strip().splitlines()) == 1  # one line, no traceback
     knowingly = _train("--out", str(out), "--resume", "--allow-data-change")
     assert knowingly.returncode == 0, knowingly.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--filter", "id < 0"), "--filter 'id < 0' selects 0 rows and no token"),
+        (("--drop-last", "--global-batch-size", "100000"), "or drop --drop-last"),
+    ],
+)
+def test_an_epoch_without_a_step_is_refused_before_training(tmp_path, options, message):
+    uri = token_table(tmp_path, real_paragraphs(10))
+    cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri]
+    cmd += ["--out", str(tmp_path / "run"), "--seq-len", "64", "--steps", "3", *options]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert done.returncode == 1, done.stderr
+    assert "epoch 0 has no step" in done.stderr and message in done.stderr
+    assert "parameters" not in done.stdout  # refused before the model is built
+
+
+def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
+    uri = token_table(tmp_path, real_paragraphs(40))
+    out = tmp_path / "run"
+    proc = _train(
+        "--table", uri, "--out", str(out), *BASE, "--steps", "100000", "--workers", "2",
+        background=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and not proc.stdout.readline().startswith(b"data:"):
+        pass
+    proc.send_signal(signal.SIGTERM)  # once: the first batch may not have come yet
+    sent = time.time()
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.time() - sent < 10
+    assert proc.returncode == 128 + signal.SIGTERM, stderr.decode()
+    said = stdout.decode() + stderr.decode()  # before the first batch, or at the first step
+    assert "stopped by SIGTERM before the first step" in said or "stopped by a signal" in said

@@ -15,7 +15,7 @@ from click.testing import CliRunner  # noqa: E402
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.verify.tables import FLIPPED_TOKEN, corrupt_table, gpt2_table  # noqa: E402
 from tokenloom.cli.verify import command  # noqa: E402
-from tokenloom.loader import LoaderSpec, PackedDataset  # noqa: E402
+from tokenloom.loader import EmptyEpochError, LoaderSpec, PackedDataset  # noqa: E402
 from tokenloom.tokenize import load_tokenizer  # noqa: E402
 from tokenloom.verify import CHECKS, VerifyError, verify  # noqa: E402
 from tokenloom.verify.isolation import attention_leak, check_isolation, segment_starts  # noqa: E402
@@ -97,7 +97,7 @@ def test_a_flipped_stored_id_fails_token_ids_and_text(bad, longest):
 
 
 def test_verify_refuses_what_it_cannot_check(good, tmp_path):
-    with pytest.raises(VerifyError, match="selects no tokens"):
+    with pytest.raises(EmptyEpochError, match="selects 0 rows and no token"):
         verify(good, filter="id < 0")
     with pytest.raises(VerifyError, match="steps must be"):
         verify(good, steps=0)
