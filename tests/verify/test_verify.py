@@ -4,6 +4,7 @@ when the thing it guards is broken (stored ids, provenance, masks, labels, resum
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -228,3 +229,28 @@ def test_segment_starts_compare_masks():
     assert np.array_equal(segment_starts(a)[0], [0, 0, 2, 2, -1])
     c = np.array([[0, 0, 0, 1, -1], [3, 3, 3, 4, 4]])
     assert not np.array_equal(segment_starts(a), segment_starts(c))
+
+
+def test_verify_of_very_long_blocks_keeps_memory_proportional_to_tokens(good):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    # a wrapper process, so the peak is this verify's alone (RUSAGE_CHILDREN keeps the max)
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run([sys.executable, '-m', 'tokenloom.cli.main', 'verify', '--table',"
+        f" {good!r}, '--filter', 'id < 5', '--seq-len', '100000'], capture_output=True,"
+        " text=True)\n"
+        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(done.stdout + done.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=300, env=env
+    )
+    status, peak_kib = run.stdout.split("\n", 1)[0].split()
+    assert status == "0", run.stdout + run.stderr
+    assert "5 of 5 checks passed" in run.stdout
+    assert int(peak_kib) < 3 * 1024 * 1024, f"peak RSS {int(peak_kib) / 1024:.0f} MiB"
