@@ -111,3 +111,35 @@ def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, stderr.decode()
     said = stdout.decode() + stderr.decode()  # before the first batch, or at the first step
     assert "stopped by SIGTERM before the first step" in said or "stopped by a signal" in said
+
+
+def _start_training(tmp_path, *extra: str) -> subprocess.Popen:
+    """``train`` with two loader workers in its own process group, once it has taken steps."""
+    uri = token_table(tmp_path, real_paragraphs(40))
+    cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri, "--out"]
+    cmd += [str(tmp_path / "run"), *BASE, "--steps", "100000", "--workers", "2", *extra]
+    proc = subprocess.Popen(
+        cmd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not proc.stdout.readline().startswith(b"step      3"):
+        pass
+    return proc
+
+
+def _semaphores() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("sem.")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory lives elsewhere")
+def test_kill_9_of_the_training_process_group_leaves_no_semaphore(tmp_path):
+    before = _semaphores()
+    proc = _start_training(tmp_path)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole group: resource tracker included
+    proc.wait()
+    time.sleep(0.5)
+    assert not _semaphores() - before
