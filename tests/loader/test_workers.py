@@ -79,7 +79,7 @@ import sys, time
 from tokenloom.loader import DataLoader, PackedDataset
 def main():
     ds = PackedDataset(sys.argv[1], seq_len=32, global_batch=4, seed=5, read_group=2)
-    dl = DataLoader(ds, num_workers=2, prefetch_factor=1)
+    dl = DataLoader(ds, num_workers=2, prefetch_factor=1, multiprocessing_context=sys.argv[2])
     for i, _ in enumerate(dl):
         if i == 0:
             import multiprocessing
@@ -90,7 +90,8 @@ if __name__ == "__main__":
 """
 
 
-def test_a_training_process_killed_outright_takes_its_workers_along(table, tmp_path):
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_a_training_process_killed_outright_takes_its_workers_along(table, tmp_path, context):
     import signal
     import subprocess
     import sys
@@ -98,7 +99,9 @@ def test_a_training_process_killed_outright_takes_its_workers_along(table, tmp_p
 
     script = tmp_path / "trainer.py"
     script.write_text(_TRAINER)
-    proc = subprocess.Popen([sys.executable, str(script), table], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), table, context], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     pids = [int(p) for p in line.split()]
     assert len(pids) >= 2, line  # the two workers (and the resource tracker)

@@ -166,3 +166,13 @@ def test_an_epoch_without_a_step_is_refused_not_iterated_forever(table):
     )
     with pytest.raises(RowLoaderError, match="40 rows are fewer than one global batch of 64"):
         len(short)
+
+
+def test_forkserver_workers_give_the_in_process_batches_and_fork_is_refused(table):
+    from tokenloom.loader.read import LoaderError
+
+    ref = _ids(RowDataset(_spec(table), transform=decode, on_error="skip", transform_threads=0))
+    ds = RowDataset(_spec(table), transform=decode, on_error="skip")
+    assert _ids(RowLoader(ds, num_workers=2, multiprocessing_context="forkserver")) == ref
+    with pytest.raises(LoaderError, match="Lance is not fork-safe"):
+        RowLoader(ds, num_workers=2, multiprocessing_context="fork")

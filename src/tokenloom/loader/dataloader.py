@@ -5,10 +5,11 @@
 is a torch ``DataLoader`` over it with ``batch_size=None`` (the dataset yields whole batches), a
 ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
 :attr:`DataLoader.stats` adding up the workers' counters and the consumer's wait (stall) time.
-Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned
-processes (Lance is not fork-safe) that import no torch, each sending groups of steps through a
+Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned (or
+``forkserver``) processes that import no torch, each sending groups of steps through a
 shared-memory ring; torch's ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
-``multiprocessing_context`` and ``pin_memory`` keep their meaning.
+``multiprocessing_context`` (``fork`` refused: Lance is not fork-safe) and ``pin_memory`` keep
+their meaning.
 """
 
 from __future__ import annotations
