@@ -102,8 +102,10 @@ def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
         background=True,
     )  # fmt: skip
     deadline = time.time() + 120
-    while time.time() < deadline and not proc.stdout.readline().startswith(b"data:"):
-        pass
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line or line.startswith(b"data:"):  # an early end fails the asserts below
+            break
     proc.send_signal(signal.SIGTERM)  # once: the first batch may not have come yet
     sent = time.time()
     stdout, stderr = proc.communicate(timeout=30)
@@ -113,11 +115,12 @@ def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
     assert "stopped by SIGTERM before the first step" in said or "stopped by a signal" in said
 
 
-def _start_training(tmp_path, *extra: str) -> subprocess.Popen:
-    """``train`` with two loader workers in its own process group, once it has taken steps."""
+def _start_training(tmp_path) -> tuple[subprocess.Popen, bytes]:
+    """``train`` with two loader workers in its own process group, once it has taken steps
+    (and the line that says so)."""
     uri = token_table(tmp_path, real_paragraphs(40))
     cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri, "--out"]
-    cmd += [str(tmp_path / "run"), *BASE, "--steps", "100000", "--workers", "2", *extra]
+    cmd += [str(tmp_path / "run"), *BASE, "--steps", "100000", "--workers", "2"]
     proc = subprocess.Popen(
         cmd,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -126,9 +129,11 @@ def _start_training(tmp_path, *extra: str) -> subprocess.Popen:
         start_new_session=True,
     )
     deadline = time.time() + 120
-    while time.time() < deadline and not proc.stdout.readline().startswith(b"step      3"):
-        pass
-    return proc
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line or line.startswith(b"step      3"):
+            break
+    return proc, line
 
 
 def _semaphores() -> set[str]:
@@ -138,8 +143,9 @@ def _semaphores() -> set[str]:
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory lives elsewhere")
 def test_kill_9_of_the_training_process_group_leaves_no_semaphore(tmp_path):
     before = _semaphores()
-    proc = _start_training(tmp_path)
+    proc, line = _start_training(tmp_path)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole group: resource tracker included
     proc.wait()
+    assert line.startswith(b"step      3"), proc.stderr.read().decode()  # it was training
     time.sleep(0.5)
     assert not _semaphores() - before
