@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import click
 
@@ -168,17 +169,23 @@ def train(
     --resume: the options come from the run's record, and one given again must match it.
     """
     from tokenloom.train.loop import train as run
+    from tokenloom.train.runs import Interrupted
 
     cfg = _config(ctx, options, resume)
-    result = run(
-        cfg,
-        resume=resume,
-        overwrite=overwrite,
-        reschedule=reschedule,
-        allow_data_change=allow_data_change,
-        log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
-        warn=lambda msg: click.echo(msg, err=True),
-    )
+    try:
+        result = run(
+            cfg,
+            resume=resume,
+            overwrite=overwrite,
+            reschedule=reschedule,
+            allow_data_change=allow_data_change,
+            log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
+            warn=lambda msg: click.echo(msg, err=True),
+        )
+    except Interrupted as stopped:  # before the first step: no checkpoint to write
+        name = signal.Signals(stopped.signum).name
+        click.echo(f"stopped by {name} before the first step; no checkpoint written", err=True)
+        raise click.exceptions.Exit(128 + stopped.signum) from None
     if int(os.environ.get("RANK") or 0) != 0:
         if result.interrupted:
             raise click.exceptions.Exit(128 + result.interrupted)

@@ -5,10 +5,11 @@
 is a torch ``DataLoader`` over it with ``batch_size=None`` (the dataset yields whole batches), a
 ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
 :attr:`DataLoader.stats` adding up the workers' counters and the consumer's wait (stall) time.
-Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned
-processes (Lance is not fork-safe) that import no torch, each sending groups of steps through a
+Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned (or
+``forkserver``) processes that import no torch, each sending groups of steps through a
 shared-memory ring; torch's ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
-``multiprocessing_context`` and ``pin_memory`` keep their meaning.
+``multiprocessing_context`` (``fork`` refused: Lance is not fork-safe) and ``pin_memory`` keep
+their meaning.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tokenloom.loader.group import BuiltGroup
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
-from tokenloom.loader.workers import WorkerPool
+from tokenloom.loader.workers import WorkerPool, multiprocessing_context
 
 __all__ = ["DataLoader", "PackedDataset", "as_tensors"]
 
@@ -68,8 +69,10 @@ class DataLoader(torch.utils.data.DataLoader):
                 "(their copy of the dataset never hears of set_epoch); leave it off — workers "
                 "restart each epoch, and the plan is rebuilt from stored counts in milliseconds"
             )
-        if num_workers > 0:
-            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+        if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
+            kwargs["multiprocessing_context"] = multiprocessing_context(
+                kwargs.get("multiprocessing_context")
+            )
         if kwargs.get("batch_size") is not None:
             raise LoaderError(
                 f"DataLoader(batch_size={kwargs['batch_size']}) would be ignored: a "
@@ -128,6 +131,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 ds._epoch, ds._step = group.epoch, group.first + i + 1
                 if ds._step >= total:
                     ds._epoch, ds._step = group.epoch + 1, 0
+                pool.check()  # a dead worker is noticed here, not when its queue runs dry
                 yield as_tensors(group.batch(i), pin=pin)
 
     def _pin(self) -> bool:

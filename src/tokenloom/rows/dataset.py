@@ -219,18 +219,35 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         return self._step
 
     def plan(self, epoch: int | None = None) -> RowPlan:
-        """The epoch's :class:`RowPlan` (the last two are kept)."""
+        """The epoch's :class:`RowPlan` (the last two are kept).
+
+        Every reader of an epoch comes through here, so an epoch of zero steps is refused once
+        here: iterating it (or rolling over into the next) would yield nothing, forever.
+
+        Raises:
+            RowLoaderError: The epoch has no global step (no row selected, or ``drop_last``
+                with fewer rows than one global batch).
+        """
         e = self._epoch if epoch is None else int(epoch)
         if e not in self._plans:
             s = self.spec
-            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
-            self._plans[e] = RowPlan.build(
-                len(self.selection.row_ids),
-                seed=s.seed,
-                epoch=e,
-                global_batch=s.global_batch,
-                drop_last=s.drop_last,
+            n = len(self.selection.row_ids)
+            plan = RowPlan.build(
+                n, seed=s.seed, epoch=e, global_batch=s.global_batch, drop_last=s.drop_last
             )
+            if plan.steps == 0:
+                if n == 0:
+                    raise RowLoaderError(
+                        f"epoch {e} has no step: the filter {s.filter!r} selects no row of "
+                        f"{s.table} (version {self.version}); widen the filter"
+                    )
+                raise RowLoaderError(
+                    f"epoch {e} has no step: its {n:,} rows are fewer than one global batch "
+                    f"of {s.global_batch} rows, and drop_last leaves that incomplete step out; "
+                    f"use global_batch={n} or less, or drop_last=False"
+                )
+            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
+            self._plans[e] = plan
         return self._plans[e]
 
     def __len__(self) -> int:

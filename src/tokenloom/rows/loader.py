@@ -1,8 +1,9 @@
 """``RowLoader``: a torch DataLoader over a :class:`~tokenloom.rows.RowDataset`.
 
-Spawned workers (Lance is not fork-safe), ``batch_size=None`` (the dataset yields whole
-batches), a ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*,
-and the workers' skip counts added up in the dataset.
+Spawned (or ``forkserver``) workers, ``fork`` refused (Lance is not fork-safe);
+``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact
+cursor of batches *delivered to the consumer*, and the workers' skip counts added up in the
+dataset.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import torch
 
+from tokenloom.loader.workers import multiprocessing_context
 from tokenloom.rows.dataset import _META, RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
 
@@ -35,8 +37,10 @@ class RowLoader(torch.utils.data.DataLoader):
                     "workers restart each epoch (set_epoch reaches them)"
                 )
             kwargs.pop(bad, None)
-        if num_workers > 0:
-            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+        if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
+            kwargs["multiprocessing_context"] = multiprocessing_context(
+                kwargs.get("multiprocessing_context")
+            )
             kwargs.setdefault("collate_fn", _keep)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
 

@@ -269,6 +269,7 @@ def _train(
     spec = ds.spec  # version pinned
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
+    ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
     if parent is not None and parent_state is not None:
         if parent["tokenizer"].get("vocab_size") != ds.inputs.tokenizer.get("vocab_size"):
             raise TrainError(
@@ -363,13 +364,23 @@ def _train(
     it, fresh = iter(loader), True
     model.train()
     fed = None
+    empty = 0  # passes in a row that yielded no batch (the planner refuses an empty epoch)
     while step < end:
         wait = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:  # epoch done: the next epoch reshuffles the whole selection
+            empty = empty + 1 if fresh else 0
+            if empty >= 2:  # a resume at an epoch's end gives one empty pass, never two
+                raise TrainError(
+                    f"the loader yielded no batch in {empty} passes in a row at step {step}; "
+                    "check the selection with `tokenloom stats`"
+                ) from None
             it, fresh = iter(loader), True
             continue
+        # until a batch arrives (plan, model, workers starting) a signal ends the run at once;
+        # from the first step on it ends at a step boundary, with a checkpoint
+        stop.defer()
         waited = time.perf_counter() - wait
         if fresh:  # workers starting: not a stall of the running pipeline
             result.startup_seconds += waited
