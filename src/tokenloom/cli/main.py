@@ -22,7 +22,7 @@ import sys
 import click
 
 from tokenloom import __version__
-from tokenloom.cli.options import quiet_option
+from tokenloom.cli.options import quiet_option, require_values
 from tokenloom.errors import TokenloomError
 
 __all__ = ["EXIT_BUG", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "cli", "main"]
@@ -114,6 +114,7 @@ def _register() -> None:
 
     for command in (*curate.commands, *tokenize.commands, *train_cli.commands, *search.commands):
         cli.add_command(command)
+    require_values(cli)
 
 
 _register()

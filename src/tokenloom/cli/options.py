@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -21,6 +25,10 @@ __all__ = [
     "loader_spec",
     "LOADER_KEYS",
     "parse_mixture_option",
+    "existing_dir",
+    "mib_to_bytes",
+    "require_values",
+    "usage_errors",
 ]
 
 table_option = click.option(
@@ -309,4 +317,92 @@ def loader_spec(table: str, options: dict[str, Any]) -> Any:
     values = {k: options.pop(k) for k in LOADER_KEYS if k in options}
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
-    return LoaderSpec.from_options(table=table, **values)
+    from tokenloom.loader.plan import PlanError
+
+    with usage_errors(PlanError):
+        return LoaderSpec.from_options(table=table, **values)
+
+
+class _Required(click.ParamType):
+    """Another parameter type that also refuses an empty text or a number that is not finite.
+
+    No name, path, SQL filter, prompt or list a tokenloom option takes is empty, and no count,
+    size, rate or duration is NaN or infinite: such a value would reach the library and fail
+    there as a bug (exit 70) or be taken silently (an empty ``--text-field`` rejects every
+    record), so it is refused here, as a usage error naming the option.
+    """
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def get_metavar(self, *args: Any, **kwargs: Any) -> str | None:
+        return self.inner.get_metavar(*args, **kwargs)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return self.inner.to_info_dict()
+
+    def shell_complete(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.shell_complete(*args, **kwargs)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty value is not allowed; give one or leave the option out", param, ctx)
+        value = self.inner.convert(value, param, ctx)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return value
+
+
+def require_values(command: click.Command) -> None:
+    """Make every text, path and float parameter of ``command`` and its subcommands refuse an
+    empty or non-finite value (see :class:`_Required`): one rule for every option, present and
+    future, instead of a check beside each one."""
+    for param in command.params:
+        kind = param.type
+        if isinstance(kind, (click.types.StringParamType, click.Path, click.types.FloatParamType)):
+            param.type = _Required(kind)  # a FloatRange is a FloatParamType too
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            require_values(sub)
+
+
+existing_dir = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=str)
+"""The type of an option naming a directory that must already exist (``--workdir``)."""
+
+
+def mib_to_bytes(ctx: click.Context, param: click.Parameter, value: float | None) -> int | None:  # noqa: ARG001
+    """A click callback: a size given in MiB (``--max-doc-mb``) as whole bytes, refusing a size
+    under one byte (it would round to 0, a limit no record can meet)."""
+    if value is None:
+        return None
+    size = int(value * (1 << 20))
+    if size < 1:
+        raise click.BadParameter(
+            f"{value!r} MiB is under one byte; give at least {1 / (1 << 20):.7f}"
+        )
+    return size
+
+
+@contextmanager
+def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """Report a library error of ``kinds`` raised while a config is built from the options as a
+    usage error (exit 2), naming the options its message mentions.
+
+    A config (a loader spec, a training config) validates the user's values in
+    ``__post_init__``; the values came from the command line, so a refusal there is the
+    user's to fix, not a data error. Wrap only the building of the config, not the work.
+    """
+    try:
+        yield
+    except kinds as exc:
+        ctx = click.get_current_context(silent=True)
+        message = str(exc)
+        named = []
+        for param in ctx.command.params if ctx is not None else ():
+            words = {param.name or "", *(o.lstrip("-").replace("-", "_") for o in param.opts)}
+            if any(w and re.search(rf"\b{re.escape(w)}\b", message) for w in words):
+                named.append(max(param.opts, key=len))
+        if named:
+            raise click.BadParameter(message, param_hint=" / ".join(named)) from exc
+        raise click.UsageError(message, ctx) from exc

@@ -14,6 +14,7 @@ from tokenloom.cli.options import (
     loader_spec,
     parse_mixture_option,
     storage_options_option,
+    usage_errors,
 )
 
 __all__ = ["commands"]
@@ -75,10 +76,16 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     metavar="SECONDS",
     help="End this invocation (checkpointed) after this much training time.",
 )
-@click.option("--lr", type=float, default=3e-3, show_default=True, help="Peak learning rate.")
+@click.option(
+    "--lr",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3e-3,
+    show_default=True,
+    help="Peak learning rate.",
+)
 @click.option("--min-lr-ratio", type=click.FloatRange(min=0, max=1), default=0.1, show_default=True)
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="[5% of steps]")
-@click.option("--weight-decay", type=float, default=0.1, show_default=True)
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.1, show_default=True)
 @click.option(
     "--attention", type=click.Choice(["document", "causal"]), default="document", show_default=True
 )
@@ -240,7 +247,8 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     """The run's TrainConfig: from the options, or on ``--resume`` from the run's record with
     the options given again laid over it (the loader and the resume checks then refuse a
     change that would break the exact continuation, naming it)."""
-    from tokenloom.train.config import TrainConfig
+    from tokenloom.loader.plan import PlanError
+    from tokenloom.train.config import TrainConfig, TrainError
     from tokenloom.train.record import read_record
 
     table = options.pop("table")
@@ -254,9 +262,9 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
             options["steps"] = 100
         if options["log_to"] is None:
             options["log_to"] = ()
-        return TrainConfig(
-            loader=loader_spec(table, options), storage_options=storage_options, **options
-        )
+        loader = loader_spec(table, options)
+        with usage_errors(TrainError):
+            return TrainConfig(loader=loader, storage_options=storage_options, **options)
     if options["out"] is None:
         raise click.UsageError("--resume needs --out DIR (the run to continue)")
     record = read_record(options["out"])
@@ -277,15 +285,17 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
                 spec_of[key] = value
         from tokenloom.loader.spec import LoaderSpec
 
-        loader = LoaderSpec.from_options(**spec_of)
+        with usage_errors(PlanError):
+            loader = LoaderSpec.from_options(**spec_of)
     own = {k: v for k, v in options.items() if k != "out" and _given(ctx, k)}
     if "steps" in own and "epochs" not in own:
         own["epochs"] = None
     if "epochs" in own and "steps" not in own:
         own["steps"] = None
-    return TrainConfig.from_record(
-        record, loader=loader, out=options["out"], storage_options=storage_options, **own
-    )
+    with usage_errors(TrainError):
+        return TrainConfig.from_record(
+            record, loader=loader, out=options["out"], storage_options=storage_options, **own
+        )
 
 
 @click.command(
@@ -297,8 +307,14 @@ Examples:
 @click.option("--checkpoint", required=True, metavar="DIR")
 @click.option("--prompt", required=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--temperature", type=float, default=0.8, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=0.8,
+    show_default=True,
+    help="Sampling temperature (0: always the likeliest token).",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def sample(
     checkpoint: str, prompt: str, max_new_tokens: int, temperature: float, seed: int
 ) -> None:
