@@ -28,15 +28,13 @@ import multiprocessing.spawn
 import os
 import queue
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from tokenloom.loader.read import LoaderError
-from tokenloom.process import die_with_parent
+from tokenloom.process import defined_in_main, die_with_parent, main_not_rerun
 
 __all__ = ["WorkerPool", "WorkerError"]
 
@@ -81,32 +79,6 @@ def _worker_main(
     finally:
         out.close()
         out.join_thread()  # everything put is flushed before the process exits
-
-
-_START_LOCK = threading.Lock()
-
-
-@contextmanager
-def _main_not_rerun(skip: bool) -> Iterator[None]:
-    """While starting workers: leave the parent's ``__main__`` out of what a spawned child
-    prepares (multiprocessing would run the script again in every worker)."""
-    if not skip:
-        yield
-        return
-    with _START_LOCK:
-        original = multiprocessing.spawn.get_preparation_data
-
-        def prepare(name: str) -> dict:
-            data = original(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-            return data
-
-        multiprocessing.spawn.get_preparation_data = prepare
-        try:
-            yield
-        finally:
-            multiprocessing.spawn.get_preparation_data = original
 
 
 def _raise(worker: int, exc: BaseException | None, text: str) -> None:
@@ -165,9 +137,8 @@ class WorkerPool:
             )
             for w in range(W)
         ]
-        uses_main = getattr(self.init_fn, "__module__", None) in ("__main__", "__mp_main__")
         try:
-            with _main_not_rerun(not uses_main):
+            with main_not_rerun(not defined_in_main(self.init_fn)):
                 for p in procs:
                     p.start()
             w = 0
