@@ -59,3 +59,10 @@ def test_a_bad_value_is_a_usage_error_naming_the_option(tmp_path, monkeypatch, a
     assert option in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "please report it" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def test_the_rule_keeps_the_help_of_each_option():
+    # The refusal of empty and non-finite values wraps each option's type: ranges still show.
+    proc = run_cli("train", "--help")
+    assert proc.returncode == 0
+    assert "[default: 0.003; x>0]" in proc.stdout and "[default: 0.1; 0<=x<=1]" in proc.stdout

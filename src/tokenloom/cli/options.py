@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -323,45 +324,46 @@ def loader_spec(table: str, options: dict[str, Any]) -> Any:
         return LoaderSpec.from_options(table=table, **values)
 
 
-class _Required(click.ParamType):
-    """Another parameter type that also refuses an empty text or a number that is not finite.
+_REQUIRED: dict[type, type] = {}
+
+
+def _required(kind: click.ParamType) -> click.ParamType:
+    """``kind`` that also refuses an empty text or a number that is not finite.
 
     No name, path, SQL filter, prompt or list a tokenloom option takes is empty, and no count,
     size, rate or duration is NaN or infinite: such a value would reach the library and fail
     there as a bug (exit 70) or be taken silently (an empty ``--text-field`` rejects every
-    record), so it is refused here, as a usage error naming the option.
+    record), so it is refused here, as a usage error naming the option. The result is a copy of
+    ``kind`` of a subclass of its class, so help texts (ranges, metavars) stay as they were.
     """
+    base = type(kind)
+    if base not in _REQUIRED:
 
-    def __init__(self, inner: click.ParamType) -> None:
-        self.inner = inner
-        self.name = inner.name
+        def convert(self: Any, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, str) and not value.strip():
+                self.fail(
+                    "an empty value is not allowed; give one or leave the option out", param, ctx
+                )
+            value = base.convert(self, value, param, ctx)
+            if isinstance(value, float) and not math.isfinite(value):
+                self.fail(f"{value} is not a finite number", param, ctx)
+            return value
 
-    def get_metavar(self, *args: Any, **kwargs: Any) -> str | None:
-        return self.inner.get_metavar(*args, **kwargs)
-
-    def to_info_dict(self) -> dict[str, Any]:
-        return self.inner.to_info_dict()
-
-    def shell_complete(self, *args: Any, **kwargs: Any) -> Any:
-        return self.inner.shell_complete(*args, **kwargs)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty value is not allowed; give one or leave the option out", param, ctx)
-        value = self.inner.convert(value, param, ctx)
-        if isinstance(value, float) and not math.isfinite(value):
-            self.fail(f"{value} is not a finite number", param, ctx)
-        return value
+        _REQUIRED[base] = type(f"Required{base.__name__}", (base,), {"convert": convert})
+    new = copy.copy(kind)
+    new.__class__ = _REQUIRED[base]
+    return new
 
 
 def require_values(command: click.Command) -> None:
     """Make every text, path and float parameter of ``command`` and its subcommands refuse an
-    empty or non-finite value (see :class:`_Required`): one rule for every option, present and
+    empty or non-finite value (see :func:`_required`): one rule for every option, present and
     future, instead of a check beside each one."""
     for param in command.params:
         kind = param.type
         if isinstance(kind, (click.types.StringParamType, click.Path, click.types.FloatParamType)):
-            param.type = _Required(kind)  # a FloatRange is a FloatParamType too
+            if type(kind) not in _REQUIRED.values():
+                param.type = _required(kind)  # a FloatRange is a FloatParamType too
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             require_values(sub)
@@ -379,7 +381,8 @@ def mib_to_bytes(ctx: click.Context, param: click.Parameter, value: float | None
     size = int(value * (1 << 20))
     if size < 1:
         raise click.BadParameter(
-            f"{value!r} MiB is under one byte; give at least {1 / (1 << 20):.7f}"
+            f"{value!r} MiB is under one byte (no record could pass); give at least "
+            f"{1 / (1 << 20):.2g} MiB"
         )
     return size
 
