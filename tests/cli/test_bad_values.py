@@ -39,11 +39,13 @@ BAD_VALUES = [
     (("stats", *T, "--filter", ""), "--filter"),
     (("tokenize", *T, "--tokenizer", ""), "--tokenizer"),
     (("train", *T, "--device", ""), "--device"),
+    (("train", *T, "--device", "gpu0"), "--device"),
     (("index", *T, "--fts", ""), "--fts"),
     (("dev", "s3", "--dir", ""), "--dir"),
     (("contamination", *T, "--eval", "e.jsonl", "--eval-field", ""), "--eval-field"),
     # directories that must exist
     (("bench", "plan", "--workdir", "missing-dir/"), "--workdir"),
+    (("gc", *T, "--runs", "missing-dir/"), "--runs"),
     # values each valid alone but not together (the loader spec refuses them)
     (("stats", *T, "--budget-tokens", "100"), "--budget-tokens"),
     (("stats", *T, "--long-docs", "window", "--window", "4", "--overlap", "9"), "--overlap"),

@@ -96,7 +96,13 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     show_default=True,
     help="Document-mask kernel (auto: flex_attention on CUDA, SDPA mask otherwise).",
 )
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ...")
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    callback=lambda _ctx, _param, value: _device(value),
+    help="auto, cpu, cuda, cuda:1, ...",
+)
 @click.option(
     "--dtype", type=click.Choice(["auto", "bf16", "fp32"]), default="auto", show_default=True
 )
@@ -199,6 +205,19 @@ def train(
         say(f"loss curves: {plot}")
     if result.interrupted:  # checkpointed, but the run is not done: say so in the status
         raise click.exceptions.Exit(128 + result.interrupted)
+
+
+def _device(value: str) -> str:
+    """``--device``: a device name torch knows (whether this machine has it is the run's to
+    say, exit status 1)."""
+    from tokenloom.train.config import TrainError
+    from tokenloom.train.dist import parse_device
+
+    try:
+        parse_device(value)
+    except TrainError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from exc
+    return value
 
 
 def _log_to(value: str | None) -> tuple[str, ...] | None:
