@@ -15,7 +15,7 @@ T = ("--table", "absent.lance")
 
 # (arguments, the option the message must name)
 BAD_VALUES = [
-    # sizes and numbers: bounds, sub-unit sizes, non-finite floats
+    # sizes and numbers: bounds, sub-unit sizes, non-finite floats, integers beyond 64 bits
     (("ingest", "a.jsonl", *T, "--max-doc-mb", "1e-7"), "--max-doc-mb"),
     (("ingest", "a.jsonl", *T, "--max-doc-mb", "nan"), "--max-doc-mb"),
     (("ingest", "a.jsonl", *T, "--max-doc-mb", "inf"), "--max-doc-mb"),
@@ -28,6 +28,9 @@ BAD_VALUES = [
     (("trace", "--checkpoint", "run", "--row", "-1"), "--row"),
     (("gc", *T, "--min-age", "nan"), "--min-age"),
     (("search", "words", *T, "--limit", "0"), "--limit"),
+    (("search", "words", *T, "--limit", str(2**64)), "--limit"),
+    (("info", *T, "--version", str(2**63)), "--version"),
+    (("trace", "--checkpoint", "run", "--row", str(2**70)), "--row"),
     # empty names, paths, filters and prompts
     (("sample", "--checkpoint", "run", "--prompt", ""), "--prompt"),
     (("sample", "--checkpoint", "", "--prompt", "hi"), "--checkpoint"),

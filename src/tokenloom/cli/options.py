@@ -325,16 +325,19 @@ def loader_spec(table: str, options: dict[str, Any]) -> Any:
 
 
 _REQUIRED: dict[type, type] = {}
+_INT64_MAX = 2**63 - 1
 
 
 def _required(kind: click.ParamType) -> click.ParamType:
-    """``kind`` that also refuses an empty text or a number that is not finite.
+    """``kind`` that also refuses an empty text, a number that is not finite, or an integer
+    beyond 64 bits.
 
-    No name, path, SQL filter, prompt or list a tokenloom option takes is empty, and no count,
-    size, rate or duration is NaN or infinite: such a value would reach the library and fail
-    there as a bug (exit 70) or be taken silently (an empty ``--text-field`` rejects every
-    record), so it is refused here, as a usage error naming the option. The result is a copy of
-    ``kind`` of a subclass of its class, so help texts (ranges, metavars) stay as they were.
+    No name, path, SQL filter, prompt or list a tokenloom option takes is empty, no count,
+    size, rate or duration is NaN or infinite, and none exceeds what an int64 column, a numpy
+    array or Lance can hold: such a value would reach the library and fail there as a bug (exit
+    70) or be taken silently (an empty ``--text-field`` rejects every record), so it is refused
+    here, as a usage error naming the option. The result is a copy of ``kind`` of a subclass of
+    its class, so help texts (ranges, metavars) stay as they were.
     """
     base = type(kind)
     if base not in _REQUIRED:
@@ -347,6 +350,8 @@ def _required(kind: click.ParamType) -> click.ParamType:
             value = base.convert(self, value, param, ctx)
             if isinstance(value, float) and not math.isfinite(value):
                 self.fail(f"{value} is not a finite number", param, ctx)
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+                self.fail(f"{value} is out of range: at most {_INT64_MAX} (64 bits)", param, ctx)
             return value
 
         _REQUIRED[base] = type(f"Required{base.__name__}", (base,), {"convert": convert})
@@ -356,14 +361,19 @@ def _required(kind: click.ParamType) -> click.ParamType:
 
 
 def require_values(command: click.Command) -> None:
-    """Make every text, path and float parameter of ``command`` and its subcommands refuse an
+    """Make every text, path and number parameter of ``command`` and its subcommands refuse an
     empty or non-finite value (see :func:`_required`): one rule for every option, present and
     future, instead of a check beside each one."""
     for param in command.params:
         kind = param.type
-        if isinstance(kind, (click.types.StringParamType, click.Path, click.types.FloatParamType)):
-            if type(kind) not in _REQUIRED.values():
-                param.type = _required(kind)  # a FloatRange is a FloatParamType too
+        checked = (
+            click.types.StringParamType,
+            click.Path,
+            click.types.FloatParamType,
+            click.types.IntParamType,
+        )
+        if isinstance(kind, checked) and type(kind) not in _REQUIRED.values():
+            param.type = _required(kind)  # a FloatRange is a FloatParamType, an IntRange an Int
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             require_values(sub)
