@@ -6,7 +6,8 @@ The exit status is the truth, whatever was printed:
 0     the command did what was asked
 1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), or a
       command that reports a failure (``verify`` with a failed check)
-2     a usage error: an unknown option, a bad option value, a missing argument
+2     a usage error: an unknown option, a bad option value (out of range, empty, not finite,
+      a directory that does not exist, or values a config refuses together), a missing argument
 70    an unexpected error, i.e. a bug (``EX_SOFTWARE``); please report it
 130   interrupted (Ctrl-C) or aborted
 ====  ======================================================================================
