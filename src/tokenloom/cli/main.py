@@ -7,7 +7,8 @@ The exit status is the truth, whatever was printed:
 1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), an
       object store that could not be reached (the endpoint named; run the command again), or a
       command that reports a failure (``verify`` with a failed check)
-2     a usage error: an unknown option, a bad option value, a missing argument
+2     a usage error: an unknown option, a bad option value (out of range, empty, not finite,
+      a directory that does not exist, or values a config refuses together), a missing argument
 70    an unexpected error, i.e. a bug (``EX_SOFTWARE``); please report it
 130   interrupted (Ctrl-C) or aborted
 ====  ======================================================================================
@@ -23,7 +24,7 @@ import sys
 import click
 
 from tokenloom import __version__
-from tokenloom.cli.options import quiet_option
+from tokenloom.cli.options import quiet_option, require_values
 from tokenloom.errors import TokenloomError
 
 __all__ = ["EXIT_BUG", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "cli", "main"]
@@ -117,6 +118,7 @@ def _register() -> None:
 
     for command in (*curate.commands, *tokenize.commands, *train_cli.commands, *search.commands):
         cli.add_command(command)
+    require_values(cli)
 
 
 _register()

@@ -14,6 +14,7 @@ their meaning.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -60,9 +61,28 @@ class PackedDataset(PackedStream, IterableDataset):
 class DataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader over a :class:`PackedDataset` (``batch_size=None``, spawn workers)
     whose ``state_dict()`` is the exact cursor of batches delivered to the consumer and whose
-    :attr:`stats` add up the workers' counters and the consumer's wait time."""
+    :attr:`stats` add up the workers' counters and the consumer's wait time.
+
+    The one front for both streams: given a :class:`~tokenloom.rows.RowDataset` it returns a
+    :class:`~tokenloom.rows.RowLoader` (the same contract: whole batches, exact cursor, spawned
+    workers that need no ``__main__`` guard).
+    """
+
+    def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = sys.modules.get("tokenloom.rows.dataset")  # loaded if a RowDataset exists
+        if cls is DataLoader and rows is not None and isinstance(dataset, rows.RowDataset):
+            from tokenloom.rows.loader import RowLoader
+
+            return RowLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        if not isinstance(dataset, PackedDataset):
+            raise TypeError(
+                f"tokenloom.loader.DataLoader takes a PackedDataset or a RowDataset, not a "
+                f"{type(dataset).__name__}; a RowMapDataset (map-style) goes to "
+                "torch.utils.data.DataLoader(ds, batch_size=B, shuffle=True)"
+            )
         if kwargs.get("persistent_workers"):
             raise LoaderError(
                 "persistent_workers=True would replay the epoch the workers were started in "

@@ -30,19 +30,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import multiprocessing.connection
-import multiprocessing.spawn
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from tokenloom.loader.read import LoaderError
-from tokenloom.process import die_with_parent
+from tokenloom.process import defined_in_main, die_with_parent, main_not_rerun
 
 __all__ = ["WorkerPool", "WorkerError", "describe_exit", "multiprocessing_context"]
 
@@ -116,32 +113,6 @@ def describe_exit(worker: int, pid: int | None, code: int | None) -> str:
         if -code == signal.SIGKILL:
             text += " (the kernel's out-of-memory killer sends it: see `dmesg`)"
     return text
-
-
-_START_LOCK = threading.Lock()
-
-
-@contextmanager
-def _main_not_rerun(skip: bool) -> Iterator[None]:
-    """While starting workers: leave the parent's ``__main__`` out of what a spawned child
-    prepares (multiprocessing would run the script again in every worker)."""
-    if not skip:
-        yield
-        return
-    with _START_LOCK:
-        original = multiprocessing.spawn.get_preparation_data
-
-        def prepare(name: str) -> dict:
-            data = original(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-            return data
-
-        multiprocessing.spawn.get_preparation_data = prepare
-        try:
-            yield
-        finally:
-            multiprocessing.spawn.get_preparation_data = original
 
 
 def _raise(worker: int, exc: BaseException | None, text: str) -> None:
@@ -239,9 +210,8 @@ class WorkerPool:
             for w in range(W)
         ]  # fmt: skip
         self._procs = procs
-        uses_main = getattr(self.init_fn, "__module__", None) in ("__main__", "__mp_main__")
         try:
-            with _main_not_rerun(not uses_main):
+            with main_not_rerun(not defined_in_main(self.init_fn)):
                 for p in procs:
                     p.start()
             for _, there in pipes:

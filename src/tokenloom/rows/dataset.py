@@ -66,6 +66,40 @@ def _torch_base() -> type:
         return object
 
 
+_HINTS = {
+    "batch_size": "rows per step are the spec's global_batch (each of W ranks gets "
+    "global_batch / W): pass global_batch=",
+    "shuffle": "every epoch is a fresh shuffle of (seed, epoch): pass seed=",
+    "num_workers": "workers belong to the loader: RowLoader(dataset, num_workers=N)",
+    "workers": "workers belong to the loader: RowLoader(dataset, num_workers=N)",
+    "where": "the rows are selected by filter=",
+}
+"""For a keyword that belongs elsewhere: where it goes."""
+
+
+def _check_keywords(cls: type, options: dict[str, Any]) -> None:
+    """Refuse keywords that are neither ``cls``'s own nor :class:`RowSpec` fields, naming the
+    valid ones (and, for a familiar one such as ``batch_size``, where it belongs)."""
+    import dataclasses
+    import inspect
+
+    fields = [f.name for f in dataclasses.fields(RowSpec) if f.name != "table"]
+    unknown = sorted(set(options) - set(fields))
+    if not unknown:
+        return
+    own = [
+        p.name
+        for p in inspect.signature(cls.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    hints = "".join(f"{name}: {_HINTS[name]}; " for name in unknown if name in _HINTS)
+    raise RowLoaderError(
+        f"{cls.__name__}() got unknown keyword(s) {', '.join(unknown)}; {hints}"
+        f"valid keywords are {', '.join(own)}, and the RowSpec fields {', '.join(fields)} "
+        "(keyword form, with a table URI instead of a RowSpec)"
+    )
+
+
 class _Rows:
     """What RowDataset and RowMapDataset share: the spec resolved, the reader, the transform."""
 
@@ -81,6 +115,7 @@ class _Rows:
     ) -> None:
         from tokenloom.table import Table
 
+        _check_keywords(type(self), options)
         if not isinstance(spec, RowSpec):
             spec = RowSpec(table=spec, **options)
         elif options:

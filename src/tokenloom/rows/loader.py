@@ -1,6 +1,8 @@
 """``RowLoader``: a torch DataLoader over a :class:`~tokenloom.rows.RowDataset`.
 
-Spawned (or ``forkserver``) workers, ``fork`` refused (Lance is not fork-safe);
+Spawned (or ``forkserver``) workers, ``fork`` refused (Lance is not fork-safe), that do not
+run the script again (no ``__main__`` guard needed, as for the packed loader:
+:func:`tokenloom.process.main_not_rerun`),
 ``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact
 cursor of batches *delivered to the consumer*, and the workers' skip counts added up in the
 dataset.
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.workers import multiprocessing_context
+from tokenloom.process import defined_in_main, main_not_rerun
 from tokenloom.rows.dataset import _META, RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
 
@@ -50,7 +53,12 @@ class RowLoader(torch.utils.data.DataLoader):
             yield from iter(ds)
             return
         total = len(ds)
-        for item in super().__iter__():
+        # torch starts the workers when the iterator is made; a transform (or init/collate
+        # function) defined in the script can only reach them by running the script again.
+        uses_main = defined_in_main(ds.transform, self.worker_init_fn, self.collate_fn)
+        with main_not_rerun(not uses_main):
+            items = super().__iter__()
+        for item in items:
             meta = item[_META]
             ds.skipped.update(meta["skipped"])
             ds.refills += meta["refills"]
