@@ -267,15 +267,6 @@ def _train(
             spec = spec.replace(version=state["loader"]["inputs"]["table_version"])
     ds = _dataset(spec, dist, cfg.storage_options, allow_data_change)
     spec = ds.spec  # version pinned
-    info = ds.epoch_info()
-    if info["steps"] == 0:  # every epoch would end at once: the loop would never reach a step
-        raise TrainError(
-            f"an epoch holds no training step: {info['rows']:,} rows and {info['tokens']:,} "
-            f"tokens selected by --filter {spec.filter!r} from {spec.table} (version "
-            f"{spec.version}), {info['dropped_tokens']:,} of them dropped, for steps of "
-            f"{spec.global_batch} x {spec.seq_len} tokens; widen --filter, or lower "
-            "--global-batch-size / --seq-len, or leave out --drop-last"
-        )
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
     ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
