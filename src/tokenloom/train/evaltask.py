@@ -17,7 +17,14 @@ from typing import Any
 
 from tokenloom.errors import TokenloomError
 
-__all__ = ["EvalTaskError", "TASK_NAME", "write_eval_task", "lm_eval_command"]
+__all__ = [
+    "EvalTaskError",
+    "OFFLINE",
+    "TASK_NAME",
+    "write_eval_task",
+    "lm_eval_argv",
+    "lm_eval_command",
+]
 
 TASK_NAME = "tokenloom_heldout"
 """The task name unless one is given."""
@@ -28,13 +35,29 @@ class EvalTaskError(TokenloomError):
     """The held-out rows cannot make a task (no rows, a bad task name)."""
 
 
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+"""The environment that keeps ``lm_eval`` (transformers, datasets) off the network."""
+
+
+def lm_eval_argv(model_dir: str, task_dir: str, name: str = TASK_NAME) -> list[str]:
+    """``lm_eval``'s arguments that score ``model_dir`` on the task (run with :data:`OFFLINE`)."""
+    return [
+        "lm_eval",
+        "--model", "hf",
+        "--model_args", f"pretrained={model_dir},dtype=float32",
+        "--tasks", name,
+        "--include_path", task_dir,
+        "--device", "cpu",
+        "--batch_size", "1",
+    ]  # fmt: skip
+
+
 def lm_eval_command(model_dir: str, task_dir: str, name: str = TASK_NAME) -> str:
-    """The one ``lm_eval`` command that scores ``model_dir`` on the task, offline."""
-    return (
-        "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 lm_eval --model hf "
-        f"--model_args pretrained={model_dir},dtype=float32 --tasks {name} "
-        f"--include_path {task_dir} --device cpu --batch_size 1"
-    )
+    """The one shell command that scores ``model_dir`` on the task, offline."""
+    import shlex
+
+    env = " ".join(f"{k}={v}" for k, v in OFFLINE.items())
+    return f"{env} {shlex.join(lm_eval_argv(model_dir, task_dir, name))}"
 
 
 def write_eval_task(
@@ -98,9 +121,11 @@ def write_eval_task(
             'doc_to_text: ""\n'
             'doc_to_target: "{{text}}"\n'
             "metric_list:\n"
-            "  - metric: word_perplexity\n"
-            "  - metric: byte_perplexity\n"
-            "  - metric: bits_per_byte\n"
+            "  - {metric: word_perplexity, aggregation: weighted_perplexity, "
+            "higher_is_better: false}\n"
+            "  - {metric: byte_perplexity, aggregation: weighted_perplexity, "
+            "higher_is_better: false}\n"
+            "  - {metric: bits_per_byte, aggregation: bits_per_byte, higher_is_better: false}\n"
             "metadata:\n  version: 1.0\n"
         )
     return {
