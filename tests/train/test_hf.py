@@ -142,27 +142,6 @@ def test_a_folder_tokenloom_cannot_compute_exactly_is_refused(exported, tmp_path
             read_hf_folder(str(bad), model="tiny")
 
 
-def test_tokenizer_json_tokenizers_export_as_they_are(tmp_path):
-    from tokenloom.tokenize import train_bpe
-    from tokenloom.tokenize.portable import PROBES, hf_tokenizer_files, tokenizer_difference
-
-    tok = train_bpe(real_paragraphs(60), vocab_size=400, out_dir=tmp_path / "bpe")
-    files, why = hf_tokenizer_files(tok, max_length=64)
-    assert why is None
-    for name, text in files.items():
-        (tmp_path / "out").mkdir(exist_ok=True)
-        (tmp_path / "out" / name).write_text(text)
-    loaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out"))
-    assert loaded.eos_token_id == tok.eos_id
-    for text in PROBES:  # transformers splits a special token's literal text out; we do not
-        if "<|" not in text:
-            assert loaded.encode(text) == tok.encode(text)
-    from tokenloom.tokenize import load_tokenizer
-
-    why = tokenizer_difference(load_tokenizer("gpt2"), tok)
-    assert why is not None and "50,257 ids against" in why
-
-
 def test_lm_eval_runs_offline_on_an_exported_model(exported, tmp_path):
     pytest.importorskip("lm_eval")
     tasks = tmp_path / "tasks"

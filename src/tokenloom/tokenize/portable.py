@@ -6,6 +6,7 @@
 GPT-2's byte-to-unicode alphabet, one merge per multi-byte token in rank order, and
 ``ignore_merges`` (a pre-token that is itself in the vocabulary is one token, as tiktoken does).
 
+A post-processor (one that adds BOS or EOS) is left out: the column's ids have none.
 Whatever the route, the files are only written when :func:`tokenizer_difference` finds that
 they give the same ids as the original: on every id (decoded alone) and on :data:`PROBES`.
 """
@@ -16,7 +17,7 @@ import json
 from typing import Any
 
 from tokenloom.errors import require
-from tokenloom.tokenize.base import Tokenizer
+from tokenloom.tokenize.base import Tokenizer, TokenizerError
 
 __all__ = ["PROBES", "hf_tokenizer_files", "tokenizer_difference"]
 
@@ -49,8 +50,7 @@ def tokenizer_difference(a: Tokenizer, b: Tokenizer) -> str | None:
         return f"{a.vocab_size:,} ids against {b.vocab_size:,}"
     if a.eos_id != b.eos_id:
         return f"EOS id {a.eos_id} against {b.eos_id}"
-    ids = [[i] for i in range(a.vocab_size)]
-    for i, (x, y) in enumerate(zip(a.decode_batch(ids), b.decode_batch(ids), strict=True)):
+    for i, (x, y) in enumerate(zip(_each_id(a), _each_id(b), strict=True)):
         if x != y:
             return f"id {i} decodes to {x!r} against {y!r}"
     for text in PROBES:
@@ -58,6 +58,22 @@ def tokenizer_difference(a: Tokenizer, b: Tokenizer) -> str | None:
         if x != y:
             return f"{text[:40]!r} encodes to {x[:12]}… against {y[:12]}…"
     return None
+
+
+def _each_id(tok: Tokenizer) -> list[str]:
+    """Every id decoded alone; an id with no token (a gap before the special tokens, as in
+    tiktoken's cl100k_base) decodes to ``""``."""
+    ids = [[i] for i in range(tok.vocab_size)]
+    try:
+        return tok.decode_batch(ids)  # type: ignore[return-value]  # no None in a list of ids
+    except Exception:  # noqa: BLE001 - a backend refusing an id with no token: go one by one
+        out = []
+        for one in ids:
+            try:
+                out.append(tok.decode(one))
+            except Exception:  # noqa: BLE001
+                out.append("")
+        return out
 
 
 def hf_tokenizer_files(tok: Tokenizer, *, max_length: int) -> tuple[dict[str, str], str | None]:
@@ -75,9 +91,16 @@ def hf_tokenizer_files(tok: Tokenizer, *, max_length: int) -> tuple[dict[str, st
     from tokenloom.tokenize.tiktoken_backend import TiktokenTokenizer
 
     if isinstance(tok, HFTokenizer):
-        text = tok.json_text()
+        spec = json.loads(tok.json_text())
+        # The column's ids carry no added BOS/EOS: a post-processor adding them would give
+        # transformers' encode() ids the model never saw (it is not part of the vocab hash).
+        spec["post_processor"] = None
+        text = json.dumps(spec, ensure_ascii=False, indent=1)
     elif isinstance(tok, TiktokenTokenizer):
-        text = _byte_level_bpe(tok)
+        try:
+            text = _byte_level_bpe(tok)
+        except ValueError as exc:
+            return {}, f"its byte-level BPE form cannot be built ({exc})"
     else:
         return {}, f"a {type(tok).__name__} has no Hugging Face form"
     roles = {"eos": tok.eos_id, "bos": tok.bos_id, "pad": tok.pad_id}
@@ -93,7 +116,10 @@ def hf_tokenizer_files(tok: Tokenizer, *, max_length: int) -> tuple[dict[str, st
         if name is not None:
             config[f"{role}_token"] = name
     files = {"tokenizer.json": text, "tokenizer_config.json": json.dumps(config, indent=1)}
-    copy = HFTokenizer(name=f"{tok.name} (exported)", json_text=text, roles=names)
+    try:
+        copy = HFTokenizer(name=f"{tok.name} (exported)", json_text=text, roles=names)
+    except TokenizerError as exc:
+        return {}, f"its tokenizer.json form does not load back ({exc})"
     why = tokenizer_difference(tok, copy)
     if why is not None:
         return {}, f"its tokenizer.json form gives other ids ({why})"
@@ -112,6 +138,10 @@ def _byte_level_bpe(tok: Any) -> str:
         return "".join(alphabet[b] for b in token)
 
     vocab = {spelled(token): rank for token, rank in ranks.items()}
+    clash = [text for text in tok._special if text in vocab]
+    if clash:
+        raise ValueError(f"special token {clash[0]!r} is also an ordinary token")
+    vocab |= tok._special  # at their own ids (tiktoken's may leave gaps after the ranks)
     merges: list[tuple[int, str, str]] = []
     for token, rank in ranks.items():
         for cut in range(1, len(token)):
