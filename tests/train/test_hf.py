@@ -179,3 +179,26 @@ def test_eval_task_refuses_an_empty_selection(exported, tmp_path):
     assert done.returncode == 1 and "no non-empty text under filter 'id < 0'" in done.stderr
     done = run_cli("eval-task", "--table", exported["table"], "--filter", "id = 1; --")
     assert done.returncode == 2 and "--filter" in done.stderr
+
+
+def test_a_folder_saved_by_transformers_itself_is_read(exported, tmp_path):
+    """What ``save_pretrained`` writes (its own config keys, its tokenizer files) starts a run
+    with the same weights, and its tokenizer counts as the column's (gpt2)."""
+    from tokenloom.tokenize import load_tokenizer
+    from tokenloom.train.hf import check_hf_tokenizer, read_hf_folder
+    from tokenloom.train.model import GPT, PRESETS, GPTConfig
+
+    saved = tmp_path / "saved"
+    model = transformers.AutoModelForCausalLM.from_pretrained(exported["hf"])
+    model.save_pretrained(saved)
+    transformers.AutoTokenizer.from_pretrained(exported["hf"]).save_pretrained(saved)
+    assert not (saved / "tokenloom.json").exists()
+    weights, parent = read_hf_folder(str(saved), model="tiny")
+    assert parent["step"] is None and parent["out"] == str(saved)
+    check_hf_tokenizer(str(saved), load_tokenizer("gpt2").identity())  # no error: the same ids
+    ours = GPT(GPTConfig(**PRESETS["tiny"], vocab_size=50257, block_size=32))
+    ours.load_state_dict(weights)
+    ids = _ids(exported["hf"])
+    with torch.no_grad():
+        got = ours.eval()(ids, attention="causal")[0]
+    assert (got - _our_logits(exported["run"], ids)).abs().max().item() <= 1e-6
