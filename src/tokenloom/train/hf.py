@@ -204,6 +204,10 @@ def export_hf(run: str, out: str, *, overwrite: bool = False) -> dict[str, Any]:
         "tokenizer": record.tokenizer,
     }
     (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=1) + "\n")
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in tmp.iterdir():  # safetensors writes its file private (0600): as any other file
+        path.chmod(0o666 & ~mask)
     if target.exists():
         target.rmdir()  # an empty directory given as --out
     os.replace(tmp, target)  # a killed export leaves no half-written folder under --out
