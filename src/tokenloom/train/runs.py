@@ -114,10 +114,21 @@ class StopRequest:
 
 
 def parent_run(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict | None]:
-    """``(state, record)`` of ``cfg.init_from`` (weights to start from), checked against the
-    new run's tokenizer."""
+    """``(state, parent)`` of ``cfg.init_from`` (weights to start from, and the new record's
+    ``parent`` entry): a tokenloom run directory or a ``transformers`` GPT-2 folder
+    (:mod:`tokenloom.train.hf`). The caller checks the tokenizer against the new run's column."""
     if cfg.init_from is None:
         return None, None
+    from tokenloom.train.hf import is_hf_folder, read_hf_folder
+
+    if is_hf_folder(cfg.init_from):  # a transformers GPT-2 folder (its tokenizer checked later)
+        if cfg.keep_optimizer:
+            raise TrainError(
+                f"--keep-optimizer: --init-from {cfg.init_from} is a transformers folder, which "
+                "holds no optimizer state; drop --keep-optimizer"
+            )
+        weights, parent = read_hf_folder(cfg.init_from, model=cfg.model)
+        return {"model": weights}, parent
     record = read_record(cfg.init_from)
     state = load_checkpoint(os.path.join(cfg.init_from, "last.pt"))
     if record.config.get("model") != cfg.model:
