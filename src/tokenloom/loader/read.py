@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
+from tokenloom.loader.window import CutPoints
 from tokenloom.table.storage import is_remote
 
 __all__ = ["TokenReader", "Fetched", "split_rows", "read_cut_points", "LoaderError"]
@@ -327,12 +328,20 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
     if not long.size:
         return {}
     table = ds._take_rows(inputs.rowids[long].tolist(), columns=["id", column])
-    return {
-        int(i): np.asarray(v or [], dtype=np.int64)
-        for i, v in zip(
-            table.column("id").to_pylist(), table.column(column).to_pylist(), strict=True
-        )
-    }
+    ids = table.column("id").to_numpy().astype(np.int64, copy=False)
+    col = table.column(column).combine_chunks()
+    del table
+    # CSR by id, without a Python object per row; a null list is no cut point
+    values, offs = _list_values(col)
+    counts = np.diff(offs)
+    if col.null_count:
+        counts[~col.is_valid().to_numpy(zero_copy_only=False)] = 0
+    order = np.argsort(ids, kind="stable")
+    counts = counts[order]
+    ptr = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    at = np.repeat(offs[:-1][order] - ptr[:-1], counts) + np.arange(int(ptr[-1]))
+    return CutPoints(ids[order], ptr, np.asarray(values)[at])
 
 
 def _list_values(col: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
