@@ -311,6 +311,9 @@ class WindowTable:
     """``(M + 1,)`` int64 offsets into ``ends``."""
     ends: np.ndarray
     """``(T,)`` end position of each window (int32 when every row is shorter than ``2**31``)."""
+    bits: np.ndarray
+    """``(ceil(N / 8),)`` uint8: bit ``p`` is set when selection position ``p`` is a long row
+    (a lookup searches ``rows`` for those only)."""
 
     @property
     def context_tokens(self) -> int:
@@ -325,12 +328,12 @@ class WindowTable:
     def find(self, positions: np.ndarray) -> np.ndarray:
         """``(m,)`` index into ``rows`` of each selection position, ``-1`` for a short row."""
         p = np.asarray(positions, dtype=np.int64)
-        M = self.rows.shape[0]
-        if M == 0:
-            return np.full(p.shape, -1, dtype=np.int64)
-        k = np.searchsorted(self.rows, p)
-        kk = np.minimum(k, M - 1)
-        return np.where((k < M) & (self.rows[kk] == p), kk, -1)
+        out = np.full(p.shape, -1, dtype=np.int64)
+        if self.rows.shape[0] == 0:
+            return out
+        hit = np.flatnonzero((self.bits[p >> 3] >> (p & 7).astype(np.uint8)) & 1)
+        out[hit] = np.searchsorted(self.rows, p[hit])
+        return out
 
     def extra(self, positions: np.ndarray) -> np.ndarray:
         """``(m,)`` int64 positions each row's windows add (repeated context), 0 when short."""
@@ -339,6 +342,9 @@ class WindowTable:
         kk = np.where(long, k, 0)
         up = np.minimum(kk + 1, self.rows.shape[0])
         return np.where(long, (self.ptr[up] - self.ptr[kk] - 1) * self.overlap, 0)
+
+
+_SCAN = 1 << 16  # counts decoded per pass when looking for the long rows (small temporaries)
 
 
 def _segment_upper(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -365,7 +371,8 @@ def window_table(
     cut_points: Mapping[int, np.ndarray] | None = None,
 ) -> WindowTable:
     """The :class:`WindowTable` of a selection: the windows :func:`window_docs` cuts, computed
-    for the long rows only, vectorised over rows (one pass per window index).
+    for the long rows only, vectorised over rows (a batch of rows at a time, one pass per
+    window index), so the temporaries stay a few megabytes.
 
     Args:
         row_ids: ``(N,)`` table ids of the selection (plain or compact).
@@ -375,27 +382,61 @@ def window_table(
         cut_points: Optional ``row id -> sorted offsets`` (a :class:`CutPoints` is used in place).
     """
     W, ov = check_window(window, overlap)
-    stride = W - ov
+    N = int(np.shape(lengths)[0])
     if isinstance(lengths, np.ndarray):
-        long = np.flatnonzero(lengths.astype(np.int64, copy=False) + 1 > W)
+        blocks = ((lo, lengths[lo : lo + _SCAN]) for lo in range(0, N, _SCAN))
     else:
-        parts = [lo + np.flatnonzero(v.astype(np.int64) + 1 > W) for lo, v in lengths.blocks()]
-        long = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    P = np.asarray(lengths[long], dtype=np.int64) + 1 if long.size else np.zeros(0, np.int64)
+        blocks = lengths.blocks(_SCAN)
+    parts = [lo + np.flatnonzero(v >= W) for lo, v in blocks]  # n + 1 > W
+    long = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    del parts
     M = long.shape[0]
-    end_dtype = np.int32 if not P.size or int(P.max()) < 1 << 31 else np.int64
-    if cut_points is None:
-        J = 1 + -(-(P - W) // stride)
-        ptr = np.zeros(M + 1, dtype=np.int64)
-        np.cumsum(J, out=ptr[1:])
-        j = np.arange(int(ptr[-1]), dtype=np.int64) - np.repeat(ptr[:-1], J)
-        ends = np.minimum(j * stride + W, np.repeat(P, J)).astype(end_dtype)
-        rows = long.astype(order_dtype(int(np.shape(lengths)[0])), copy=False)
-        return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends)
-    ids = np.asarray(row_ids[long], dtype=np.int64) if M else np.zeros(0, np.int64)
-    cuts = CutPoints.from_mapping(
-        cut_points, ids if not isinstance(cut_points, CutPoints) else None
-    )
+    cuts = None
+    if cut_points is not None and M:
+        if isinstance(cut_points, CutPoints):
+            cuts = cut_points
+        else:
+            cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
+    counts = np.zeros(M, dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    for a in range(0, M, _ROWS):
+        at = long[a : a + _ROWS]
+        P = np.asarray(lengths[at], dtype=np.int64) + 1
+        if cuts is None:
+            J, ends = _even_windows(P, W, ov)
+        else:
+            J, ends = _snapped_windows(P, np.asarray(row_ids[at], dtype=np.int64), cuts, W, ov)
+        counts[a : a + at.shape[0]] = J
+        chunks.append(ends.astype(np.int32 if int(P.max()) < 1 << 31 else np.int64))
+    ptr = np.zeros(M + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    del counts
+    dtype = np.int64 if any(c.dtype == np.int64 for c in chunks) else np.int32
+    ends = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, np.int32)
+    rows = long.astype(order_dtype(N))
+    bits = np.zeros(-(-N // 8), dtype=np.uint8)
+    np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
+    return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends, bits=bits)
+
+
+_ROWS = 1 << 15  # long rows cut per batch in window_table
+
+
+def _even_windows(P: np.ndarray, W: int, ov: int) -> tuple[np.ndarray, np.ndarray]:
+    """Windows per row and their ends, rows of ``P > W`` positions cut every ``W - O``."""
+    stride = W - ov
+    J = 1 + -(-(P - W) // stride)
+    first = np.cumsum(J) - J
+    j = np.arange(int(J.sum()), dtype=np.int64) - np.repeat(first, J)
+    return J, np.minimum(j * stride + W, np.repeat(P, J))
+
+
+def _snapped_windows(
+    P: np.ndarray, ids: np.ndarray, cuts: CutPoints, W: int, ov: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Windows per row and their ends, each window ending at the latest cut point within its
+    last eighth (else at ``W``), as :func:`window_docs`; one pass per window index."""
+    M = P.shape[0]
     seg_lo, seg_hi = cuts.segments(ids)
     values = cuts.values
     slack = max(1, W // 8)
@@ -414,18 +455,14 @@ def window_table(
         hi = _segment_upper(values, seg_lo[active], seg_hi[active], limit)
         floor = np.maximum(sa + ov, limit - slack)
         has = hi > seg_lo[active]
-        c = values[np.maximum(hi - 1, 0)] if values.size else np.zeros_like(hi)
+        c = values[np.maximum(hi - 1, 0)].astype(np.int64) if values.size else limit
         end = np.where(has & (c > floor), c, limit)
         who.append(active)
         got.append(end)
         s[active] = end - ov
-    row = np.concatenate(who) if who else np.zeros(0, dtype=np.int64)
-    ends = np.concatenate(got) if got else np.zeros(0, dtype=np.int64)
-    order = np.argsort(row, kind="stable")  # row by row, passes in order
-    ptr = np.zeros(M + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=M), out=ptr[1:])
-    rows = long.astype(order_dtype(int(np.shape(lengths)[0])), copy=False)
-    return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends[order].astype(end_dtype))
+    row = np.concatenate(who)
+    ends = np.concatenate(got)[np.argsort(row, kind="stable")]  # row by row, passes in order
+    return np.bincount(row, minlength=M), ends
 
 
 class _WindowedLens:
