@@ -39,6 +39,7 @@ from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
+from tokenloom.loader.window import window_table
 from tokenloom.table.filters import and_filters
 
 __all__ = ["Planner"]
@@ -144,9 +145,18 @@ class Planner:
                 store=self.store,
             )
         recipe = spec.recipe
-        self.cuts = read_cut_points(
+        self.cuts: Any = read_cut_points(
             ds, self.inputs, recipe.cut_column, recipe.window or spec.seq_len, bool(spec.mixture)
         )
+        if recipe.packing == "concat" and recipe.long_docs == "window" and not spec.mixture:
+            # The windows do not depend on the epoch: cut them once and drop the cut points.
+            self.cuts = window_table(
+                self.inputs.row_ids,
+                self.inputs.n_tokens,
+                window=recipe.window or spec.seq_len,
+                overlap=recipe.overlap,
+                cut_points=self.cuts,
+            )
         tok = self.inputs.tokenizer
         eos = spec.eos_id if spec.eos_id is not None else tok.get("eos_id")
         if eos is None:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.plan import (
+    MARK_EVERY,
     BlockCounts,
     EpochPlan,
     PlanError,
@@ -45,7 +46,6 @@ from tokenloom.loader.plan import (
     clip_range,
     plan_epoch,
     stream_counts,
-    stream_marks,
 )
 from tokenloom.loader.shuffle import order_dtype
 from tokenloom.loader.spans import Spans
@@ -465,6 +465,23 @@ def _snapped_windows(
     return np.bincount(row, minlength=M), ends
 
 
+_ORDER_CHUNK = 1 << 16  # visiting positions scanned per pass for long rows
+
+
+def _windowed_marks(order: np.ndarray, table: WindowTable, marks: np.ndarray) -> np.ndarray:
+    """The concat plan's ``marks`` with each long row's repeated context added: a pass over the
+    order testing the table's bitmap, without decoding the counts again (equal to
+    :func:`~tokenloom.loader.plan.stream_marks` of the windowed sizes)."""
+    K = MARK_EVERY
+    add = np.zeros(marks.shape[0], dtype=np.int64)
+    for a in range(0, order.shape[0], _ORDER_CHUNK):
+        p = order[a : a + _ORDER_CHUNK].astype(np.int64)
+        hit = np.flatnonzero((table.bits[p >> 3] >> (p & 7).astype(np.uint8)) & 1)
+        if hit.size:
+            np.add.at(add, (a + hit) // K + 1, table.extra(p[hit]))
+    return marks + np.cumsum(add)
+
+
 class _WindowedLens:
     """Token counts of the selection as the windowed stream sees them: each long row's own
     tokens plus its repeated context (read by gathers, like the counts; nothing per row held)."""
@@ -627,7 +644,11 @@ def plan_windowed_epoch(
             base.source_ids, base.source_lens, window=W, overlap=ov, cut_points=cut_points
         )
     lens = _WindowedLens(base.source_lens, table)
-    marks = _readonly(stream_marks(base.order, lens)) if table.has_context else base.marks
+    marks = (
+        _readonly(_windowed_marks(base.order, table, base.marks))
+        if table.has_context
+        else base.marks
+    )
     stream_len = int(marks[-1])
     L = base.seq_len
     num_blocks = -(-stream_len // L)
