@@ -72,6 +72,13 @@ _LOOKUP_BATCH = 64  # blocks per step in that lookup
 _SAMPLE_S = 0.01  # seconds between two samples of the node's memory
 
 
+RECIPES = ("concat", "window", "window_table", "best_fit", "mixture", "rows")
+"""Recipes ``--recipes`` measures: concat; windows (``W = L``, ``O = L/8``) with cut points, an
+epoch planned from the window table the planner keeps (``window``) and that table cut once from
+the cut points when the planner opens (``window_table``); best-fit (fit window 1024); a 3-pool
+mixture (concat); the row loader's selection and plan."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanBenchConfig:
     """What ``tokenloom bench plan`` measures."""
@@ -94,7 +101,7 @@ class PlanBenchConfig:
     """The former layout (~57 bytes per document while building) is measured up to this size."""
     recipe_docs: int = 1_000_000
     """Documents of the recipe measurement (0: skip it)."""
-    recipes: tuple[str, ...] = ("concat", "window", "best_fit", "mixture", "rows")
+    recipes: tuple[str, ...] = RECIPES
     """Recipes measured at ``recipe_docs`` documents (see :data:`RECIPES`)."""
     workdir: str | None = None
     """Directory of the stores (a temporary directory by default; removed after)."""
@@ -501,13 +508,10 @@ def synthetic_selection(n: int, cfg: PlanBenchConfig) -> tuple[np.ndarray, np.nd
     return ids, rowids
 
 
-RECIPES = ("concat", "window", "best_fit", "mixture", "rows")
-"""Recipes ``--recipes`` measures: concat; windows (``W = L``, ``O = L/8``) with cut points;
-best-fit (fit window 1024); a 3-pool mixture (concat); the row loader's selection and plan."""
-
 _RECIPE_NAMES = {
     "concat": "concat",
     "window": "window (W=L, O=L/8, cut points)",
+    "window_table": "window table (once, from cut points)",
     "best_fit": "best_fit (fit_window=1024)",
     "mixture": "mixture (3 pools, concat)",
     "rows": "rows (selection + plan)",
@@ -545,7 +549,7 @@ def _recipe_child(
     from tokenloom.loader.mixture import Pool, plan_mixture
     from tokenloom.loader.recipe import Recipe, plan_recipe_epoch
     from tokenloom.loader.view import EpochView
-    from tokenloom.loader.window import CutPoints
+    from tokenloom.loader.window import CutPoints, window_table
     from tokenloom.rows.plan import RowPlan
     from tokenloom.rows.read import compact_selection
 
@@ -566,10 +570,18 @@ def _recipe_child(
     else:
         inputs = compact_inputs(ids, lens, rowids)
         held = sum(a.nbytes for a in inputs.values())
-        if recipe == "window":  # as read_cut_points holds them: CSR, int32 offsets
+        if recipe.startswith("window"):  # as read_cut_points holds them: CSR, int32 offsets
             rows, offs, values = data["cuts"]
             inputs["cuts"] = CutPoints(rows.copy(), offs.copy(), values.astype(np.int32))
-            held += sum(a.nbytes for a in (rows, offs)) + 4 * values.shape[0]
+            if recipe == "window":  # what the planner keeps instead, once it is open
+                inputs["cuts"] = window_table(
+                    inputs["row_ids"], inputs["n_tokens"], window=L, overlap=L // 8,
+                    cut_points=inputs["cuts"],
+                )  # fmt: skip
+                t = inputs["cuts"]
+                held += sum(a.nbytes for a in (t.rows, t.ptr, t.ends, t.bits))
+            else:
+                held += sum(a.nbytes for a in (rows, offs)) + 4 * values.shape[0]
     gc.collect()
     trim_heap()
     anon0 = anon_bytes()
@@ -581,6 +593,11 @@ def _recipe_child(
         plan: Any = RowPlan.build(
             len(inputs.row_ids), seed=cfg.seed, epoch=0, global_batch=256, drop_last=False
         )
+    elif recipe == "window_table":
+        plan = window_table(
+            inputs["row_ids"], inputs["n_tokens"], window=L, overlap=L // 8,
+            cut_points=inputs["cuts"],
+        )  # fmt: skip
     elif recipe == "mixture":
         pools = [
             Pool(name=f"p{k}", row_ids=cols["row_ids"], n_tokens=cols["n_tokens"], share=s)
@@ -600,7 +617,7 @@ def _recipe_child(
             cut_points=inputs.get("cuts"),
             **common,
         )
-    if recipe != "rows":
+    if recipe not in ("rows", "window_table"):
         view = EpochView(
             plan,
             global_batch=8,
@@ -638,7 +655,7 @@ def _recipe_costs(
     lens = doc_lengths(CorpusSpec(docs=n, seed=cfg.seed))
     ids, rowids = synthetic_selection(n, cfg)
     data: dict[str, Any] = {"ids": ids, "lens": lens, "rowids": rowids, "tokens": int(lens.sum())}
-    if "window" in cfg.recipes:
+    if "window" in cfg.recipes or "window_table" in cfg.recipes:
         data["cuts"] = synthetic_cut_points(ids, lens, cfg.seq_len, cfg.seed)
     ctx = mp.get_context("fork")
     out = []
@@ -753,11 +770,11 @@ def format_plan_report(bench: PlanBench) -> str:
             "the inputs held plus the sampled peak of the build, per document):"
         )
         lines.append(
-            f"  {'recipe':<34}{'s':>7}{'cpu s':>7}{'inputs':>8}{'held':>7}{'peak':>7}  goal"
+            f"  {'recipe':<38}{'s':>7}{'cpu s':>7}{'inputs':>8}{'held':>7}{'peak':>7}  goal"
         )
         for r in bench.recipes:
             lines.append(
-                f"  {r.name:<34}{r.seconds:>7.2f}{r.cpu_seconds:>7.2f}"
+                f"  {r.name:<38}{r.seconds:>7.2f}{r.cpu_seconds:>7.2f}"
                 f"{r.inputs_bytes / r.docs:>8.2f}{r.bytes_per_doc:>7.2f}{r.peak_per_doc:>7.2f}"
                 f"  {'PASS' if r.passed else 'MISS'} (< {GOAL_SECONDS:g} s cpu, "
                 f"<= {GOAL_BYTES_PER_DOC:g} B/doc)"
