@@ -741,6 +741,8 @@ def format_plan_report(bench: PlanBench) -> str:
         f"{'inputs':>8}{'files MB':>9}{'heap B/doc':>11}{'peak B/doc':>11}{'spans us/step':>14}"
         f"{'rowids us':>10}  goal",
     ]
+    if not bench.cases:  # --docs 0: the recipes only
+        lines = []
     refs = {c.docs: c for c in bench.cases if c.name.startswith("reference")}
     for c in bench.cases:
         n = c.docs
