@@ -4,10 +4,12 @@ the former layout's (every piece of the epoch as arrays), cut points included.""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenloom.loader.compact import encode
+from tokenloom.loader.plan import PlanError
 from tokenloom.loader.window import (
     CutPoints,
     naive_windowed_layout,
@@ -118,3 +120,23 @@ def test_window_table_cuts_the_windows_of_window_docs(sel) -> None:
         ends = v.tok_end[mine] + v.has_eos[mine]
         assert table.ends[table.ptr[i] : table.ptr[i + 1]].tolist() == ends.tolist()
     assert table.context_tokens == v.context_tokens
+
+
+def test_a_window_table_is_checked_against_the_selection_and_the_options() -> None:
+    ids, lens = np.arange(20, dtype=np.int64), np.full(20, 50, dtype=np.int64)
+    table = window_table(ids, lens, window=16, overlap=2)
+    plan = plan_windowed_epoch(
+        ids, lens, seed=0, epoch=0, seq_len=16, window=16, overlap=2, cut_points=table
+    )
+    assert (
+        plan.stream_len
+        == plan_windowed_epoch(
+            ids, lens, seed=0, epoch=0, seq_len=16, window=16, overlap=2
+        ).stream_len
+    )
+    with pytest.raises(PlanError, match="window=16, overlap=2"):
+        plan_windowed_epoch(ids, lens, seed=0, epoch=0, seq_len=16, window=16, overlap=3,
+                            cut_points=table)  # fmt: skip
+    with pytest.raises(PlanError, match="another selection"):
+        plan_windowed_epoch(ids[:9], lens[:9], seed=0, epoch=0, seq_len=16, window=16,
+                            overlap=2, cut_points=table)  # fmt: skip

@@ -634,6 +634,12 @@ def plan_windowed_epoch(
     base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
     if isinstance(cut_points, WindowTable):
         table = cut_points
+        if table.bits.shape[0] != -(-int(base.source_ids.shape[0]) // 8):
+            raise PlanError(
+                f"the window table was cut for another selection (bitmap of "
+                f"{table.bits.shape[0]} bytes, {base.source_ids.shape[0]} rows); cut it again "
+                "with window_table(row_ids, n_tokens, ...)"
+            )
         if (table.window, table.overlap) != (W, ov):
             raise PlanError(
                 f"the window table was cut for window={table.window}, overlap={table.overlap}, "
