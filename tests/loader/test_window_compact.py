@@ -140,3 +140,23 @@ def test_a_window_table_is_checked_against_the_selection_and_the_options() -> No
     with pytest.raises(PlanError, match="another selection"):
         plan_windowed_epoch(ids[:9], lens[:9], seed=0, epoch=0, seq_len=16, window=16,
                             overlap=2, cut_points=table)  # fmt: skip
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(sel=selections())
+def test_cut_points_read_a_batch_of_rows_at_a_time_give_the_same_table(sel) -> None:
+    ids, lens, _, W, ov, cuts = sel
+    if cuts is None:
+        cuts = {}
+    asked = []
+
+    def read(positions):  # what the planner does: take the rows' cut points from the table
+        asked.append(positions.copy())
+        return {int(ids[p]): cuts[int(ids[p])] for p in positions.tolist() if int(ids[p]) in cuts}
+
+    got = window_table(ids, lens, window=W, overlap=ov, cut_points=read)
+    want = window_table(ids, lens, window=W, overlap=ov, cut_points=cuts)
+    assert got.rows.tolist() == want.rows.tolist() and got.ptr.tolist() == want.ptr.tolist()
+    assert got.ends.tolist() == want.ends.tolist()
+    long = np.flatnonzero(lens + 1 > W).tolist()
+    assert (np.concatenate(asked).tolist() if asked else []) == long  # only the long rows

@@ -571,17 +571,24 @@ def _recipe_child(
         inputs = compact_inputs(ids, lens, rowids)
         held = sum(a.nbytes for a in inputs.values())
         if recipe.startswith("window"):  # as read_cut_points holds them: CSR, int32 offsets
-            rows, offs, values = data["cuts"]
-            inputs["cuts"] = CutPoints(rows.copy(), offs.copy(), values.astype(np.int32))
-            if recipe == "window":  # what the planner keeps instead, once it is open
+            rows, offs, values = data["cuts"]  # the parent's arrays stand for the column
+
+            def read(at: np.ndarray) -> Any:  # a batch of long rows' cut points, as the planner
+                k = np.searchsorted(rows, ids[at])
+                counts = offs[k + 1] - offs[k]
+                ptr = np.zeros(k.shape[0] + 1, dtype=np.int64)
+                np.cumsum(counts, out=ptr[1:])
+                take = np.repeat(offs[k] - ptr[:-1], counts) + np.arange(int(ptr[-1]))
+                return CutPoints(ids[at], ptr, values[take].astype(np.int32))
+
+            inputs["cuts"] = read
+            if recipe == "window":  # what the planner keeps, once it is open
                 inputs["cuts"] = window_table(
                     inputs["row_ids"], inputs["n_tokens"], window=L, overlap=L // 8,
-                    cut_points=inputs["cuts"],
+                    cut_points=read,
                 )  # fmt: skip
                 t = inputs["cuts"]
                 held += sum(a.nbytes for a in (t.rows, t.ptr, t.ends, t.bits))
-            else:
-                held += sum(a.nbytes for a in (rows, offs)) + 4 * values.shape[0]
     gc.collect()
     trim_heap()
     anon0 = anon_bytes()

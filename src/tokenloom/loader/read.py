@@ -310,10 +310,12 @@ class TokenReader:
                 self._cached -= len(old)
 
 
-def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
-    """Cut points of the rows longer than a window (the only rows that are cut)."""
-    if column is None:
-        return None
+def check_cut_column(ds: Any, column: str, mixture: bool) -> None:
+    """Refuse a cut column the loader cannot use, naming the fix.
+
+    Raises:
+        LoaderError: With a mixture, or when the table has no such column.
+    """
     if mixture:
         raise LoaderError("cut_column is not supported with mixture= yet; leave one of them out")
     if column not in ds.schema.names:
@@ -321,13 +323,25 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
             f"no column {column!r}; add it with `tokenloom tokenize --table {ds.uri} "
             "--tokenizer SPEC --boundaries`"
         )
+
+
+def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
+    """Cut points of the rows longer than a window (the only rows that are cut)."""
+    if column is None:
+        return None
+    check_cut_column(ds, column, mixture)
     long = np.concatenate(
         [lo + np.flatnonzero(v.astype(np.int64) + 1 > window) for lo, v in inputs.n_tokens.blocks()]
         or [np.zeros(0, dtype=np.int64)]
     )
     if not long.size:
         return {}
-    table = ds._take_rows(inputs.rowids[long].tolist(), columns=["id", column])
+    return take_cut_points(ds, inputs, column, long)
+
+
+def take_cut_points(ds: Any, inputs: Any, column: str, positions: np.ndarray) -> CutPoints:
+    """The cut points of the selection's rows at ``positions``, as CSR by row id."""
+    table = ds._take_rows(inputs.rowids[positions].tolist(), columns=["id", column])
     ids = table.column("id").to_numpy().astype(np.int64, copy=False)
     col = table.column(column).combine_chunks()
     del table

@@ -31,7 +31,7 @@ context range). :func:`windowed_spans` answers block → stretches by binary sea
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -368,7 +368,7 @@ def window_table(
     *,
     window: int,
     overlap: int,
-    cut_points: Mapping[int, np.ndarray] | None = None,
+    cut_points: Mapping[int, np.ndarray] | Callable[[np.ndarray], Mapping] | None = None,
 ) -> WindowTable:
     """The :class:`WindowTable` of a selection: the windows :func:`window_docs` cuts, computed
     for the long rows only, vectorised over rows (a batch of rows at a time, one pass per
@@ -379,7 +379,9 @@ def window_table(
         lengths: ``(N,)`` their token counts (plain or compact).
         window: ``W``.
         overlap: ``O``.
-        cut_points: Optional ``row id -> sorted offsets`` (a :class:`CutPoints` is used in place).
+        cut_points: Optional ``row id -> sorted offsets`` (a :class:`CutPoints` is used in
+            place), or a function reading those of the rows at some selection positions (called
+            once per batch of long rows: the cut points are never all held at once).
     """
     W, ov = check_window(window, overlap)
     N = int(np.shape(lengths)[0])
@@ -391,12 +393,9 @@ def window_table(
     long = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     del parts
     M = long.shape[0]
-    cuts = None
-    if cut_points is not None and M:
-        if isinstance(cut_points, CutPoints):
-            cuts = cut_points
-        else:
-            cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
+    cuts: Any = cut_points
+    if cut_points is not None and M and not (isinstance(cuts, CutPoints) or callable(cuts)):
+        cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
     counts = np.zeros(M, dtype=np.int64)
     chunks: list[np.ndarray] = []
     for a in range(0, M, _ROWS):
@@ -405,7 +404,9 @@ def window_table(
         if cuts is None:
             J, ends = _even_windows(P, W, ov)
         else:
-            J, ends = _snapped_windows(P, np.asarray(row_ids[at], dtype=np.int64), cuts, W, ov)
+            ids = np.asarray(row_ids[at], dtype=np.int64)
+            mine = CutPoints.from_mapping(cuts(at), ids) if callable(cuts) else cuts
+            J, ends = _snapped_windows(P, ids, mine, W, ov)
         counts[a : a + at.shape[0]] = J
         chunks.append(ends.astype(np.int32 if int(P.max()) < 1 << 31 else np.int64))
     ptr = np.zeros(M + 1, dtype=np.int64)
@@ -419,7 +420,7 @@ def window_table(
     return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends, bits=bits)
 
 
-_ROWS = 1 << 15  # long rows cut per batch in window_table
+_ROWS = 1 << 13  # long rows cut per batch in window_table (their cut points read at once)
 
 
 def _even_windows(P: np.ndarray, W: int, ov: int) -> tuple[np.ndarray, np.ndarray]:
