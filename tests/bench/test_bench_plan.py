@@ -44,8 +44,33 @@ def test_plan_bench_smoke(tmp_path) -> None:
     assert shared["file_bytes"] == cases["shared x1"]["file_bytes"] > (2 * 4 + own) * 29000
     assert own <= shared["inputs_bytes_per_doc"] < own + 0.2  # the files once (npy headers)
     assert [r["inputs_bytes"] for r in shared["runs"]] == [0, 0]
-    assert [r["name"] for r in doc["recipes"]][0] == "concat"
+    recipes = {r["name"].split(" (")[0]: r for r in doc["recipes"]}
+    assert list(recipes) == ["concat", "window", "window table", "best_fit", "mixture", "rows"]
+    for r in recipes.values():
+        assert r["docs"] == 3000 and r["seconds"] > 0 and isinstance(r["passed"], bool)
+        assert r["peak_bytes_per_doc"] >= r["inputs_bytes"] / 3000 > 0
+    # Bit-packed plan inputs (and the row loader's selection), not int64 arrays.
+    assert recipes["concat"]["inputs_bytes"] < 4 * 3000
+    assert recipes["rows"]["inputs_bytes"] < 4 * 3000
     assert not list(tmp_path.iterdir())  # the stores are removed after the run
+
+
+def test_plan_bench_recipes_only(tmp_path) -> None:
+    out = run_cli(
+        "bench", "plan", "--docs", "0", "--recipe-docs", "2000", "--recipes", "rows,window",
+        "--workdir", str(tmp_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if x.startswith("  rows") or x.startswith("  win")]
+    assert len(lines) == 2 and all(("PASS" in x) != ("MISS" in x) for x in lines)
+    assert "<= 12 B/doc" in lines[0]
+
+
+def test_plan_bench_rejects_an_unknown_recipe() -> None:
+    out = run_cli("bench", "plan", "--docs", "0", "--recipe-docs", "100", "--recipes", "bestfit")
+    assert out.returncode == 2, out.stderr
+    assert "--recipes" in out.stderr and "bestfit" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_plan_bench_rejects_bad_sizes() -> None:

@@ -59,3 +59,40 @@ def test_bad_topology_and_step_are_named():
         plan.positions(0, rank=0, world_size=3)
     with pytest.raises(PlanError, match="outside the epoch"):
         plan.positions(2)
+
+
+@settings(max_examples=30, derandomize=True, deadline=None)
+@given(n=st.integers(0, 3000), seed=st.integers(0, 5), epoch=st.integers(0, 3))
+def test_plan_equals_the_int64_permutations_it_replaces(n, seed, epoch):
+    # Today's plan holds both permutations in their narrowest dtype; the values are those of
+    # the former int64 ones (``epoch_permutation`` and ``refill_permutation``).
+    from tokenloom.loader.shuffle import epoch_permutation
+    from tokenloom.rows.plan import refill_permutation
+
+    plan = RowPlan.build(n, seed=seed, epoch=epoch, global_batch=4, drop_last=False)
+    assert plan.order.dtype == np.uint32 and plan.alt.dtype == np.uint32
+    assert np.array_equal(plan.order, epoch_permutation(n, seed=seed, epoch=epoch))
+    assert np.array_equal(plan.alt, refill_permutation(n, seed=seed, epoch=epoch))
+    if n:
+        p = np.arange(n + 5)
+        want = np.where(
+            p < n, epoch_permutation(n, seed=seed, epoch=epoch)[np.minimum(p, n - 1)], -1
+        )
+        assert np.array_equal(plan.first_rows(p), want)
+        assert plan.candidate(n + 2, 3) == int(
+            refill_permutation(n, seed=seed, epoch=epoch)[((n + 2) * MAX_REFILLS + 3) % n]
+        )
+
+
+def test_selection_is_compact_and_reads_back_the_scan():
+    from tokenloom.rows.read import compact_selection
+
+    rng = np.random.default_rng(0)
+    ids = np.cumsum(rng.geometric(0.7, 5000)).astype(np.int64)
+    rowids = ((ids // 1000).astype(np.uint64) << np.uint64(32)) | (ids % 1000).astype(np.uint64)
+    sel = compact_selection(3, ids, rowids)
+    assert sel.row_ids.nbytes + sel.rowids.nbytes < 3 * len(ids)  # vs 16 bytes per row before
+    pick = rng.integers(0, len(ids), 300)
+    assert np.array_equal(sel.row_ids[pick], ids[pick])
+    assert np.array_equal(sel.rowids[pick], rowids[pick])
+    assert int(np.searchsorted(sel.row_ids, ids[17])) == 17

@@ -392,6 +392,7 @@ Examples:
   tokenloom bench plan                                 # 17.5M and 100M documents
   tokenloom bench plan --docs 2000000 --node-processes 2 --recipe-docs 200000
   tokenloom bench plan --docs 17500000 --json
+  tokenloom bench plan --docs 0 --recipe-docs 17500000 --recipes best_fit,rows
 Build time and bytes per document of the epoch plan, one process and N processes sharing
 one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc per node.""",
 )
@@ -416,7 +417,16 @@ one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc p
     default=1_000_000,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Documents of the best-fit / window / mixture measurement (0: skip).",
+    help="Documents of the recipe measurement, each recipe in a fresh process (0: skip).",
+)
+@click.option(
+    "--recipes",
+    default="concat,window,window_table,best_fit,mixture,rows",
+    show_default=True,
+    metavar="LIST",
+    help="Recipes measured at --recipe-docs: concat, window (an epoch, cut points kept as "
+    "the window table), window_table (cutting that table once), best_fit, mixture (3 pools), "
+    "rows (the row loader's selection and plan).",
 )
 @click.option(
     "--reference-max-docs",
@@ -446,6 +456,7 @@ def plan_bench(
     epochs: int,
     seq_len: int,
     recipe_docs: int,
+    recipes: str,
     reference_max_docs: int,
     keep: float,
     workdir: str | None,
@@ -456,12 +467,22 @@ def plan_bench(
 
     try:
         sizes = tuple(int(d.replace("_", "")) for d in docs.split(",") if d.strip())
+        sizes = () if sizes == (0,) else sizes  # --docs 0: the recipes only
+    except ValueError as exc:
+        raise click.BadParameter(f"{docs!r}: {exc}", param_hint="--docs") from exc
+    names = tuple(r.strip() for r in recipes.split(",") if r.strip())
+    try:
+        PlanBenchConfig(docs=(1,), recipes=names)
+    except ValueError as exc:
+        raise click.BadParameter(f"{recipes!r}: {exc}", param_hint="--recipes") from exc
+    try:
         config = PlanBenchConfig(
             docs=sizes,
             procs=node_processes,
             epochs=epochs,
             seq_len=seq_len,
             recipe_docs=recipe_docs,
+            recipes=names,
             reference_max_docs=reference_max_docs,
             keep=keep,
             workdir=workdir,

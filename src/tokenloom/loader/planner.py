@@ -34,11 +34,17 @@ from tokenloom.loader.inputs import (
 )
 from tokenloom.loader.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.planstore import PlanStore
-from tokenloom.loader.read import LoaderError, read_cut_points
+from tokenloom.loader.read import (
+    LoaderError,
+    check_cut_column,
+    read_cut_points,
+    take_cut_points,
+)
 from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
+from tokenloom.loader.window import window_table
 from tokenloom.table.filters import and_filters
 
 __all__ = ["Planner", "EmptyEpochError"]
@@ -149,9 +155,30 @@ class Planner:
                 store=self.store,
             )
         recipe = spec.recipe
-        self.cuts = read_cut_points(
-            ds, self.inputs, recipe.cut_column, recipe.window or spec.seq_len, bool(spec.mixture)
-        )
+        self.cuts: Any
+        if recipe.packing == "concat" and recipe.long_docs == "window" and not spec.mixture:
+            # The windows do not depend on the epoch: cut them once, reading the cut points a
+            # batch of long rows at a time, and keep only the windows.
+            column, inputs = recipe.cut_column, self.inputs
+            reader = None
+            if column is not None:
+                check_cut_column(ds, column, bool(spec.mixture))
+                reader = lambda at: take_cut_points(ds, inputs, column, at)  # noqa: E731
+            self.cuts = window_table(
+                inputs.row_ids,
+                inputs.n_tokens,
+                window=recipe.window or spec.seq_len,
+                overlap=recipe.overlap,
+                cut_points=reader,
+            )
+        else:
+            self.cuts = read_cut_points(
+                ds,
+                self.inputs,
+                recipe.cut_column,
+                recipe.window or spec.seq_len,
+                bool(spec.mixture),
+            )
         tok = self.inputs.tokenizer
         eos = spec.eos_id if spec.eos_id is not None else tok.get("eos_id")
         if eos is None:

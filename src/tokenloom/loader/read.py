@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
+from tokenloom.loader.window import CutPoints
 from tokenloom.table.storage import is_remote
 
 __all__ = ["TokenReader", "Fetched", "split_rows", "read_cut_points", "LoaderError"]
@@ -309,10 +310,12 @@ class TokenReader:
                 self._cached -= len(old)
 
 
-def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
-    """Cut points of the rows longer than a window (the only rows that are cut)."""
-    if column is None:
-        return None
+def check_cut_column(ds: Any, column: str, mixture: bool) -> None:
+    """Refuse a cut column the loader cannot use, naming the fix.
+
+    Raises:
+        LoaderError: With a mixture, or when the table has no such column.
+    """
     if mixture:
         raise LoaderError("cut_column is not supported with mixture= yet; leave one of them out")
     if column not in ds.schema.names:
@@ -320,19 +323,39 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
             f"no column {column!r}; add it with `tokenloom tokenize --table {ds.uri} "
             "--tokenizer SPEC --boundaries`"
         )
+
+
+def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixture: bool) -> Any:
+    """Cut points of the rows longer than a window (the only rows that are cut)."""
+    if column is None:
+        return None
+    check_cut_column(ds, column, mixture)
     long = np.concatenate(
         [lo + np.flatnonzero(v.astype(np.int64) + 1 > window) for lo, v in inputs.n_tokens.blocks()]
         or [np.zeros(0, dtype=np.int64)]
     )
     if not long.size:
         return {}
-    table = ds._take_rows(inputs.rowids[long].tolist(), columns=["id", column])
-    return {
-        int(i): np.asarray(v or [], dtype=np.int64)
-        for i, v in zip(
-            table.column("id").to_pylist(), table.column(column).to_pylist(), strict=True
-        )
-    }
+    return take_cut_points(ds, inputs, column, long)
+
+
+def take_cut_points(ds: Any, inputs: Any, column: str, positions: np.ndarray) -> CutPoints:
+    """The cut points of the selection's rows at ``positions``, as CSR by row id."""
+    table = ds._take_rows(inputs.rowids[positions].tolist(), columns=["id", column])
+    ids = table.column("id").to_numpy().astype(np.int64, copy=False)
+    col = table.column(column).combine_chunks()
+    del table
+    # CSR by id, without a Python object per row; a null list is no cut point
+    values, offs = _list_values(col)
+    counts = np.diff(offs)
+    if col.null_count:
+        counts[~col.is_valid().to_numpy(zero_copy_only=False)] = 0
+    order = np.argsort(ids, kind="stable")
+    counts = counts[order]
+    ptr = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    at = np.repeat(offs[:-1][order] - ptr[:-1], counts) + np.arange(int(ptr[-1]))
+    return CutPoints(ids[order], ptr, np.asarray(values)[at])
 
 
 def _list_values(col: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,17 +30,32 @@ context range). :func:`windowed_spans` answers block → stretches by binary sea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.plan import BlockCounts, PlanError, clip_range, plan_epoch
+from tokenloom.loader.plan import (
+    MARK_EVERY,
+    BlockCounts,
+    EpochPlan,
+    PlanError,
+    _readonly,
+    clip_range,
+    plan_epoch,
+    stream_counts,
+)
+from tokenloom.loader.shuffle import order_dtype
 from tokenloom.loader.spans import Spans
 
 __all__ = [
     "VirtualDocs",
+    "CutPoints",
+    "WindowTable",
+    "window_table",
+    "naive_windowed_layout",
     "WindowedPlan",
     "check_window",
     "check_blocks",
@@ -228,19 +243,283 @@ def naive_window_docs(
     return out
 
 
+class CutPoints(Mapping):
+    """Cut points of some rows, CSR: ``row id -> sorted token offsets`` without a Python object
+    per row (what :func:`~tokenloom.loader.read.read_cut_points` returns; any mapping works too).
+
+    Args:
+        rows: ``(m,)`` strictly ascending row ids.
+        ptr: ``(m + 1,)`` offsets: row ``rows[i]``'s offsets are ``values[ptr[i]:ptr[i + 1]]``.
+        values: The offsets, sorted within each row.
+    """
+
+    def __init__(self, rows: np.ndarray, ptr: np.ndarray, values: np.ndarray) -> None:
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.ptr = np.asarray(ptr, dtype=np.int64)
+        self.values = np.asarray(values)
+        if self.ptr.shape != (self.rows.shape[0] + 1,):
+            raise PlanError(f"cut points: ptr must hold {self.rows.shape[0] + 1} offsets")
+
+    @classmethod
+    def from_mapping(cls, cuts: Mapping[int, Any], row_ids: np.ndarray | None = None) -> CutPoints:
+        """The CSR form of a mapping (only the rows of ``row_ids`` when given)."""
+        if isinstance(cuts, CutPoints):
+            return cuts
+        keys = sorted(int(k) for k in cuts) if row_ids is None else np.unique(row_ids).tolist()
+        arrays = [np.sort(np.asarray(cuts.get(k, ()), dtype=np.int64)) for k in keys]
+        ptr = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum([a.shape[0] for a in arrays], out=ptr[1:])
+        values = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+        return cls(np.asarray(keys, dtype=np.int64), ptr, values)
+
+    def segments(self, row_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)``: each row's offsets are ``values[lo:hi]`` (empty when it has none)."""
+        ids = np.asarray(row_ids, dtype=np.int64)
+        k = np.searchsorted(self.rows, ids)
+        kk = np.minimum(k, max(self.rows.shape[0] - 1, 0))
+        found = (k < self.rows.shape[0]) & (self.rows[kk] == ids) if self.rows.size else k < 0
+        return np.where(found, self.ptr[kk], 0), np.where(found, self.ptr[kk + found], 0)
+
+    def __getitem__(self, row_id: int) -> np.ndarray:
+        k = int(np.searchsorted(self.rows, int(row_id)))
+        if k == self.rows.shape[0] or int(self.rows[k]) != int(row_id):
+            raise KeyError(row_id)
+        return self.values[int(self.ptr[k]) : int(self.ptr[k + 1])]
+
+    def __iter__(self) -> Any:
+        return iter(self.rows.tolist())
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class WindowTable:
+    """The windows of a selection's long rows (``n + 1 > W``), the same every epoch.
+
+    Row ``rows[i]`` (a position in the selection) has windows ending at positions
+    ``ends[ptr[i]:ptr[i + 1]]`` (the last is ``n + 1``); window ``j`` starts at 0 or at the
+    previous end minus ``overlap``. Short rows are one piece. About 12 bytes per long row plus
+    4-8 per window: a few percent of the per-piece arrays of :class:`VirtualDocs`.
+    """
+
+    window: int
+    overlap: int
+    rows: np.ndarray
+    """``(M,)`` ascending selection positions of the long rows."""
+    ptr: np.ndarray
+    """``(M + 1,)`` int64 offsets into ``ends``."""
+    ends: np.ndarray
+    """``(T,)`` end position of each window (int32 when every row is shorter than ``2**31``)."""
+    bits: np.ndarray
+    """``(ceil(N / 8),)`` uint8: bit ``p`` is set when selection position ``p`` is a long row
+    (a lookup searches ``rows`` for those only)."""
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens repeated as context: ``overlap`` per window after a row's first."""
+        return self.overlap * int(self.ends.shape[0] - self.rows.shape[0])
+
+    @property
+    def has_context(self) -> bool:
+        """Whether any piece carries context or ends a window with a deferred target."""
+        return self.overlap > 0 and self.rows.shape[0] > 0
+
+    def find(self, positions: np.ndarray) -> np.ndarray:
+        """``(m,)`` index into ``rows`` of each selection position, ``-1`` for a short row."""
+        p = np.asarray(positions, dtype=np.int64)
+        out = np.full(p.shape, -1, dtype=np.int64)
+        if self.rows.shape[0] == 0:
+            return out
+        hit = np.flatnonzero((self.bits[p >> 3] >> (p & 7).astype(np.uint8)) & 1)
+        out[hit] = np.searchsorted(self.rows, p[hit])
+        return out
+
+    def extra(self, positions: np.ndarray) -> np.ndarray:
+        """``(m,)`` int64 positions each row's windows add (repeated context), 0 when short."""
+        k = self.find(positions)
+        long = k >= 0
+        kk = np.where(long, k, 0)
+        up = np.minimum(kk + 1, self.rows.shape[0])
+        return np.where(long, (self.ptr[up] - self.ptr[kk] - 1) * self.overlap, 0)
+
+
+_SCAN = 1 << 16  # counts decoded per pass when looking for the long rows (small temporaries)
+
+
+def _segment_upper(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per row, the first index in ``[lo, hi)`` with ``values[i] > x`` (``hi`` if none): a
+    binary search over every row at once (``values`` sorted within each segment)."""
+    lo, hi = lo.copy(), hi.copy()
+    last = max(values.shape[0] - 1, 0)
+    while True:
+        todo = lo < hi
+        if not todo.any():
+            return lo
+        mid = (lo + hi) >> 1
+        go = values[np.minimum(mid, last)] <= x if values.size else np.zeros_like(todo)
+        lo = np.where(todo & go, mid + 1, lo)
+        hi = np.where(todo & ~go, mid, hi)
+
+
+def window_table(
+    row_ids: Any,
+    lengths: Any,
+    *,
+    window: int,
+    overlap: int,
+    cut_points: Mapping[int, np.ndarray] | Callable[[np.ndarray], Mapping] | None = None,
+) -> WindowTable:
+    """The :class:`WindowTable` of a selection: the windows :func:`window_docs` cuts, computed
+    for the long rows only, vectorised over rows (a batch of rows at a time, one pass per
+    window index), so the temporaries stay a few megabytes.
+
+    Args:
+        row_ids: ``(N,)`` table ids of the selection (plain or compact).
+        lengths: ``(N,)`` their token counts (plain or compact).
+        window: ``W``.
+        overlap: ``O``.
+        cut_points: Optional ``row id -> sorted offsets`` (a :class:`CutPoints` is used in
+            place), or a function reading those of the rows at some selection positions (called
+            once per batch of long rows: the cut points are never all held at once).
+    """
+    W, ov = check_window(window, overlap)
+    N = int(np.shape(lengths)[0])
+    if isinstance(lengths, np.ndarray):
+        blocks = ((lo, lengths[lo : lo + _SCAN]) for lo in range(0, N, _SCAN))
+    else:
+        blocks = lengths.blocks(_SCAN)
+    parts = [lo + np.flatnonzero(v >= W) for lo, v in blocks]  # n + 1 > W
+    long = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    del parts
+    M = long.shape[0]
+    cuts: Any = cut_points
+    if cut_points is not None and M and not (isinstance(cuts, CutPoints) or callable(cuts)):
+        cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
+    counts = np.zeros(M, dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    for a in range(0, M, _ROWS):
+        at = long[a : a + _ROWS]
+        P = np.asarray(lengths[at], dtype=np.int64) + 1
+        if cuts is None:
+            J, ends = _even_windows(P, W, ov)
+        else:
+            ids = np.asarray(row_ids[at], dtype=np.int64)
+            mine = CutPoints.from_mapping(cuts(at), ids) if callable(cuts) else cuts
+            J, ends = _snapped_windows(P, ids, mine, W, ov)
+        counts[a : a + at.shape[0]] = J
+        chunks.append(ends.astype(np.int32 if int(P.max()) < 1 << 31 else np.int64))
+    ptr = np.zeros(M + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    del counts
+    dtype = np.int64 if any(c.dtype == np.int64 for c in chunks) else np.int32
+    ends = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, np.int32)
+    rows = long.astype(order_dtype(N))
+    bits = np.zeros(-(-N // 8), dtype=np.uint8)
+    np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
+    return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends, bits=bits)
+
+
+_ROWS = 1 << 13  # long rows cut per batch in window_table (their cut points read at once)
+
+
+def _even_windows(P: np.ndarray, W: int, ov: int) -> tuple[np.ndarray, np.ndarray]:
+    """Windows per row and their ends, rows of ``P > W`` positions cut every ``W - O``."""
+    stride = W - ov
+    J = 1 + -(-(P - W) // stride)
+    first = np.cumsum(J) - J
+    j = np.arange(int(J.sum()), dtype=np.int64) - np.repeat(first, J)
+    return J, np.minimum(j * stride + W, np.repeat(P, J))
+
+
+def _snapped_windows(
+    P: np.ndarray, ids: np.ndarray, cuts: CutPoints, W: int, ov: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Windows per row and their ends, each window ending at the latest cut point within its
+    last eighth (else at ``W``), as :func:`window_docs`; one pass per window index."""
+    M = P.shape[0]
+    seg_lo, seg_hi = cuts.segments(ids)
+    values = cuts.values
+    slack = max(1, W // 8)
+    s = np.zeros(M, dtype=np.int64)
+    active = np.arange(M, dtype=np.int64)
+    who, got = [], []  # per pass: the rows cut and where their window ends
+    while active.size:
+        p, sa = P[active], s[active]
+        done = p - sa <= W
+        who.append(active[done])
+        got.append(p[done])
+        active, sa = active[~done], sa[~done]
+        if not active.size:
+            break
+        limit = sa + W
+        hi = _segment_upper(values, seg_lo[active], seg_hi[active], limit)
+        floor = np.maximum(sa + ov, limit - slack)
+        has = hi > seg_lo[active]
+        c = values[np.maximum(hi - 1, 0)].astype(np.int64) if values.size else limit
+        end = np.where(has & (c > floor), c, limit)
+        who.append(active)
+        got.append(end)
+        s[active] = end - ov
+    row = np.concatenate(who)
+    ends = np.concatenate(got)[np.argsort(row, kind="stable")]  # row by row, passes in order
+    return np.bincount(row, minlength=M), ends
+
+
+_ORDER_CHUNK = 1 << 16  # visiting positions scanned per pass for long rows
+
+
+def _windowed_marks(order: np.ndarray, table: WindowTable, marks: np.ndarray) -> np.ndarray:
+    """The concat plan's ``marks`` with each long row's repeated context added: a pass over the
+    order testing the table's bitmap, without decoding the counts again (equal to
+    :func:`~tokenloom.loader.plan.stream_marks` of the windowed sizes)."""
+    K = MARK_EVERY
+    add = np.zeros(marks.shape[0], dtype=np.int64)
+    for a in range(0, order.shape[0], _ORDER_CHUNK):
+        p = order[a : a + _ORDER_CHUNK].astype(np.int64)
+        hit = np.flatnonzero((table.bits[p >> 3] >> (p & 7).astype(np.uint8)) & 1)
+        if hit.size:
+            np.add.at(add, (a + hit) // K + 1, table.extra(p[hit]))
+    return marks + np.cumsum(add)
+
+
+class _WindowedLens:
+    """Token counts of the selection as the windowed stream sees them: each long row's own
+    tokens plus its repeated context (read by gathers, like the counts; nothing per row held)."""
+
+    def __init__(self, lens: Any, table: WindowTable) -> None:
+        self.lens, self.table = lens, table
+        self.shape = (int(np.shape(lens)[0]),)
+        self.dtype = np.dtype(np.int64)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        positions = np.asarray(idx)
+        base = np.asarray(self.lens[positions], dtype=np.int64)
+        if not self.table.has_context:
+            return base
+        return base + self.table.extra(positions)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class WindowedPlan:
-    """One epoch of windows laid end to end in blocks (concat packing, ``long_docs="window"``)."""
+    """One epoch of windows laid end to end in blocks (concat packing, ``long_docs="window"``).
+
+    Held: the concat plan's visiting order (:class:`~tokenloom.loader.plan.EpochPlan`, 4 bytes
+    per row) with stream offsets every :data:`~tokenloom.loader.plan.MARK_EVERY` rows counted in
+    windowed positions, and the epoch-independent :class:`WindowTable` of the long rows; a
+    lookup expands the rows around the requested blocks into their windows."""
 
     seed: int
     epoch: int
     seq_len: int
     window: int
     overlap: int
-    docs: VirtualDocs
-    """The pieces in stream order."""
-    starts: np.ndarray
-    """``(V + 1,)`` int64: stream offset of each piece; ``starts[V] == stream_len``."""
+    stream: EpochPlan
+    """The visiting order; its row sizes include each long row's repeated context."""
+    table: WindowTable
     empty_rows: int
     num_docs: int
     """Real (non-empty) documents."""
@@ -258,18 +537,68 @@ class WindowedPlan:
         """:func:`windowed_spans` of this plan."""
         return windowed_spans(self, blocks)
 
+    @property
+    def docs(self) -> VirtualDocs:
+        """Every piece of the epoch, in stream order. Built on each call (about 66 bytes per
+        piece): for references and tests; lookups expand only the rows they need."""
+        st = self.stream
+        sizes = np.add(st.source_lens[st.order], 1, dtype=np.int64)
+        return self.pieces(np.arange(st.num_docs, dtype=np.int64), np.cumsum(sizes) - sizes)[0]
+
     def counts(self, lo: int, hi: int) -> BlockCounts:
-        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(log V)."""
+        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(log n)."""
         lo, hi = clip_range(lo, hi, self.num_blocks)
         L = self.seq_len
         a, b = min(lo * L, self.stream_len), min(hi * L, self.stream_len)
-        eos_at = self.starts[1:][self.docs.has_eos] - 1  # ascending stream positions of the EOS
-        eos = int(np.searchsorted(eos_at, b) - np.searchsorted(eos_at, a))
-        return BlockCounts(tokens=b - a - eos, eos=eos, filled=b - a)
+        tokens, eos = stream_counts(self.stream, a, b)
+        return BlockCounts(tokens=tokens, eos=eos, filled=tokens + eos)
 
     def block_pools(self, blocks: np.ndarray) -> np.ndarray:
         """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
         return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
+
+    def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
+        """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
+        offsets are ``starts``: ``(pieces, piece_starts)``, in stream order."""
+        st = self.stream
+        pos = st.order[docs].astype(np.int64)
+        ids = st.source_ids[pos]
+        n = np.asarray(st.source_lens.lens[pos], dtype=np.int64)
+        t = self.table
+        k = t.find(pos)
+        long = k >= 0
+        kk = np.where(long, k, 0)
+        J = np.where(long, t.ptr[np.minimum(kk + 1, t.rows.shape[0])] - t.ptr[kk], 1)
+        first_piece = np.cumsum(J) - J
+        total = int(J.sum())
+        local = np.repeat(np.arange(docs.shape[0], dtype=np.int64), J)
+        j = np.arange(total, dtype=np.int64) - first_piece[local]
+        at = np.repeat(t.ptr[kk], J) + j
+        lp = np.repeat(long, J)
+        ends_all = t.ends if t.ends.size else np.zeros(1, dtype=np.int64)
+        P = n[local] + 1
+        end = np.where(lp, ends_all[np.where(lp, at, 0)].astype(np.int64), P)
+        prev = ends_all[np.where(lp & (j > 0), at - 1, 0)].astype(np.int64) - self.overlap
+        start = np.where(lp & (j > 0), prev, 0)
+        size = end - start
+        csum = np.cumsum(size)
+        offset = csum - size - (csum - size)[first_piece][local]
+        piece_starts = np.asarray(starts, dtype=np.int64)[local] + offset
+        v = _pieces(local, ids, n, start, end, j == 0, end == P, self.overlap)
+        v = VirtualDocs(
+            doc=np.asarray(docs, dtype=np.int64)[local],
+            row_id=v.row_id,
+            doc_len=v.doc_len,
+            tok_start=v.tok_start,
+            tok_end=v.tok_end,
+            has_eos=v.has_eos,
+            ctx_end=v.ctx_end,
+            ends_window=v.ends_window,
+            size=v.size,
+            has_context=t.has_context,
+            context_tokens=v.context_tokens,
+        )
+        return v, piece_starts
 
 
 def plan_windowed_epoch(
@@ -281,7 +610,7 @@ def plan_windowed_epoch(
     seq_len: int,
     window: int,
     overlap: int,
-    cut_points: Mapping[int, np.ndarray] | None = None,
+    cut_points: Mapping[int, np.ndarray] | WindowTable | None = None,
     store: Any = None,
 ) -> WindowedPlan:
     """Concat packing of windows: rows in epoch order, each expanded into windows in place.
@@ -294,7 +623,8 @@ def plan_windowed_epoch(
         seq_len: ``L``, positions per block.
         window: ``W <= L``.
         overlap: ``O < W``.
-        cut_points: Optional boundary hook (see :func:`window_docs`).
+        cut_points: Optional boundary hook (see :func:`window_docs`), or the selection's
+            :class:`WindowTable` already computed (it is the same every epoch).
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
 
     Returns:
@@ -303,28 +633,78 @@ def plan_windowed_epoch(
     """
     W, ov = check_window(window, overlap, seq_len)
     base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
-    docs = window_docs(base.row_ids, base.lengths, window=W, overlap=ov, cut_points=cut_points)
-    starts = np.zeros(len(docs) + 1, dtype=np.int64)
-    np.cumsum(docs.size, out=starts[1:])
-    stream_len = int(starts[-1])
-    num_blocks = -(-stream_len // base.seq_len)
-    ctx = docs.context_tokens
+    if isinstance(cut_points, WindowTable):
+        table = cut_points
+        if table.bits.shape[0] != -(-int(base.source_ids.shape[0]) // 8):
+            raise PlanError(
+                f"the window table was cut for another selection (bitmap of "
+                f"{table.bits.shape[0]} bytes, {base.source_ids.shape[0]} rows); cut it again "
+                "with window_table(row_ids, n_tokens, ...)"
+            )
+        if (table.window, table.overlap) != (W, ov):
+            raise PlanError(
+                f"the window table was cut for window={table.window}, overlap={table.overlap}, "
+                f"not window={W}, overlap={ov}"
+            )
+    else:
+        table = window_table(
+            base.source_ids, base.source_lens, window=W, overlap=ov, cut_points=cut_points
+        )
+    lens = _WindowedLens(base.source_lens, table)
+    marks = (
+        _readonly(_windowed_marks(base.order, table, base.marks))
+        if table.has_context
+        else base.marks
+    )
+    stream_len = int(marks[-1])
+    L = base.seq_len
+    num_blocks = -(-stream_len // L)
+    stream = dataclasses.replace(
+        base,
+        marks=marks,
+        source_lens=lens,
+        num_tokens=stream_len - base.num_docs,
+        stream_len=stream_len,
+        num_blocks=num_blocks,
+        padding_positions=num_blocks * L - stream_len,
+    )
     return WindowedPlan(
         seed=base.seed,
         epoch=base.epoch,
-        seq_len=base.seq_len,
+        seq_len=L,
         window=W,
         overlap=ov,
-        docs=docs,
-        starts=starts,
+        stream=stream,
+        table=table,
         empty_rows=base.empty_rows,
         num_docs=base.num_docs,
         num_tokens=base.num_tokens,
-        context_tokens=ctx,
+        context_tokens=table.context_tokens,
         stream_len=stream_len,
         num_blocks=num_blocks,
-        padding_positions=num_blocks * base.seq_len - stream_len,
+        padding_positions=num_blocks * L - stream_len,
     )
+
+
+def naive_windowed_layout(
+    row_ids: np.ndarray,
+    n_tokens: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    window: int,
+    overlap: int,
+    cut_points: Mapping[int, np.ndarray] | None = None,
+) -> tuple[VirtualDocs, np.ndarray]:
+    """The former layout of :class:`WindowedPlan` (every piece of the epoch as arrays, ~66 bytes
+    per piece): ``(pieces in stream order, (V + 1,) stream offsets)``. A reference for tests."""
+    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=1)
+    docs = window_docs(
+        base.row_ids, base.lengths, window=window, overlap=overlap, cut_points=cut_points
+    )
+    starts = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(docs.size, out=starts[1:])
+    return docs, starts
 
 
 def check_blocks(blocks: np.ndarray, num_blocks: int) -> np.ndarray:
@@ -398,7 +778,7 @@ def empty_spans(req: np.ndarray, seq_len: int, *, windowed: bool) -> Spans:
 
 
 def windowed_spans(plan: WindowedPlan, blocks: np.ndarray) -> Spans:
-    """The stretches of the requested blocks of a :class:`WindowedPlan`. O(m log V + S).
+    """The stretches of the requested blocks of a :class:`WindowedPlan`. O(m log n + S).
 
     Args:
         plan: The plan.
@@ -412,10 +792,15 @@ def windowed_spans(plan: WindowedPlan, blocks: np.ndarray) -> Spans:
         PlanError: A block index is out of range.
     """
     req = check_blocks(blocks, plan.num_blocks)
-    L, starts = plan.seq_len, plan.starts
+    L = plan.seq_len
     real = np.flatnonzero(req >= 0)
+    if real.size == 0:
+        return empty_spans(req, L, windowed=plan.table.has_context)
     lo = req[real] * L
     hi = np.minimum(lo + L, plan.stream_len)
+    docs, dstarts, _ = plan.stream.covering(lo, hi)
+    pieces, starts = plan.pieces(docs, dstarts)
+    ends = starts + pieces.size
     first = np.searchsorted(starts, lo, side="right") - 1
     last = np.searchsorted(starts, hi, side="left") - 1
     counts = last - first + 1
@@ -424,9 +809,9 @@ def windowed_spans(plan: WindowedPlan, blocks: np.ndarray) -> Spans:
     which = np.repeat(np.arange(real.shape[0]), counts)
     piece = np.repeat(first, counts) + (np.arange(total) - np.repeat(offsets, counts))
     blk_lo = lo[which]
-    p_start, p_end = starts[piece], starts[piece + 1]
+    p_start, p_end = starts[piece], ends[piece]
     s0 = np.maximum(p_start, blk_lo)
     s1 = np.minimum(p_end, hi[which])
     return piece_stretches(
-        plan.docs, req, L, real[which], s0 - blk_lo, piece, s0 - p_start, s1 - p_start
+        pieces, req, L, real[which], s0 - blk_lo, piece, s0 - p_start, s1 - p_start
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenloom.loader.plan import PlanError
-from tokenloom.loader.shuffle import epoch_permutation
+from tokenloom.loader.shuffle import epoch_order, epoch_permutation
 
 __all__ = ["REFILL_ALGORITHM", "MAX_REFILLS", "RowPlan", "refill_permutation", "naive_slots"]
 
@@ -39,8 +39,12 @@ def refill_permutation(n: int, *, seed: int, epoch: int) -> np.ndarray:
     Drawn like :func:`~tokenloom.loader.shuffle.epoch_permutation` from ``(seed, epoch)`` but on
     an independent stream (the seed shifted past any epoch's), so it is unrelated to the order.
     """
+    return epoch_permutation(n, seed=_refill_seed(seed), epoch=epoch)
+
+
+def _refill_seed(seed: int) -> int:
     # ``seed * 2**20 + 2**40`` cannot collide with a real (seed, epoch) pair for seeds < 2**20.
-    return epoch_permutation(n, seed=seed + (1 << 40), epoch=epoch)
+    return seed + (1 << 40)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -59,13 +63,15 @@ class RowPlan:
     drop_last: bool
     """Leave out the last incomplete step instead of completing it with refill rows."""
     order: np.ndarray
-    """``(n,)`` the selection position visited at each global position."""
+    """``(n,)`` the selection position visited at each global position (uint32 below
+    ``2**32`` rows: :func:`~tokenloom.loader.shuffle.epoch_order`)."""
     alt: np.ndarray
-    """``(n,)`` the refill permutation."""
+    """``(n,)`` the refill permutation (:func:`refill_permutation`'s values, as narrow)."""
 
     @classmethod
     def build(cls, n: int, *, seed: int, epoch: int, global_batch: int, drop_last: bool) -> RowPlan:
-        """The plan of one epoch (``O(n log n)``: two permutations).
+        """The plan of one epoch (``O(n log n)``: two permutations, 4 bytes per row each below
+        ``2**32`` rows, built by the grouped sort of :mod:`~tokenloom.loader.shuffle`).
 
         Raises:
             PlanError: ``global_batch < 1``.
@@ -78,8 +84,8 @@ class RowPlan:
             epoch=epoch,
             global_batch=global_batch,
             drop_last=drop_last,
-            order=epoch_permutation(n, seed=seed, epoch=epoch),
-            alt=refill_permutation(n, seed=seed, epoch=epoch),
+            order=epoch_order(n, seed=seed, epoch=epoch),
+            alt=epoch_order(n, seed=_refill_seed(seed), epoch=epoch),
         )
 
     @property

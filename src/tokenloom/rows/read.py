@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import lance
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from tokenloom.loader.compact import CompactInts, encode
 from tokenloom.rows.transform import RowLoaderError
 from tokenloom.table.filters import validate_filter
 
-__all__ = ["RowSelection", "scan_selection", "RowReader", "is_blob"]
+__all__ = ["RowSelection", "compact_selection", "scan_selection", "RowReader", "is_blob"]
 
 
 def is_blob(field: pa.Field) -> bool:
@@ -30,13 +30,27 @@ def is_blob(field: pa.Field) -> bool:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class RowSelection:
-    """The rows a row loader visits (two int64 per row)."""
+    """The rows a row loader visits, bit-packed (:func:`compact_selection`: about 1-2 bytes per
+    row for both columns, read by gathers)."""
 
     version: int
-    row_ids: np.ndarray
-    """``(n,)`` the ``id`` of each selected row, ascending."""
-    rowids: np.ndarray
-    """``(n,)`` uint64 stable Lance row ids, aligned with ``row_ids``."""
+    row_ids: CompactInts
+    """``(n,)`` the ``id`` of each selected row, ascending (int64 values)."""
+    rowids: CompactInts
+    """``(n,)`` uint64 stable Lance row ids, aligned with ``row_ids`` (stored relative to
+    them: their difference is constant over runs of rows written in id order)."""
+
+
+def compact_selection(version: int, row_ids: np.ndarray, rowids: np.ndarray) -> RowSelection:
+    """A :class:`RowSelection` from the scan's plain arrays (``row_ids`` ascending), as the
+    plan inputs are held (:func:`~tokenloom.loader.inputs.compact_inputs`)."""
+    plain = np.asarray(row_ids).astype(np.int64, copy=False)
+    ids = encode(plain)
+    return RowSelection(
+        version=version,
+        row_ids=ids,
+        rowids=encode(np.asarray(rowids).astype(np.uint64, copy=False), ref=ids, ref_values=plain),
+    )
 
 
 def scan_selection(
@@ -59,12 +73,14 @@ def scan_selection(
         table = ds.scanner(columns=["id"], filter=filter, with_row_id=True).to_table()
     except (ValueError, OSError, RuntimeError) as exc:
         raise RowLoaderError(f"filter {filter!r} does not work on this table: {exc}") from exc
-    table = table.take(pc.sort_indices(table.column("id")))
-    return RowSelection(
-        version=ds.version,
-        row_ids=table.column("id").to_numpy().astype(np.int64, copy=False),
-        rowids=table.column("_rowid").to_numpy().astype(np.uint64, copy=False),
-    )
+    ids = table.column("id").to_numpy().astype(np.int64, copy=False)
+    rowids = table.column("_rowid").to_numpy().astype(np.uint64, copy=False)
+    del table
+    if ids.size > 1 and bool((ids[1:] < ids[:-1]).any()):  # a scan in id order needs no sort
+        order = np.argsort(ids, kind="stable")
+        ids, rowids = ids[order], rowids[order]
+        del order
+    return compact_selection(ds.version, ids, rowids)
 
 
 class RowReader:
