@@ -26,6 +26,7 @@ READS_TABLE = {
     "contamination",
     "tokenizer train",
     "images pack-stats",
+    "eval-task",
 }
 """Commands that read a table's rows: each takes ``--version`` and ``--filter``."""
 

@@ -37,7 +37,7 @@ def test_refresh_verify_gc_on_s3(s3_server, s3_prefix, bare_cwd, tmp_path, monke
     report = json.loads(
         invoke_ok(["verify", "--table", table, "--seq-len", "64", "--steps", "2", "--json", *so])
     )
-    assert report["passed"] and len(report["checks"]) == 5
+    assert report["passed"] and len(report["checks"]) == 6
 
     orphan = f"{table}/data/left-behind.lance"
     put_object(s3_server, orphan, b"x" * 100)

@@ -308,5 +308,5 @@ def test_verify_of_very_long_blocks_keeps_memory_proportional_to_tokens(good):
     )
     status, peak_kib = run.stdout.split("\n", 1)[0].split()
     assert status == "0", run.stdout + run.stderr
-    assert "5 of 5 checks passed" in run.stdout
+    assert "6 of 6 checks passed" in run.stdout
     assert int(peak_kib) < 3 * 1024 * 1024, f"peak RSS {int(peak_kib) / 1024:.0f} MiB"

@@ -81,10 +81,10 @@ Examples:
 )  # fmt: skip
 @click.option("--out", required=True, metavar="DIR", help="Where the YAML and JSONL go.")
 @click.option(
-    "--name", default="tokenloom_heldout", show_default=True, help="The lm-eval task name."
+    "--task-name", default="tokenloom_heldout", show_default=True, help="The lm-eval task name."
 )
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=None, help="At most N rows (lowest ids)."
+    "--limit", "-k", type=click.IntRange(min=1), default=None, help="At most N rows (lowest ids)."
 )
 @json_option
 def eval_task(
@@ -93,7 +93,7 @@ def eval_task(
     table_version: int | None,
     filter: str,
     out: str,
-    name: str,
+    task_name: str,
     limit: int | None,
     as_json: bool,
 ) -> None:
@@ -101,7 +101,7 @@ def eval_task(
     from tokenloom.train.evaltask import write_eval_task
 
     result = write_eval_task(
-        table, filter=filter, out=out, name=name, limit=limit, version=table_version,
+        table, filter=filter, out=out, name=task_name, limit=limit, version=table_version,
         storage_options=storage_options or None,
     )  # fmt: skip
     if as_json:

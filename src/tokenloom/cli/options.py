@@ -66,7 +66,9 @@ table_option = click.option(
 def optional_table_option(help: str) -> Any:
     """``--table`` where another option can stand for it (``help`` says which); the same
     declaration as :data:`table_option`, not required."""
-    return click.option("--table", "table", default=None, metavar="PATH", help=help)
+    return click.option(
+        "--table", "table", default=None, metavar="PATH", help=help, callback=check_table_option
+    )
 
 
 loader_table_option = optional_table_option(
