@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -380,10 +381,13 @@ def banded_clusters(
             cols = slice(band * band_rows, (band + 1) * band_rows)
             _merge_band(parent, source, sizes, members, cols, need, window, stats)
             if progress is not None:
-                progress.update(n / bands)
+                progress.update(n * (band + 1) // bands - n * band // bands)
         stats.seconds["merge"] = round(time.perf_counter() - t2, 3)
     finally:
-        delete_tree(workdir, so)
+        if is_remote(workdir):
+            delete_tree(workdir, so)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     # parent[x] is the smallest row of x's component; the cluster id is its smallest *id*.
     smallest = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(smallest, parent, ids)
