@@ -24,7 +24,14 @@ import numpy as np
 
 from tokenloom.curate.minhash import EMPTY
 
-__all__ = ["plant_groups", "write_synthetic_signatures", "synthetic_rows", "run_cluster_bench"]
+__all__ = [
+    "plant_groups",
+    "write_synthetic_signatures",
+    "synthetic_rows",
+    "run_cluster_bench",
+    "build_dedup_table",
+    "run_stage_bench",
+]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -199,3 +206,79 @@ def _cpu_seconds() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def build_dedup_table(uri: str, docs: int, *, seed: int = 0, dup_fraction: float = 0.2) -> None:
+    """A tokenloom table of ``docs`` short synthetic documents (twenty words) in which the
+    planted groups of :func:`plant_groups` are near copies (the last word changed) of their
+    first member; for measuring the whole ``dedup_near`` stage."""
+    import lance
+    import pyarrow as pa
+    from lance.fragment import write_fragments
+
+    from tokenloom.table import BASE_SCHEMA, NEXT_ID_KEY, Table
+
+    source, _ = plant_groups(docs, dup_fraction=dup_fraction, seed=seed, max_group=1000)
+
+    def batches():
+        chunk = 8192
+        for lo in range(0, docs, chunk):
+            src = source[lo : lo + chunk].astype(np.uint64)
+            rows = np.arange(lo, lo + src.size, dtype=np.uint64)
+            words = _mix(src[:, None] * np.uint64(32) + np.arange(20, dtype=np.uint64)) >> 40
+            copy = src != rows
+            words[copy, 19] = _mix(rows[copy] + np.uint64(docs)) >> 40
+            texts = [" ".join(f"w{w}" for w in row) for row in words.tolist()]
+            yield pa.record_batch(
+                [
+                    pa.array(rows.astype(np.int64)),
+                    pa.array(texts, type=pa.large_string()),
+                    pa.array(["synthetic"] * src.size),
+                    pa.array([len(t) for t in texts], type=pa.int64()),
+                    pa.array(["{}"] * src.size),
+                ],
+                schema=BASE_SCHEMA,
+            )
+
+    table = Table.create(uri)
+    reader = pa.RecordBatchReader.from_batches(BASE_SCHEMA, batches())
+    frags = write_fragments(
+        reader, uri, schema=BASE_SCHEMA, mode="overwrite", max_rows_per_file=1 << 18
+    )
+    table.commit(
+        lance.LanceOperation.Overwrite(BASE_SCHEMA, frags),
+        op="bench",
+        message=f"synthetic near-dedup corpus: {docs} docs",
+        properties={NEXT_ID_KEY: str(docs)},
+    )
+
+
+def run_stage_bench(*, docs: int, workers: int = 2, workdir: str | None = None) -> dict:
+    """Peak RSS (all processes, sampled) and wall time of the whole ``dedup_near`` stage
+    (MinHash backfill, clustering, flag backfill) on :func:`build_dedup_table`'s table."""
+    import shutil
+
+    from tokenloom.bench.loader_rss import TreeSampler
+    from tokenloom.curate.jobs import dedup_near
+
+    root = tempfile.mkdtemp(prefix="tokenloom-near-stage-", dir=workdir)
+    try:
+        uri = os.path.join(root, "t.lance")
+        build_dedup_table(uri, docs)
+        cpu0 = _cpu_seconds()
+        with TreeSampler(os.getpid(), interval_s=0.2) as sampler:
+            start = time.perf_counter()
+            res = dedup_near(uri, workers=workers, progress=False)
+            wall = time.perf_counter() - start
+        return {
+            "docs": docs,
+            "workers": workers,
+            "wall_seconds": round(wall, 1),
+            "cpu_seconds": round(_cpu_seconds() - cpu0, 1),
+            "peak_rss_bytes": sampler.peak_rss,
+            "flagged": res.flagged,
+            "clustering_seconds": res.clustering.get("seconds"),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
