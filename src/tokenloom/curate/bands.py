@@ -45,7 +45,6 @@ from tokenloom.curate.lsh import (
     _check_threshold,
     _needed,
     _row_keys,
-    _union,
     optimal_params,
 )
 from tokenloom.curate.minhash import EMPTY
@@ -355,7 +354,7 @@ def banded_clusters(
     so = dict(storage_options) if storage_options else None
     stats = ClusterStats(rows=n, bands=bands, band_rows=band_rows)
     need = _needed(threshold, p)
-    parent = np.arange(n, dtype=np.int64)  # rows; parent[x] <= x is x's root (_union)
+    parent = np.arange(n, dtype=np.int64)  # rows; parent[x] <= x, roots are their smallest row
     try:
         t0 = time.perf_counter()
         spans = [(lo, min(n, lo + part_rows)) for lo in range(0, n, part_rows)] or [(0, 0)]
@@ -388,7 +387,8 @@ def banded_clusters(
             delete_tree(workdir, so)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    # parent[x] is the smallest row of x's component; the cluster id is its smallest *id*.
+    parent = _find(parent, np.arange(n))  # now parent[x] is the smallest row of x's component
+    # The cluster id is the component's smallest *id*.
     smallest = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(smallest, parent, ids)
     cluster = smallest[parent]
@@ -424,11 +424,11 @@ def _merge_band(
         for lo in range(0, pos.size, _VERIFY_PAIRS):
             chunk = pos[lo : lo + _VERIFY_PAIRS]
             u, v = members[chunk], members[chunk + step]
-            apart = parent[u] != parent[v]  # parent is compressed: parent[x] is x's root
+            apart = _find(parent, u) != _find(parent, v)
             if apart.any():
                 _verify_and_join(parent, source, u[apart], v[apart], cols, need, stats)
         # Drop the buckets whose rows are all in one component now.
-        roots = parent[members]
+        roots = _find(parent, members)
         same = np.minimum.reduceat(roots, starts) == np.maximum.reduceat(roots, starts)
         active &= ~same
         pos = pos[active[bucket[pos]]]
@@ -451,5 +451,32 @@ def _verify_and_join(
     ok = same[:, cols].all(axis=1) & (same.sum(axis=1) >= need)
     stats.verified += int(u.size)
     if ok.any():
-        _union(parent, u[ok], v[ok])
+        _union_local(parent, u[ok], v[ok])
         stats.passed += int(ok.sum())
+
+
+def _find(parent: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The roots of ``x``, compressing the paths of ``x`` only: the cost is that of ``x``, not of
+    the whole parent array (``lsh._union`` compresses every row after each merge, which at 10M
+    rows costs more than the merge itself)."""
+    r = parent[x]
+    while True:
+        up = parent[r]
+        if np.array_equal(up, r):
+            break
+        r = up
+    parent[x] = r
+    return r
+
+
+def _union_local(parent: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
+    """Merge the components of each edge ``(u[i], v[i])``: hook the larger root under the
+    smaller (so ``parent[x] <= x`` and a root is its component's smallest row), until no edge
+    spans two components."""
+    while u.size:
+        ru, rv = _find(parent, u), _find(parent, v)
+        open_ = ru != rv
+        if not open_.any():
+            return
+        u, v, ru, rv = u[open_], v[open_], ru[open_], rv[open_]
+        np.minimum.at(parent, np.maximum(ru, rv), np.minimum(ru, rv))
