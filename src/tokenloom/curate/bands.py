@@ -426,8 +426,9 @@ def _merge_band(
     exhaustive = sizes <= window + 1  # (B,)
     stats.windowed_buckets += int((~exhaustive).sum())
     stats.windowed_rows += int(sizes[~exhaustive].sum())
-    active = np.ones(sizes.size, dtype=bool)  # (B,) buckets not yet in one component
-    pos = np.flatnonzero(np.arange(members.size) + 1 < end)  # positions with a later partner
+    active = np.ones(sizes.size, dtype=bool)  # (B,) buckets with pairs left to look at
+    act = np.arange(members.size)  # (A,) member positions of the active buckets
+    pos = act[act + 1 < end]  # positions with a later partner in their bucket
     step = 1
     while pos.size:
         pos = pos[pos + step < end[pos]]
@@ -439,11 +440,19 @@ def _merge_band(
             apart = _find(parent, u) != _find(parent, v)
             if apart.any():
                 _verify_and_join(parent, source, u[apart], v[apart], cols, need, stats)
-        # Drop the buckets whose rows are all in one component now.
-        roots = _find(parent, members)
-        same = np.minimum.reduceat(roots, starts) == np.maximum.reduceat(roots, starts)
-        active &= ~same
+        # Drop the buckets whose rows are all in one component now, and those without pairs
+        # left (the next steps only look at farther pairs); only active buckets are checked.
+        left = np.zeros(sizes.size, dtype=bool)
+        left[bucket[pos]] = True
+        active &= left
+        act = act[active[bucket[act]]]
+        if act.size:
+            roots, b = _find(parent, members[act]), bucket[act]
+            first = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
+            same = np.minimum.reduceat(roots, first) == np.maximum.reduceat(roots, first)
+            active[b[first[same]]] = False
         pos = pos[active[bucket[pos]]]
+        act = act[active[bucket[act]]]
         step += 1
 
 
