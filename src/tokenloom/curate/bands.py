@@ -62,8 +62,8 @@ __all__ = [
 DEFAULT_WINDOW = 64
 """Buckets of more rows than ``window + 1`` compare each row with the next ``window`` only."""
 
-PART_ROWS = 1 << 19
-"""Rows per keys task: its keys are ``bands * 8`` bytes per row (128 MiB at 32 bands)."""
+PART_ROWS = 1 << 17
+"""Rows per keys task: its keys are ``bands * 8`` bytes per row (32 MiB at 32 bands)."""
 
 _READ_ROWS = 1 << 15  # signature rows read at once by a keys task: 16 MiB at 128 permutations
 _VERIFY_PAIRS = 1 << 15  # candidate pairs verified at once: their rows' signatures are read
