@@ -153,3 +153,11 @@ def test_band_partitions_as_ray_tasks(tmp_path):
         ray.shutdown()
     np.testing.assert_array_equal(cluster, lsh_clusters(ids, np.load(path))[0])
     assert stats.passed > 0
+
+
+def test_dedup_names_an_unknown_executor():
+    from tests.conftest import run_cli
+
+    proc = run_cli("dedup", "--table", "t.lance", "--near", "--executor", "spark")
+    assert proc.returncode == 2
+    assert "--executor" in proc.stderr and "spark" in proc.stderr

@@ -103,6 +103,8 @@ def dedup_exact(
     workers: int | None = None,
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> CurationResult:
     """``text_hash`` per row, then ``is_dup``/``dup_of``: the first occurrence by id is kept.
 
@@ -112,7 +114,8 @@ def dedup_exact(
     started = time.perf_counter()
     res = CurationResult(columns=["text_hash", "is_dup", "dup_of"])
     table = Table.open(uri, storage_options=storage_options)
-    r1 = add_column(table, None, TextHash, workers=workers, progress=progress)
+    backfill = {"workers": workers, "executor": executor, "ray_address": ray_address}
+    r1 = add_column(table, None, TextHash, progress=progress, **backfill)
     table = table.checkout()
     data = table.dataset.to_table(columns=["id", "text_hash"])
     ids = data.column("id").to_numpy()
@@ -122,7 +125,7 @@ def dedup_exact(
     write_lookup(path, ids, {"is_dup": is_dup, "dup_of": dup_of}, storage_options=so)
     lookup = ExactLookup.bind(_path=path, _storage_options=so)
     try:
-        r2 = add_column(table, None, lookup, workers=workers, progress=progress)
+        r2 = add_column(table, None, lookup, progress=progress, **backfill)
     finally:
         delete(path, so)
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
