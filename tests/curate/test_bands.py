@@ -161,3 +161,22 @@ def test_dedup_names_an_unknown_executor():
     proc = run_cli("dedup", "--table", "t.lance", "--near", "--executor", "spark")
     assert proc.returncode == 2
     assert "--executor" in proc.stderr and "spark" in proc.stderr
+
+
+def test_a_dead_runs_partitions_are_stale_and_a_live_runs_are_kept(tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    from tokenloom.backfill.hygiene import stale_backfill_items
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    root = tmp_path / "t.lance.backfill"
+    for pid in (int(dead.stdout), os.getpid()):
+        part = root / "_results" / f"near-v3-{pid}"
+        part.mkdir(parents=True)
+        np.save(part / "keys-b0000-p00000.npy", np.zeros(4, np.uint64))
+    items = stale_backfill_items(str(root), pa.schema([]))
+    assert [os.path.basename(i.path) for i in items] == [f"near-v3-{int(dead.stdout)}"]

@@ -185,7 +185,10 @@ def dedup_near(
         else make_executor(executor, n_workers, ray_address=ray_address)
     )
     source = LanceSignatures(table.uri, table.version, rows=len(ids), storage_options=so)
-    work = join(default_checkpoint_root(table.uri), "_near", f"v{table.version}-{os.getpid()}")
+    # Beside the lookups: cleaned up as they are when this process dies mid-run.
+    work = join(
+        default_checkpoint_root(table.uri), "_results", f"near-v{table.version}-{os.getpid()}"
+    )
     with show_progress("near-dedup clusters", total=len(ids), unit="rows", show=progress) as bar:
         labels, _, stats = banded_clusters(
             ids,
