@@ -130,6 +130,8 @@ def test_bad_arguments_are_named(tmp_path):
         banded_clusters(np.arange(2), src, workdir=str(tmp_path), params=(8, 4))
     with pytest.raises(CurateError, match="threshold"):
         banded_clusters(np.arange(2), src, workdir=str(tmp_path), threshold=1.5)
+    with pytest.raises(CurateError, match="part_rows"):
+        banded_clusters(np.arange(2), src, workdir=str(tmp_path), part_rows=0)
 
 
 @pytest.mark.slow

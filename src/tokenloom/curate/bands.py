@@ -373,6 +373,8 @@ def banded_clusters(
         raise CurateError(f"params (bands={bands}, rows={band_rows}) need 1 <= bands * rows <= {p}")
     if not (isinstance(window, int) and window >= 1):
         raise CurateError(f"window must be an integer >= 1, not {window!r}")
+    if not (isinstance(part_rows, int) and part_rows >= 1):
+        raise CurateError(f"part_rows must be an integer >= 1, not {part_rows!r}")
     runner = executor if executor is not None else InlineExecutor()
     so = dict(storage_options) if storage_options else None
     stats = ClusterStats(rows=n, bands=bands, band_rows=band_rows)
