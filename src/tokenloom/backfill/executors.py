@@ -14,8 +14,8 @@ import dataclasses
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from tokenloom.backfill.resources import Resources, infeasible
@@ -43,6 +43,14 @@ class Executor:
     def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
         raise NotImplementedError
 
+    def map(self, fn: Callable, items: Sequence) -> Iterator:
+        """``fn(item)`` for each item, results in the order they finish (not the items' order).
+
+        For jobs other than a backfill (the near-dedup band partitions): ``fn`` is a module-level
+        function, items and results are small and picklable; work goes through files.
+        """
+        raise NotImplementedError
+
 
 class InlineExecutor(Executor):
     """Runs units one after another in this process (``workers=0``; for debugging and tests)."""
@@ -52,6 +60,10 @@ class InlineExecutor(Executor):
     def run(self, tasks: Sequence[UnitTask], on_result: OnResult) -> None:
         for task in tasks:
             on_result(run_unit(task))
+
+    def map(self, fn: Callable, items: Sequence) -> Iterator:
+        for item in items:
+            yield fn(item)
 
 
 class LocalExecutor(Executor):
@@ -95,6 +107,26 @@ class LocalExecutor(Executor):
                 pending = [t for t in pending if t.unit.name not in done]
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def map(self, fn: Callable, items: Sequence) -> Iterator:
+        if not items:
+            return
+        pool = ProcessPoolExecutor(
+            max_workers=min(self.workers, len(items)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=die_with_parent,
+            initargs=(os.getpid(),),
+        )
+        try:
+            for fut in as_completed([pool.submit(fn, item) for item in items]):
+                yield fut.result()  # an error in fn propagates from here
+        except BrokenProcessPool as exc:
+            raise TokenloomError(
+                f"a worker died ({exc}); run the same command again (with fewer --workers if "
+                "the machine ran out of memory)"
+            ) from exc
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RayExecutor(Executor):
@@ -150,6 +182,23 @@ class RayExecutor(Executor):
             ready, refs = ray.wait(refs, num_returns=1)
             try:
                 on_result(ray.get(ready[0]))
+            except ray.exceptions.RayTaskError as exc:
+                for ref in refs:
+                    ray.cancel(ref, force=True)
+                raise exc.as_instanceof_cause() from None
+
+    def map(self, fn: Callable, items: Sequence) -> Iterator:
+        if not items:
+            return
+        ray = self._init()
+        remote = ray.remote(max_retries=self.max_retries, scheduling_strategy="SPREAD", num_cpus=1)(
+            fn
+        )
+        refs = [remote.remote(item) for item in items]
+        while refs:
+            ready, refs = ray.wait(refs, num_returns=1)
+            try:
+                yield ray.get(ready[0])
             except ray.exceptions.RayTaskError as exc:
                 for ref in refs:
                     ray.cancel(ref, force=True)

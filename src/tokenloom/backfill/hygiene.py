@@ -144,11 +144,15 @@ def _lookup_items(results_dir: str) -> list[GcItem]:
     except OSError:
         return out
     for fname in names:
+        path = os.path.join(results_dir, fname)
+        # Lookups are ``name-v<version>-<pid>.arrow``; a near-dedup run's band partitions are a
+        # folder ``near-v<version>-<pid>``: both are stale once that process is gone.
         stem, _, ext = fname.rpartition(".")
+        if os.path.isdir(path):
+            stem, ext = fname, "arrow"
         pid_text = stem.rpartition("-")[2]
         if ext != "arrow" or not pid_text.isdigit() or _pid_alive(int(pid_text)):
             continue
-        path = os.path.join(results_dir, fname)
         out.append(
             GcItem(
                 kind="lookup", path=path, bytes=_size(path), reason=f"process {pid_text} is gone"

@@ -21,6 +21,7 @@ Examples:
   tokenloom bench backfill --copies 4 --workers 2
   tokenloom bench tokenize --workers 2
   tokenloom bench loader
+  tokenloom bench near-dedup
   tokenloom bench plan
   tokenloom bench search""",
 )
@@ -200,6 +201,87 @@ def components_bench(nodes: int, pairs: int, repeats: int, as_json: bool) -> Non
             f"{g['scipy_seconds']:7.3f} s  ratio {g['ratio_tokenloom_scipy']:5.2f}x  "
             f"({g['components']:,} components, largest {g['largest']:,})"
         )
+
+
+@command.command(
+    "near-dedup",
+    epilog="""\b
+Examples:
+  tokenloom bench near-dedup                         # 10M signatures (5.1 GB file), 2 workers
+  tokenloom bench near-dedup --rows 300000 --json
+  tokenloom bench near-dedup --stage 200000,2000000  # whole dedup stage: peak RSS by size
+The signature file is written under --workdir (default: a temporary folder) and reused.""",
+)
+@click.option("--rows", default=10_000_000, show_default=True, type=click.IntRange(min=2))
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Keep (and reuse) the signature file here.",
+)
+@click.option(
+    "--stage",
+    "stage",
+    metavar="N,N,...",
+    help="Instead: run the whole dedup --near stage on synthetic tables of these sizes and "
+    "compare their peak RSS (the largest against the smallest; goal <= 1.5x).",
+)
+@json_option
+def near_dedup_bench(
+    rows: int, workers: int, workdir: str | None, stage: str | None, as_json: bool
+) -> None:
+    """Near-dedup clustering of synthetic MinHash signatures with planted groups: wall, CPU,
+    peak RSS against the goals (< 10 min, <= 4 GB)."""
+    from tokenloom.bench.near_dedup import run_cluster_bench, run_stage_bench
+
+    if stage is not None:
+        try:
+            sizes = [int(x) for x in stage.split(",") if x.strip()]
+        except ValueError:
+            sizes = []
+        if not sizes or min(sizes) < 2:
+            raise click.BadParameter(
+                f"{stage!r} is not a comma-separated list of sizes >= 2, e.g. 200000,2000000",
+                param_hint="--stage",
+            )
+        runs = [run_stage_bench(docs=n, workers=workers, workdir=workdir) for n in sizes]
+        ratio = runs[-1]["peak_rss_bytes"] / runs[0]["peak_rss_bytes"]
+        res = {"runs": runs, "rss_ratio_last_first": round(ratio, 3)}
+        if as_json:
+            emit_json(res)
+            return
+        for r in runs:
+            click.echo(
+                f"dedup --near, {r['docs']:>10,} docs, {workers} workers: wall "
+                f"{r['wall_seconds']:7.1f} s  CPU {r['cpu_seconds']:7.1f} s  peak RSS "
+                f"{r['peak_rss_bytes'] / 2**20:7.0f} MiB  (load {r['load_average'][0]})"
+            )
+        verdict = "PASS" if ratio <= 1.5 else "MISS"
+        click.echo(f"peak RSS {sizes[-1]:,} / {sizes[0]:,} docs: {ratio:.2f}x  (<= 1.5x {verdict})")
+        return
+    res = run_cluster_bench(rows=rows, workers=workers, workdir=workdir)
+    if as_json:
+        emit_json(res)
+        return
+    st, goals = res["stats"], res["goals"]
+    click.echo(
+        f"{rows:,} signatures x 128, {workers} workers, planted groups "
+        f"({res['planted']['planted_members']:,} members), load {res['load_average'][0]}"
+    )
+    click.echo(
+        f"  wall {res['wall_seconds']:.1f} s (< 600 s {goals['wall_under_600s']})  "
+        f"CPU {res['cpu_seconds']:.1f} s  phases {st['seconds']}"
+    )
+    click.echo(
+        f"  peak RSS {res['peak_rss_bytes'] / 2**30:.2f} GiB over {res['peak_processes']} "
+        f"processes (<= 4 GB {goals['rss_at_most_4GB']})"
+    )
+    click.echo(
+        f"  {res['near_duplicates']:,} near duplicates in {res['clusters']:,} clusters; planted "
+        f"members joined {res['planted']['recall']:.4%}, clusters mixing groups "
+        f"{res['planted']['clusters_mixing_groups']}; {st['verified']:,} pairs verified, "
+        f"{st['windowed_buckets']:,} buckets windowed"
+    )
 
 
 @command.command(

@@ -40,6 +40,7 @@ Examples:
   tokenloom dedup --table corpus.lance --near            # near: near_dup_cluster, is_near_dup
   tokenloom dedup --table corpus.lance --near --threshold 0.7 --recompute
   tokenloom dedup --table corpus.lance --near --keep source-priority:wiki_en,web
+  tokenloom dedup --table s3://bucket/corpus.lance --near --executor ray --ray-address HOST:6379
 
 \b
 Exact: BLAKE2b of the NFC, whitespace-collapsed text; the first occurrence by id
@@ -68,6 +69,14 @@ kept (near_dup_cluster = its id). Filter with SQL:
 )
 @click.option("--recompute", is_flag=True, help="Drop and rebuild the near-dup clusters.")
 @workers_option
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Backfills and near-dedup band partitions: spawned local processes, or Ray tasks.",
+)
+@click.option("--ray-address", default=None, help="An existing Ray cluster [default: local].")
 @json_option
 def dedup(
     table: str,
@@ -77,6 +86,8 @@ def dedup(
     keep: str,
     recompute: bool,
     workers: int | None,
+    executor: str,
+    ray_address: str | None,
     as_json: bool,
 ) -> None:
     """Flag exact or near-duplicate documents as added columns."""
@@ -92,9 +103,17 @@ def dedup(
             workers=workers,
             recompute=recompute,
             storage_options=storage_options,
+            executor=executor,
+            ray_address=ray_address,
         )
     else:
-        result = dedup_exact(table, workers=workers, storage_options=storage_options)
+        result = dedup_exact(
+            table,
+            workers=workers,
+            storage_options=storage_options,
+            executor=executor,
+            ray_address=ray_address,
+        )
     if as_json:
         emit_json(result.to_json())
     else:

@@ -17,10 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill import add_column, default_checkpoint_root
+from tokenloom.backfill.engine import _default_workers
+from tokenloom.backfill.executors import InlineExecutor, make_executor
+from tokenloom.curate.bands import PART_ROWS, LanceSignatures, banded_clusters
 from tokenloom.curate.exact import exact_duplicates
 from tokenloom.curate.inputs import CurateError
 from tokenloom.curate.keep import KeepPolicy, keep_representatives
-from tokenloom.curate.lsh import DEFAULT_THRESHOLD, lsh_clusters
+from tokenloom.curate.lsh import DEFAULT_THRESHOLD
 from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
 from tokenloom.progress import progress as show_progress
 from tokenloom.table import Table
@@ -49,6 +52,8 @@ class CurationResult:
     by_source: dict[str, dict] = field(default_factory=dict)
     """Per source: ``{"rows", "flagged"}`` for dedup, ``{"rows", "pass", "mean_quality"}`` for
     quality."""
+    clustering: dict = field(default_factory=dict)
+    """Near: what the clustering did (:class:`~tokenloom.curate.bands.ClusterStats`)."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -111,6 +116,8 @@ def dedup_exact(
     workers: int | None = None,
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> CurationResult:
     """``text_hash`` per row, then ``is_dup``/``dup_of``: the first occurrence by id is kept.
 
@@ -120,7 +127,8 @@ def dedup_exact(
     started = time.perf_counter()
     res = CurationResult(columns=["text_hash", "is_dup", "dup_of"])
     table = Table.open(uri, storage_options=storage_options)
-    r1 = add_column(table, None, TextHash, workers=workers, progress=progress)
+    backfill = {"workers": workers, "executor": executor, "ray_address": ray_address}
+    r1 = add_column(table, None, TextHash, progress=progress, **backfill)
     table = table.checkout()
     data = table.dataset.to_table(columns=["id", "source", "text_hash"])
     ids = data.column("id").to_numpy()
@@ -130,7 +138,7 @@ def dedup_exact(
     write_lookup(path, ids, {"is_dup": is_dup, "dup_of": dup_of}, storage_options=so)
     lookup = ExactLookup.bind(_path=path, _storage_options=so)
     try:
-        r2 = add_column(table, None, lookup, workers=workers, progress=progress)
+        r2 = add_column(table, None, lookup, progress=progress, **backfill)
     finally:
         delete(path, so)
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
@@ -151,6 +159,8 @@ def dedup_near(
     recompute: bool = False,
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> CurationResult:
     """``minhash`` per row, then LSH clusters → ``near_dup_cluster`` (the id of the cluster's
     kept row, chosen by ``keep``: :mod:`tokenloom.curate.keep`) and ``is_near_dup`` (true for
@@ -159,6 +169,11 @@ def dedup_near(
     A changed threshold or keep policy needs ``recompute=True`` (the cluster columns are dropped
     and rebuilt). After an append, new rows are clustered against everything; old rows keep
     their cluster, and a row kept before stays kept, unless ``recompute=True``.
+
+    The clustering (:func:`~tokenloom.curate.bands.banded_clusters`) never loads the signatures
+    whole: band partitions run on ``executor`` (``"local"`` process pool, or ``"ray"`` tasks at
+    ``ray_address``), their files under the table's checkpoint folder; a table of at most one
+    partition (:data:`~tokenloom.curate.bands.PART_ROWS` rows) is clustered in this process.
     """
     policy = keep if isinstance(keep, KeepPolicy) else KeepPolicy.parse(keep)
     started = time.perf_counter()
@@ -169,18 +184,37 @@ def dedup_near(
     else:
         _check_same_clustering(table, threshold, policy)
     minhash = MinHash.bind()
-    r1 = add_column(table, None, minhash, workers=workers, progress=progress)
+    backfill = {"workers": workers, "executor": executor, "ray_address": ray_address}
+    r1 = add_column(table, None, minhash, progress=progress, **backfill)
     table = table.checkout()
     names = table.schema().names
     extra = [c for c in (policy.column, "is_near_dup") if c not in (None, "source") and c in names]
-    data = table.dataset.to_table(columns=["id", "source", "minhash", *extra])
+    data = table.dataset.to_table(columns=["id", "source", *extra])  # not the signatures
     ids = data.column("id").to_numpy()
-    flat = pc.list_flatten(data.column("minhash")).to_numpy()
-    sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
+    so = table.storage_options or None
+    n_workers = _default_workers() if workers is None else workers
+    runner = (
+        InlineExecutor()
+        if executor == "local" and (n_workers == 0 or len(ids) <= PART_ROWS)
+        else make_executor(executor, n_workers, ray_address=ray_address)
+    )
+    source = LanceSignatures(table.uri, table.version, rows=len(ids), storage_options=so)
+    # Beside the lookups: cleaned up as they are when this process dies mid-run.
+    work = join(
+        default_checkpoint_root(table.uri), "_results", f"near-v{table.version}-{os.getpid()}"
+    )
     with show_progress("near-dedup clusters", total=len(ids), unit="rows", show=progress) as bar:
-        labels, _ = lsh_clusters(ids, sigs, threshold=threshold)
-        bar.update(len(ids))
-    values = data.column(policy.column).to_numpy(zero_copy_only=False) if policy.column else None
+        labels, _, stats = banded_clusters(
+            ids,
+            source,
+            workdir=work,
+            executor=runner,
+            threshold=threshold,
+            storage_options=so,
+            progress=bar,
+        )
+    res.clustering = stats.to_json()
+    values = data.column(policy.column) if policy.column else None
     kept_before = (
         pc.equal(data.column("is_near_dup"), False).fill_null(False).to_numpy(zero_copy_only=False)
         if "is_near_dup" in extra
@@ -193,6 +227,7 @@ def dedup_near(
     write_lookup(
         path, ids, {"near_dup_cluster": cluster, "is_near_dup": is_near}, storage_options=so
     )
+    del data, values, labels, kept_before
     # `first` is left out of the identity: columns made before policies existed still match.
     chosen = {"keep": policy.spec()} if policy.kind != "first" else {}
     lookup = NearLookup.bind(
@@ -203,7 +238,7 @@ def dedup_near(
         **chosen,
     )
     try:
-        r2 = add_column(table, None, lookup, workers=workers, progress=progress)
+        r2 = add_column(table, None, lookup, progress=progress, **backfill)
     finally:
         delete(path, so)
     res.versions = [v for v in (r1.version, r2.version) if v is not None]

@@ -80,7 +80,8 @@ class KeepPolicy:
         """``(N,) int64``: lower is preferred (before the id tie-break).
 
         Args:
-            values: The :attr:`column` of each row (``None`` for ``first``).
+            values: The :attr:`column` of each row (``None`` for ``first``): a numpy or Arrow
+                array.
             n: Number of rows.
         """
         if self.kind == "first":
@@ -88,9 +89,15 @@ class KeepPolicy:
         assert values is not None, f"{self.kind} needs the {self.column} column"
         if self.kind == "longest":
             return -np.asarray(values, dtype=np.int64)
-        rank = {s: i for i, s in enumerate(self.sources)}
-        unlisted = len(self.sources)
-        return np.fromiter((rank.get(s, unlisted) for s in values), dtype=np.int64, count=n)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        # Arrow's index_in: no Python string per row (a corpus has millions of rows).
+        if not isinstance(values, (pa.Array, pa.ChunkedArray)):
+            values = pa.array(values, pa.string())
+        at = pc.index_in(values, value_set=pa.array(self.sources, pa.string()))
+        rank = pc.fill_null(at, len(self.sources))
+        return np.asarray(rank.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def keep_representatives(
