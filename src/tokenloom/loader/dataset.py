@@ -401,13 +401,21 @@ class PackedStream:
         (the cursor moves as each is handed out)."""
         return self._iterate(None)
 
-    def groups(self, worker: int, workers: int) -> Iterator[BuiltGroup]:
+    def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[BuiltGroup]:
         """DataLoader worker ``worker`` of ``workers``: its groups of steps of the rest of the
         current epoch (groups ``worker, worker + workers, ...``), packed into a shared-memory
-        ring where the platform has one, for the training process to hand out step by step."""
-        return self._iterate((worker, workers))
+        ring where the platform has one, for the training process to hand out step by step.
+        ``keep``: a persistent worker, whose object-store fetches outlive the pass and go on
+        into its groups of the next epoch (as the training process's own do)."""
+        return self._iterate((worker, workers), keep=keep)
 
-    def _iterate(self, worker: tuple[int, int] | None) -> Iterator[Any]:
+    def seek(self, epoch: int, step: int) -> None:
+        """Put the cursor at global step ``step`` of ``epoch`` (a persistent worker is told
+        where each pass starts; the training process moves by :meth:`set_epoch` and
+        :meth:`load_state_dict`)."""
+        self._epoch, self._step = int(epoch), int(step)
+
+    def _iterate(self, worker: tuple[int, int] | None, keep: bool = False) -> Iterator[Any]:
         info = worker
         wid, workers = worker if worker is not None else (0, 1)
         epoch, first = self._epoch, self._step
@@ -419,7 +427,9 @@ class PackedStream:
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
         if is_remote(self.uri) and groups:
-            fetcher = self._start_fetches(view, epoch, groups, size, in_process=info is None)
+            fetcher = self._start_fetches(
+                view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers)
+            )
         self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
@@ -472,34 +482,43 @@ class PackedStream:
                     if self._step >= total:
                         self._epoch, self._step = epoch + 1, 0
                     yield group.batch(i)
-        if fetcher is not None and info is not None:
-            fetcher.close()  # a worker's copy ends with its epoch
+        if fetcher is not None and info is not None and not keep:
+            fetcher.close()  # a worker's copy ends with its epoch, unless it is persistent
 
     def _start_fetches(
-        self, view: EpochView, epoch: int, groups: list[range], size: int, *, in_process: bool
+        self,
+        view: EpochView,
+        epoch: int,
+        groups: list[range],
+        size: int,
+        *,
+        keep: bool,
+        worker: tuple[int, int] = (0, 1),
     ) -> FetchAhead:
-        """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.fetch`): in the
-        training process the fetcher outlives the epoch, goes on into the next one's first spans
-        while this one ends, and the next pass reuses them when it starts where this one ends."""
+        """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.fetch`). With
+        ``keep`` (the training process, or a persistent worker) the fetcher outlives the epoch,
+        goes on into the next one's first spans of this process's groups (``worker``: its index
+        and the number of workers) while this one ends, and the next pass reuses them when it
+        starts where this one ends."""
         per_span = self._span_groups(view, size)
         key = SpanKey(
             epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
         )
-        fetcher = self._fetcher if in_process else None
+        fetcher = self._fetcher if keep else None
         if fetcher is None:
             fetcher = FetchAhead(self.reader, depth=self._fetch_depth(), parts=self._fetch_parts())
-            if in_process:
+            if keep:
                 self._fetcher = fetcher
 
         def rows_of(v: EpochView, gs: list[range]) -> Any:
             return lambda g: self._group_rows(v, gs[g])
 
         following = None
-        if in_process:
+        if keep:
 
             def following() -> tuple[SpanKey, Any] | None:
                 nxt = self.view(epoch + 1)
-                gs = _groups(0, nxt.steps, size, 0, 1)
+                gs = _groups(0, nxt.steps, size, *worker)
                 if not gs:
                     return None
                 k = SpanKey(epoch=epoch + 1, groups=tuple((g.start, g.stop) for g in gs),
