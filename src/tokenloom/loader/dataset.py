@@ -32,10 +32,12 @@ from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import SPLIT_TAKE_PARTS, SPLIT_TAKE_ROWS, LoaderError, TokenReader
 from tokenloom.loader.readahead import (
     FETCH_AHEAD_BYTES,
+    ROW_BLOCK_SIZE,
     TAKE_ROWS,
     ReadAhead,
     available_cores,
     log,
+    per_row_reads,
     rows_per_fetch,
     size_read_ahead,
     timed,
@@ -328,7 +330,10 @@ class PackedStream:
         :func:`~tokenloom.loader.readahead.rows_per_fetch` distinct rows per span."""
         rows = max(len(self.inputs.row_ids), 1)
         per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
-        return int(max(rows_per_fetch(self._token_bytes(), rows) // per_group, 1))
+        column = self._token_bytes()
+        # a table read per row: a GET per row, not Lance's default 64 KiB merge window
+        self.reader.use_block_size(ROW_BLOCK_SIZE if per_row_reads(column) else None)
+        return int(max(rows_per_fetch(column, rows) // per_group, 1))
 
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
         """The stable row ids a read group's stretches come from (no I/O)."""
@@ -525,7 +530,9 @@ class PackedStream:
                             per_span=per_span)  # fmt: skip
                 return k, rows_of(nxt, gs)
 
+        carried = fetcher.carried
         fetcher.start(key, rows_of(view, groups), following=following)
+        self.stats.spans_carried += fetcher.carried - carried
         return fetcher
 
     def _fetch_depth(self) -> int:
