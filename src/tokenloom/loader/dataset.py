@@ -33,6 +33,7 @@ from tokenloom.loader.read import SPLIT_TAKE_PARTS, SPLIT_TAKE_ROWS, LoaderError
 from tokenloom.loader.readahead import (
     FETCH_AHEAD_BYTES,
     ROW_BLOCK_SIZE,
+    ROWS_IN_FLIGHT,
     TAKE_ROWS,
     ReadAhead,
     available_cores,
@@ -598,9 +599,12 @@ class PackedStream:
         _, _, pack_cpu = timed(self._build_group, view, epoch, groups[0], None, (span, False))
         pack_cpu *= min(fetcher.per_span, len(groups))  # all the span's groups
         span_bytes = max(fetched.read[1], 1)
+        most = max(FETCH_AHEAD_BYTES // span_bytes - 1, 1)
+        if self.reader.block_size is not None:  # per-row reads: about a GET per row
+            most = min(most, max(ROWS_IN_FLIGHT // max(len(fetched.rowids), 1), 1))
         depth = size_read_ahead(
             wall, cpu + pack_cpu, cores=cores, read_ahead=self.read_ahead, min_threads=1,
-            max_ahead=max(FETCH_AHEAD_BYTES // span_bytes - 1, 1),
+            max_ahead=most,
         ).io_threads + 1  # fmt: skip
         if self.read_ahead is not None:
             depth = self.read_ahead

@@ -77,10 +77,16 @@ used, 2.3M tok/s; 25%: 19.8M; 50%: 25.3M; the local table 20.5M)."""
 MAX_FETCH_BYTES = 64 << 20
 """Token bytes one fetch span reads at most (past ``FETCH_FRACTION * MAX_FETCH_BYTES`` of
 tokens, spans hold a smaller share of the epoch and fetch more bytes than they use)."""
-ROW_FETCH_BYTES = 8 << 20
-"""Token bytes one fetch span reads when a table is read per row (:func:`per_row_reads`): its
+ROW_FETCH_BYTES = 1 << 20
+"""Token bytes one fetch span reads at least when a table is read per row
+(:func:`per_row_reads`; a span is whole read groups, so usually one group of ~1,000 rows): its
 rows lie far apart, so a span only batches requests; spans in flight are what keeps many GETs
-outstanding (sized by the same Little's-law probe)."""
+outstanding (sized by the same Little's-law probe, within :data:`ROWS_IN_FLIGHT`)."""
+ROWS_IN_FLIGHT = 2048
+"""Rows (about one GET each) that per-row reads keep requested at once at most: at 20 ms per
+request that is ~100k rows/s, above what a local table delivers here. More only queues requests
+at the server: on a local S3 server doing ~300 GETs/s under load, 33 spans of 5,000 rows in
+flight (~4,500 requests held by the proxy) delivered no batch within 5 minutes."""
 ROW_BLOCK_SIZE = 1024
 """Lance's merge window (its ``block_size``) for per-row reads: ranges of one file closer than
 this share a GET. Measured through 20 ms on a local S3 server, 200k rows of ~1.6 KB, random
