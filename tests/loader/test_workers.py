@@ -210,3 +210,18 @@ def test_persistent_workers_left_mid_epoch_restart_from_the_cursor(table):
     resumed.close()
     dl.close()
     assert not multiprocessing.active_children()
+
+
+def test_persistent_workers_are_not_shared_by_two_passes_at_once(table):
+    expected = [b["input_ids"] for b in DataLoader(_ds(table), num_workers=0)]
+    dl = DataLoader(_ds(table), num_workers=2, persistent_workers=True)
+    first = iter(dl)
+    got = [next(first)["input_ids"]]
+    pool = dl.worker_pool
+    got += [b["input_ids"] for b in dl]  # a second pass from the cursor, with its own workers
+    assert dl.worker_pool is not pool
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert len(got) == len(expected)
+    first.close()
+    dl.close()
+    assert not multiprocessing.active_children()

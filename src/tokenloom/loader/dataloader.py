@@ -129,7 +129,8 @@ class DataLoader(torch.utils.data.DataLoader):
         key = (ds.planner, ds.rank, ds.world_size, ds.io_threads, ds.read_ahead, ds.read_group)
         if persistent and self._kept is not None:
             kept_key, kept = self._kept
-            if kept.alive and all(a is b or a == b for a, b in zip(kept_key, key, strict=True)):
+            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
+            if kept.alive and not kept.running and same:  # (a pass still iterated: new ones)
                 return kept
             kept.close()
             self._kept = None

@@ -174,6 +174,8 @@ class WorkerPool:
         """Whether any worker had torch imported when it finished (``None`` until one did)."""
         self.passes = 0
         """Passes these processes ran to their end."""
+        self.running = False
+        """Whether a pass is being iterated (a persistent pool is reused only between passes)."""
         self._procs: list[Any] | None = None
         self._queues: list[Any] = []
         self._taken: list[Any] = []
@@ -225,6 +227,7 @@ class WorkerPool:
     def _run(self, cursor: tuple[int, int] | None) -> Iterator[Any]:
         W = self.workers
         finished = False
+        self.running = True
         try:
             if self._procs is None:
                 self._start()
@@ -262,6 +265,7 @@ class WorkerPool:
                 yield payload
                 w = (w + 1) % W
         finally:
+            self.running = False
             if not (self.persistent and finished):
                 self.close()
 
