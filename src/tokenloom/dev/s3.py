@@ -70,8 +70,6 @@ class LocalS3:
     port: int = 0
     """The S3 port (0: a free one)."""
     startup_timeout: float = 60.0
-    extra_args: tuple[str, ...] = ()
-    """More ``weed mini`` flags, e.g. ``("-filer.maxMB=1",)`` (chunk size of uploaded files)."""
 
     def __post_init__(self) -> None:
         self.proc: subprocess.Popen | None = None
@@ -125,7 +123,6 @@ class LocalS3:
             f"-s3.localSocket={os.path.join(data, 's3.sock')}",
             f"-bucket={self.bucket}",
             *(f"-{name}={port}" for name, port in zip(names, ports, strict=True)),
-            *self.extra_args,
         ]  # fmt: skip
         env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
