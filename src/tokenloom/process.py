@@ -1,16 +1,25 @@
-"""Process hygiene: a child process never outlives the process that started it.
+"""Process hygiene: a child process never outlives the process that started it, and a spawned
+loader worker does not run the user's script again.
 
 Backfill workers (spawned pools) and training ranks (started by ``torchrun``, in sessions of their
 own, so killing the launcher's process group does not reach them) call :func:`die_with_parent`
 before any work: when the parent dies, even by ``kill -9``, the kernel ends them too.
+
+Loader workers (the packed loader's and the row loader's) are spawned (Lance is not fork-safe);
+:func:`main_not_rerun` keeps multiprocessing from running the parent's ``__main__`` in each of
+them, so a script needs no ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["die_with_parent", "env_topology"]
+__all__ = ["defined_in_main", "die_with_parent", "env_topology", "main_not_rerun"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -58,6 +67,51 @@ def die_with_parent(parent: int) -> None:
         _watch_parent(parent)
     if os.getppid() != parent:  # checked after arming: no window where a death goes unseen
         os._exit(1)
+
+
+_START_LOCK = threading.Lock()
+
+
+def defined_in_main(*objects: Any) -> bool:
+    """Whether any of ``objects`` (functions, classes, callable instances) was defined in the
+    script being run: a spawned worker can only unpickle it by running the script again."""
+    for obj in objects:
+        if obj is None:
+            continue
+        module = getattr(obj, "__module__", None) or getattr(type(obj), "__module__", None)
+        if module in ("__main__", "__mp_main__"):
+            return True
+    return False
+
+
+@contextmanager
+def main_not_rerun(skip: bool = True) -> Iterator[None]:
+    """While processes are started under it: leave the parent's ``__main__`` out of what a
+    spawned child prepares, so multiprocessing does not run the script again in every child
+    (which, without a ``__main__`` guard, would start workers from the workers).
+
+    Wrap only the starting of workers whose targets and arguments need nothing from
+    ``__main__`` (see :func:`defined_in_main`); ``skip=False`` leaves spawning as it is.
+    """
+    if not skip:
+        yield
+        return
+    import multiprocessing.spawn
+
+    with _START_LOCK:
+        original = multiprocessing.spawn.get_preparation_data
+
+        def prepare(name: str) -> dict:
+            data = original(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        multiprocessing.spawn.get_preparation_data = prepare
+        try:
+            yield
+        finally:
+            multiprocessing.spawn.get_preparation_data = original
 
 
 def env_topology(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:

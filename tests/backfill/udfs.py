@@ -80,3 +80,32 @@ def ran_on(batch: pa.RecordBatch) -> pa.Array:
 def ran_on_b(batch: pa.RecordBatch) -> pa.Array:
     """Like :func:`ran_on`, for a UDF that only nodes with the resource ``tokenloom_test_b`` run."""
     return _node_tag(batch)
+
+
+class NativePanic(BaseException):
+    """Like ``pyo3_runtime.PanicException``: a ``BaseException`` that does not unpickle (its
+    constructor takes two arguments but ``args`` holds one)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@udf(inputs=["id"], output=pa.field("panicked", pa.int64()), version="1")
+def panics_on_21(batch: pa.RecordBatch) -> pa.Array:
+    """Raises a :class:`NativePanic` on the row whose id is 21."""
+    ids = batch.column("id").to_pylist()
+    if 21 in ids:
+        raise NativePanic("native code gave up", 7)
+    return pa.array(ids)
+
+
+@udf(inputs=["id"], output=pa.field("never", pa.int64()), version="1")
+class BrokenSetup:
+    """A class UDF whose setup fails (say a model file that is not there)."""
+
+    def __init__(self) -> None:
+        raise FileNotFoundError("model.bin is not there")
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.Array:
+        return batch.column("id")  # pragma: no cover - never set up

@@ -27,3 +27,9 @@ def test_demo_trains_below_the_unigram_entropy(tmp_path):
     assert summary["search_hits"] and summary["trace_rows"] > 0
     assert summary["sample"].startswith("The king") and len(summary["sample"]) > len("The king")
     assert "validation loss" in result.output and "trace: the rows in step" in result.output
+    # the mixture holds its shares (40/45/15 of 16 blocks) in every step, not only overall
+    shares = {"prose": 0.4, "verse": 0.45, "code": 0.15}
+    for name, (lo, hi) in summary["step_pool_blocks"].items():
+        want = 16 * shares[name]
+        assert int(want) <= lo <= hi <= int(want) + 1, (name, lo, hi)
+    assert "every one of the" in result.output

@@ -54,6 +54,12 @@ BOUNDARY = textwrap.dedent(
             raise click.BadParameter("not like that", param_hint="--x")
         if how == "bug":
             raise RuntimeError("a bug")
+        if how == "store-gone":
+            raise OSError(
+                "When reading 'b/t.lance/x': AWS Error NETWORK_CONNECTION during GetObject: "
+                "curlCode: 7, Could not connect to server; Details: Failed to connect to "
+                "127.0.0.1:9 after 0 ms"
+            )
         if how == "interrupt":
             raise KeyboardInterrupt
         if how == "abort":
@@ -75,6 +81,7 @@ BOUNDARY = textwrap.dedent(
         ("usage", 2, "Error: bad usage"),
         ("bad-param", 2, "Invalid value for --x: not like that"),
         ("bug", 70, "unexpected error: RuntimeError: a bug"),
+        ("store-gone", 1, "error: the object store at 127.0.0.1:9 could not be reached"),
         ("interrupt", 130, "interrupted"),
         ("abort", 130, "aborted"),
     ],
@@ -84,7 +91,7 @@ def test_every_way_to_end_has_its_status(how, status, stderr):
         [sys.executable, "-c", BOUNDARY, "probe", how],
         capture_output=True,
         text=True,
-        env=_env(),
+        env={k: v for k, v in _env().items() if not k.startswith("AWS_")},
         timeout=60,
     )
     assert proc.returncode == status, proc.stderr
@@ -130,3 +137,17 @@ def test_verify_on_a_corrupted_table_exits_one(tmp_path):
     proc = _run(*args, "--json")
     assert '"passed": false' in proc.stdout
     assert proc.returncode == 1
+
+
+def test_an_unreachable_object_store_is_status_1_naming_the_endpoint():
+    """Nothing listens at the endpoint: the table is not "absent" (nobody can tell), and the
+    store's failure is the environment's (1), not a bug (70)."""
+    from tokenloom.dev.s3 import free_ports
+
+    endpoint = f"http://127.0.0.1:{free_ports(1)[0]}"
+    env = {"AWS_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+    proc = _run("info", "--table", "s3://bucket/t.lance", env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert f"error: the object store at {endpoint} could not be reached" in proc.stderr
+    assert "run the same command again" in proc.stderr
+    assert "no tokenloom table" not in proc.stderr and "please report" not in proc.stderr

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_cli, write_jsonl
 from tokenloom.cli.main import cli
 from tokenloom.curate.jobs import dedup_exact, dedup_near, score_quality
 from tokenloom.ingest import ingest
@@ -113,3 +113,23 @@ def test_dedup_and_score_cli(tmp_path, wiki):
     assert json.loads(out.output)["flagged"] == 1
     out = CliRunner().invoke(cli, ["score", "--table", uri, "--workers", "0"])
     assert out.exit_code == 0 and "pass every rule" in out.output
+
+
+def test_dedup_json_counts_rows_and_flags_per_source(tmp_path, paragraphs):
+    docs = paragraphs[:12]
+    # Source a: 6 distinct + 2 copies of its own rows; source b: 4 distinct + 1 copy of a's row 0.
+    recs = [{"text": t, "source": "a"} for t in docs[:6]]
+    recs += [{"text": docs[0], "source": "a"}, {"text": docs[1], "source": "a"}]
+    recs += [{"text": t, "source": "b"} for t in docs[6:10]] + [{"text": docs[0], "source": "b"}]
+    write_jsonl(tmp_path / "a.jsonl", recs)
+    uri = str(tmp_path / "t.lance")
+    ingest([tmp_path / "a.jsonl"], uri, progress=False)
+    proc = run_cli("--quiet", "dedup", "--table", uri, "--workers", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["by_source"] == {"a": {"rows": 8, "flagged": 2}, "b": {"rows": 5, "flagged": 1}}
+    assert out["flagged"] == 3
+    proc = run_cli("--quiet", "dedup", "--table", uri, "--near", "--workers", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    near = json.loads(proc.stdout)["by_source"]
+    assert near == {"a": {"rows": 8, "flagged": 2}, "b": {"rows": 5, "flagged": 1}}

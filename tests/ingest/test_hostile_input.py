@@ -395,3 +395,28 @@ def test_rejects_of_a_file_uri_table_go_beside_the_table_not_the_cwd(tmp_path):
     out = json.loads(proc.stdout)
     assert out["rejects_path"].startswith(f"{tmp_path}/t.lance.rejects/")
     assert os.listdir(cwd) == []
+
+
+def test_bad_paths_on_the_command_line_never_stop_their_neighbours(tmp_path):
+    """A missing path, a dangling symlink and a path under a file: each counted as
+    unreadable_file (listed with its reason) in the text summary, the good file ingested; only
+    bad paths: status 1 naming the count."""
+    write_jsonl(tmp_path / "good.jsonl", [{"text": "good"}])
+    os.symlink(tmp_path / "gone.jsonl", tmp_path / "dangling.jsonl")
+    bad = [tmp_path / "missing.jsonl", tmp_path / "dangling.jsonl", tmp_path / "good.jsonl" / "x"]
+    rejects = tmp_path / "rejects.jsonl"
+    table = tmp_path / "t.lance"
+    proc = _cli(tmp_path / "good.jsonl", *bad, "--table", table, "--rejects", rejects)
+    out = proc.stdout.decode()
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"unreadable_file\s+3\b", out) and "1 written + 3 rejected" in out
+    records = [json.loads(line) for line in rejects.read_text().splitlines()]
+    listed = {r["file"]: r for r in records}
+    assert set(listed) == {str(p) for p in bad}
+    assert all(r["reason"] == "unreadable_file" and r["detail"] for r in listed.values())
+    assert [r["text"] for r in _rows(table)] == ["good"]
+
+    proc = _cli(*bad, "--table", tmp_path / "none.lance")
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "nothing could be ingested from 3 input path(s)" in err
+    assert "unreadable_file=3" in err and "Traceback" not in err

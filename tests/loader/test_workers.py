@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tests.loader.worker_hooks import fail_in_worker_1, kill_worker_1
 from tokenloom.loader import DataLoader, PackedDataset
+from tokenloom.loader.read import LoaderError
 from tokenloom.loader.workers import WorkerError
 
 L = 32
@@ -77,7 +79,7 @@ import sys, time
 from tokenloom.loader import DataLoader, PackedDataset
 def main():
     ds = PackedDataset(sys.argv[1], seq_len=32, global_batch=4, seed=5, read_group=2)
-    dl = DataLoader(ds, num_workers=2, prefetch_factor=1)
+    dl = DataLoader(ds, num_workers=2, prefetch_factor=1, multiprocessing_context=sys.argv[2])
     for i, _ in enumerate(dl):
         if i == 0:
             import multiprocessing
@@ -88,7 +90,8 @@ if __name__ == "__main__":
 """
 
 
-def test_a_training_process_killed_outright_takes_its_workers_along(table, tmp_path):
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_a_training_process_killed_outright_takes_its_workers_along(table, tmp_path, context):
     import signal
     import subprocess
     import sys
@@ -96,7 +99,9 @@ def test_a_training_process_killed_outright_takes_its_workers_along(table, tmp_p
 
     script = tmp_path / "trainer.py"
     script.write_text(_TRAINER)
-    proc = subprocess.Popen([sys.executable, str(script), table], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), table, context], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     pids = [int(p) for p in line.split()]
     assert len(pids) >= 2, line  # the two workers (and the resource tracker)
@@ -225,3 +230,83 @@ def test_persistent_workers_are_not_shared_by_two_passes_at_once(table):
     first.close()
     dl.close()
     assert not multiprocessing.active_children()
+
+
+def test_a_persistent_worker_killed_between_passes_is_reported_at_the_next_pass(table):
+    import signal
+
+    dl = DataLoader(_ds(table), num_workers=2, persistent_workers=True)
+    assert len([b for b in dl]) > 6
+    pids = dl.worker_pool.pids
+    os.kill(pids[1], signal.SIGKILL)
+    said = rf"worker 1 \(pid {pids[1]}\) exited unexpectedly with code -9, killed by SIGKILL"
+    with pytest.raises(WorkerError, match=said):
+        for _ in dl:
+            pass
+    assert not multiprocessing.active_children()  # the other one is stopped too
+    assert [b for b in dl]  # the next pass starts new workers
+    dl.close()
+    assert not multiprocessing.active_children()
+
+
+_LONG_TRAINER = """
+import multiprocessing, sys, time
+from tokenloom.loader import DataLoader, PackedDataset
+def main():
+    ds = PackedDataset(sys.argv[1], seq_len=32, global_batch=4, seed=5, read_group=1)
+    for i, _ in enumerate(DataLoader(ds, num_workers=2, prefetch_factor=16)):
+        if i == 0:
+            print(" ".join(str(p.pid) for p in multiprocessing.active_children()
+                           if p.name.startswith("tokenloom-loader")), flush=True)
+        time.sleep(0.4)  # a training step: 16 groups of each worker queued meanwhile
+    print("finished", flush=True)
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_worker_killed_outright_ends_the_training_process_within_seconds(table, tmp_path):
+    """Through a real process: with many groups still queued from the other worker (and its
+    own), a SIGKILLed worker ends the training process at once, naming the worker, its exit
+    code and the signal."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "trainer.py"
+    script.write_text(_LONG_TRAINER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), table], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2, pids
+        os.kill(pids[1], signal.SIGKILL)  # what the kernel's out-of-memory killer does
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - killed < 4  # the queued groups would last 12 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.decode()
+    assert proc.returncode == 1 and b"finished" not in out, text
+    said = rf"worker [01] \(pid {pids[1]}\) exited unexpectedly with code -9, killed by SIGKILL"
+    assert re.search(said, text), text
+
+
+@pytest.mark.parametrize("context", ["forkserver", multiprocessing.get_context("forkserver")])
+def test_forkserver_workers_give_the_in_process_stream(table, context):
+    expected = [b["input_ids"] for b in DataLoader(_ds(table), num_workers=0)]
+    got = [
+        b["input_ids"]
+        for b in DataLoader(_ds(table), num_workers=2, multiprocessing_context=context)
+    ]
+    assert len(got) == len(expected) > 6
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert not multiprocessing.active_children()
+
+
+def test_fork_workers_are_refused_naming_the_start_methods_that_work(table):
+    with pytest.raises(LoaderError, match="Lance is not fork-safe.*'spawn'.*'forkserver'"):
+        DataLoader(_ds(table), num_workers=2, multiprocessing_context="fork")

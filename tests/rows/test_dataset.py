@@ -171,3 +171,26 @@ def test_map_style_with_a_shuffling_dataloader(table):
     assert len(seen) == 40 and not set(seen) & set(BAD)
     assert set(range(40)) - set(BAD) <= set(seen)  # every good row, bad ones replaced
     assert ds.skipped["ValueError"] >= len(BAD)
+
+
+def test_an_epoch_without_a_step_is_refused_not_iterated_forever(table):
+    from tokenloom.rows import RowLoaderError
+
+    nothing = RowDataset(_spec(table, filter="id < 0"), transform=decode, on_error="skip")
+    with pytest.raises(RowLoaderError, match=r"filter 'id < 0' selects no row.*widen the filter"):
+        next(iter(nothing))
+    short = RowDataset(
+        RowSpec(table=table, columns=COLS, global_batch=64, drop_last=True), transform=decode
+    )
+    with pytest.raises(RowLoaderError, match="40 rows are fewer than one global batch of 64"):
+        len(short)
+
+
+def test_forkserver_workers_give_the_in_process_batches_and_fork_is_refused(table):
+    from tokenloom.loader.read import LoaderError
+
+    ref = _ids(RowDataset(_spec(table), transform=decode, on_error="skip", transform_threads=0))
+    ds = RowDataset(_spec(table), transform=decode, on_error="skip")
+    assert _ids(RowLoader(ds, num_workers=2, multiprocessing_context="forkserver")) == ref
+    with pytest.raises(LoaderError, match="Lance is not fork-safe"):
+        RowLoader(ds, num_workers=2, multiprocessing_context="fork")

@@ -96,3 +96,53 @@ def test_commits_land_exactly_once_when_responses_are_lost(s3_server, s3_prefix)
     assert ids.tolist() == list(range(30))
     assert proxy.faults["reset_after"] > 0, proxy.faults
     print("proxy:", proxy.requests, "requests,", dict(proxy.faults), "faults")
+
+
+def test_a_store_gone_mid_tokenize_is_status_1_naming_it_and_the_rerun_completes(
+    s3_server, s3_prefix, tmp_path
+):
+    """The store goes away while ``tokenize`` runs (its proxy is closed: connections refused):
+    exit 1 naming the endpoint, not 70; the table is unchanged and readable; the same command
+    run again against the store completes."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO, write_jsonl
+    from tests.s3.conftest import so_args
+    from tokenloom.ingest import ingest
+
+    write_jsonl(tmp_path / "a.jsonl", [{"text": p} for p in real_paragraphs(120)])
+    table = f"{s3_prefix}/t.lance"
+    version = ingest(
+        [tmp_path / "a.jsonl"], table, storage_options=s3_server.storage_options, progress=False
+    ).version
+    args = ["tokenize", "--table", table, "--tokenizer", "gpt2", "--workers", "0", "--json"]
+    path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}  # as tests.conftest.run_cli
+    cmd = [sys.executable, "-m", "tokenloom.cli.main", *args]
+    with FaultProxy(s3_server.endpoint[len("http://") :], latency_ms=5) as proxy:
+        so = proxy.storage_options(s3_server.storage_options)
+        proc = subprocess.Popen(
+            [*cmd, *(f"--storage-options={k}={v}" for k, v in so.items())],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while proxy.requests < 25 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the table is open and the backfill under way
+        assert proc.poll() is None, proc.communicate()
+    _, err = proc.communicate(timeout=120)  # the proxy is closed: its port refuses
+    assert proc.returncode == 1, err
+    assert f"the object store at {proxy.endpoint} could not be reached" in err
+    assert "run the same command again" in err and "please report" not in err
+    after = Table.open(table, storage_options=s3_server.storage_options)
+    assert after.latest_version == version and after.count_rows() == 120
+    rerun = subprocess.run(
+        [*cmd, *so_args(s3_server)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["rows"] == 120
+    done = Table.open(table, storage_options=s3_server.storage_options)
+    assert done.latest_version == version + 1 and done.count_rows("n_tokens > 0") == 120

@@ -135,3 +135,46 @@ def test_invalid_tokenizer_json(tmp_path: Path) -> None:
 def test_train_bpe_rejects_tiny_vocab(tmp_path: Path) -> None:
     with pytest.raises(TokenizerError, match="at least 258"):
         train_bpe(["abc"], vocab_size=100, out_dir=tmp_path)
+
+
+def _regex_bomb_tokenizer(path: Path) -> Path:
+    """A tokenizer.json that loads, but whose Split regex ``(a+)+b`` exceeds Oniguruma's retry
+    limit on a long run of ``a`` (the Rust side panics: a ``BaseException`` in Python)."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    vocab = {"a": 0, "b": 1, "<|endoftext|>": 2, "[UNK]": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("(a+)+b"), behavior="isolated")
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.save(str(path))
+    return path
+
+
+def test_tokenizer_failing_at_encode_time_is_status_1_naming_it_and_the_row(
+    tmp_path: Path,
+) -> None:
+    from tests.conftest import run_cli, write_jsonl
+    from tokenloom.ingest import ingest
+    from tokenloom.table import Table
+
+    spec = _regex_bomb_tokenizer(tmp_path / "tokenizer.json")
+    rows = [{"text": "a" * 40 if i == 7 else f"word {i}"} for i in range(30)]
+    write_jsonl(tmp_path / "d.jsonl", rows)
+    uri = str(tmp_path / "t.lance")
+    version = ingest([tmp_path / "d.jsonl"], uri, progress=False).version
+    env = {"RUST_BACKTRACE": "0"}
+    # The round-trip check before the backfill meets the row first (in this process).
+    proc = run_cli("tokenize", "--table", uri, "--tokenizer", str(spec), env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert f"row id 7: tokenizer '{spec}' cannot encode a text" in proc.stderr
+    assert "PanicException" in proc.stderr and "Nothing was committed" in proc.stderr
+    # Without that check the backfill meets it: in spawned workers and inline.
+    for workers in ("2", "0"):
+        proc = run_cli(
+            "tokenize", "--table", uri, "--tokenizer", str(spec), "--allow-lossy",
+            "--workers", workers, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        assert f"spec='{spec}'" in proc.stderr and "failed on row id 7: EncodeError" in proc.stderr
+        assert "please report" not in proc.stderr and "Traceback" not in proc.stderr
+    assert Table.open(uri).latest_version == version

@@ -94,3 +94,52 @@ def test_mfu_counts_flops_like_palm():
     assert 123e6 < n < 125e6  # GPT-2 small: 124M without the position table
     assert peak_flops(torch.device("cpu")) is None and mfu(1e5, per_token, None) is None
     assert mfu(1e5, per_token, 1e15) == pytest.approx(1e5 * per_token / 1e15)
+
+
+def _random_doc_ids(B: int, T: int, longest: int, gen: torch.Generator) -> torch.Tensor:
+    """Packed-block ``doc_ids``: runs 0, 1, 2, ... of random lengths, then some padding."""
+    out = torch.full((B, T), -1)
+    for b in range(B):
+        end = T - int(torch.randint(0, 9, (1,), generator=gen))
+        p = d = 0
+        while p < end:
+            n = min(int(torch.randint(1, longest, (1,), generator=gen)), end - p)
+            out[b, p : p + n] = d
+            p, d = p + n, d + 1
+    return out
+
+
+@pytest.mark.parametrize(("B", "T", "longest"), [(2, 64, 20), (3, 300, 130), (1, 700, 690)])
+def test_document_segments_equal_the_dense_mask_forward_and_backward(B, T, longest):
+    from tokenloom.train.segments import DocumentSegments
+
+    gen = torch.Generator().manual_seed(T)
+    doc = _random_doc_ids(B, T, longest, gen)
+    q, k, v = (torch.randn(B, 3, T, 8, generator=gen, requires_grad=True) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(doc))
+    grads_ref = torch.autograd.grad(ref.sum(), (q, k, v))
+    got = DocumentSegments(doc).attend(q, k, v)
+    grads = torch.autograd.grad(got.sum(), (q, k, v))
+    assert float((got - ref).detach().abs().max()) < 1e-5
+    assert all(float((a - b).abs().max()) < 1e-5 for a, b in zip(grads, grads_ref, strict=True))
+
+
+def test_the_model_on_document_segments_equals_the_dense_mask(batch):
+    from tokenloom.train.segments import DocumentSegments
+
+    model = _model()
+    ids, pos, doc = batch["input_ids"], batch["position_ids"], batch["doc_ids"]
+    dense, _ = model(ids, position_ids=pos, mask=document_mask(doc))
+    runs, _ = model(ids, position_ids=pos, mask=DocumentSegments(doc))
+    assert float((dense - runs).abs().max()) < 1e-9  # float64 model
+
+
+def test_long_blocks_attend_without_a_dense_mask():
+    from tokenloom.train.model import DENSE_MASK_MAX, attention_mask
+    from tokenloom.train.segments import DocumentSegments
+
+    doc = torch.zeros(1, DENSE_MASK_MAX + 1, dtype=torch.long)
+    assert isinstance(attention_mask(doc, attention="document", kernel="sdpa"), DocumentSegments)
+    split = torch.tensor([[0, 0, 1, 1, 0, 0]])  # one document in two runs: not a packed block
+    with pytest.raises(ValueError, match="two separate runs"):
+        DocumentSegments(split)

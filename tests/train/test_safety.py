@@ -97,3 +97,79 @@ def test_a_column_added_since_is_a_new_version_not_a_rebuilt_table(tmp_path):
     pinned_run = _train("--out", str(out), "--resume", "--stop-at", "3")
     assert pinned_run.returncode == 0, pinned_run.stderr
     assert read_record(out).step == 3 and read_record(out).loader.version == pinned
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--filter", "id < 0"), "--filter 'id < 0' selects 0 rows and no token"),
+        (("--drop-last", "--global-batch-size", "100000"), "or drop --drop-last"),
+    ],
+)
+def test_an_epoch_without_a_step_is_refused_before_training(tmp_path, options, message):
+    uri = token_table(tmp_path, real_paragraphs(10))
+    cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri]
+    cmd += ["--out", str(tmp_path / "run"), "--seq-len", "64", "--steps", "3", *options]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert done.returncode == 1, done.stderr
+    assert "epoch 0 has no step" in done.stderr and message in done.stderr
+    assert "parameters" not in done.stdout  # refused before the model is built
+
+
+def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
+    uri = token_table(tmp_path, real_paragraphs(40))
+    out = tmp_path / "run"
+    proc = _train(
+        "--table", uri, "--out", str(out), *BASE, "--steps", "100000", "--workers", "2",
+        background=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line or line.startswith(b"data:"):  # an early end fails the asserts below
+            break
+    proc.send_signal(signal.SIGTERM)  # once: the first batch may not have come yet
+    sent = time.time()
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.time() - sent < 10
+    assert proc.returncode == 128 + signal.SIGTERM, stderr.decode()
+    said = stdout.decode() + stderr.decode()  # before the first batch, or at the first step
+    assert "stopped by SIGTERM before the first step" in said or "stopped by a signal" in said
+
+
+def _start_training(tmp_path) -> tuple[subprocess.Popen, bytes]:
+    """``train`` with two loader workers in its own process group, once it has taken steps
+    (and the line that says so)."""
+    uri = token_table(tmp_path, real_paragraphs(40))
+    cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri, "--out"]
+    cmd += [str(tmp_path / "run"), *BASE, "--steps", "100000", "--workers", "2"]
+    proc = subprocess.Popen(
+        cmd,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line or line.startswith(b"step      3"):
+            break
+    return proc, line
+
+
+def _semaphores() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("sem.")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory lives elsewhere")
+def test_kill_9_of_the_training_process_group_leaves_no_semaphore(tmp_path):
+    before = _semaphores()
+    proc, line = _start_training(tmp_path)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole group: resource tracker included
+    proc.wait()
+    assert line.startswith(b"step      3"), proc.stderr.read().decode()  # it was training
+    time.sleep(0.5)
+    assert not _semaphores() - before

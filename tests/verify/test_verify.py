@@ -18,7 +18,7 @@ from click.testing import CliRunner  # noqa: E402
 from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
 from tests.verify.tables import FLIPPED_TOKEN, corrupt_table, gpt2_table  # noqa: E402
 from tokenloom.cli.verify import command  # noqa: E402
-from tokenloom.loader import LoaderSpec, PackedDataset  # noqa: E402
+from tokenloom.loader import EmptyEpochError, LoaderSpec, PackedDataset  # noqa: E402
 from tokenloom.tokenize import load_tokenizer  # noqa: E402
 from tokenloom.verify import CHECKS, VerifyError, verify  # noqa: E402
 from tokenloom.verify.isolation import attention_leak, check_isolation, segment_starts  # noqa: E402
@@ -101,7 +101,7 @@ def test_a_flipped_stored_id_fails_token_ids_and_text(bad, longest):
 
 
 def test_verify_refuses_what_it_cannot_check(good, tmp_path):
-    with pytest.raises(VerifyError, match="selects no tokens"):
+    with pytest.raises(EmptyEpochError, match="selects 0 rows and no token"):
         verify(good, filter="id < 0")
     with pytest.raises(VerifyError, match="steps must be"):
         verify(good, steps=0)
@@ -285,3 +285,28 @@ def test_verify_fails_a_run_whose_steps_each_come_from_one_pool(good, tmp_path):
     assert "FAIL  pool_shares" in broken.stdout
     assert "step 0: pool 'prose' has 8 of the step's 8 blocks" in broken.stdout
     assert "verify failed: pool_shares" in broken.stderr
+
+
+def test_verify_of_very_long_blocks_keeps_memory_proportional_to_tokens(good):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    # a wrapper process, so the peak is this verify's alone (RUSAGE_CHILDREN keeps the max)
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run([sys.executable, '-m', 'tokenloom.cli.main', 'verify', '--table',"
+        f" {good!r}, '--filter', 'id < 5', '--seq-len', '100000'], capture_output=True,"
+        " text=True)\n"
+        "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(done.stdout + done.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=300, env=env
+    )
+    status, peak_kib = run.stdout.split("\n", 1)[0].split()
+    assert status == "0", run.stdout + run.stderr
+    assert "5 of 5 checks passed" in run.stdout
+    assert int(peak_kib) < 3 * 1024 * 1024, f"peak RSS {int(peak_kib) / 1024:.0f} MiB"

@@ -182,6 +182,11 @@ class UDF:
 
     # -- calling ------------------------------------------------------------------------------
 
+    def setup(self) -> None:
+        """Build a class UDF's instance now (its setup: loading a tokenizer or a model), so a
+        failure there is told apart from a failure on some row."""
+        self._callable()
+
     def _callable(self) -> Callable[..., Any]:
         if self._instance is None:
             self._instance = self.target(**self.kwargs) if self.is_class else self.target

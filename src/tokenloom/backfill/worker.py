@@ -69,12 +69,32 @@ def _udf(udf: UDF) -> UDF:
     return _UDFS.setdefault(key, udf)
 
 
+_NOT_A_UDF_FAILURE = (KeyboardInterrupt, SystemExit, GeneratorExit)
+"""What passes through untouched: the process is being stopped, not the UDF failing."""
+
+
+def _udf_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the UDF's own failure. Extensions raise more than ``Exception``: a Rust
+    panic (``pyo3_runtime.PanicException``, a ``BaseException``: say a tokenizer regex over
+    Oniguruma's retry limit) is a failing UDF too, and must not reach the pool unreported."""
+    return not isinstance(exc, _NOT_A_UDF_FAILURE)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` as plain text: what crosses the process boundary is never the
+    exception itself (an extension's exception may not unpickle in the driver)."""
+    text = str(exc).strip().rstrip(".") or "(no message)"
+    return f"{type(exc).__name__}: {text[:2000]}"
+
+
 def _failing_row(udf: UDF, batch: pa.RecordBatch) -> tuple[int, BaseException] | None:
     """Find the first row on which the UDF raises (the error path only)."""
     for i in range(batch.num_rows):
         try:
             udf(batch.slice(i, 1))
-        except Exception as exc:  # noqa: BLE001 - reported with the row id
+        except BaseException as exc:  # noqa: BLE001 - reported with the row id
+            if not _udf_failed(exc):
+                raise
             return int(batch.column("id")[i].as_py()), exc
     return None
 
@@ -89,18 +109,32 @@ def compute_rows(udf: UDF, table: pa.Table) -> pa.Table:
         UDFError: naming the UDF and the first row id it failed on.
     """
     outputs = []
+    if table.num_rows:
+        try:
+            udf.setup()
+        except UDFError:
+            raise
+        except BaseException as exc:
+            if not _udf_failed(exc):
+                raise
+            raise UDFError(
+                f"UDF {udf.name} v{udf.version} could not be set up{_arguments(udf)}: "
+                f"{_describe(exc)}. Nothing was committed; fix it and run again"
+            ) from None
     for batch in table.to_batches(max_chunksize=udf.batch_size):
         try:
             outputs.append(udf(batch))
         except UDFError:
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if not _udf_failed(exc):
+                raise
             found = _failing_row(udf, batch)
             row_id, cause = found if found is not None else (None, exc)
             where = f"row id {row_id}" if row_id is not None else "a batch (no single row fails)"
             raise UDFError(
-                f"UDF {udf.name} v{udf.version} failed on {where}: "
-                f"{type(cause).__name__}: {cause}. Nothing was committed; fix the UDF, bump its "
+                f"UDF {udf.name} v{udf.version}{_arguments(udf)} failed on {where}: "
+                f"{_describe(cause)}. Nothing was committed; fix the UDF, bump its "
                 "version and run again"
             ) from None
     ids = table.column("id").combine_chunks() if table.num_rows else pa.array([], pa.int64())
@@ -109,6 +143,19 @@ def compute_rows(udf: UDF, table: pa.Table) -> pa.Table:
     else:
         out = udf.output.empty_table()
     return out.add_column(0, "id", ids)
+
+
+def _arguments(udf: UDF) -> str:
+    """The UDF's constructor arguments, for the message (which tokenizer, which model)."""
+    shown = {k: v for k, v in udf.kwargs.items() if not k.startswith("_")}
+    if not shown:
+        return ""
+    text = ", ".join(f"{k}={_short(repr(v))}" for k, v in sorted(shown.items()))
+    return f" ({text})"
+
+
+def _short(text: str, most: int = 300) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _read_unit(frag: Any, unit: Unit, columns: list[str], where: str | None) -> pa.Table:

@@ -8,7 +8,7 @@ import tempfile
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option
+from tokenloom.cli.options import emit_json, existing_dir, json_option
 
 __all__ = ["command"]
 
@@ -454,7 +454,8 @@ one node's plan store, with PASS/MISS against < 10 s per epoch and <= 12 B/doc p
     "--workdir",
     default=None,
     metavar="DIR",
-    help="Local directory for the plan stores [default: a temporary directory].",
+    type=existing_dir,
+    help="Local directory (it must exist) for the plan stores [default: a temporary directory].",
 )
 @json_option
 def plan_bench(

@@ -22,6 +22,10 @@ def _print(result, what: str) -> None:  # noqa: ANN001 - CurationResult
         f"{result.groups:,} groups; columns {', '.join(result.columns)}; "
         f"versions {versions} ({result.seconds:.1f} s)"
     )
+    if result.by_source:
+        click.echo("per source (rows, flagged):")
+        for source, c in result.by_source.items():
+            click.echo(f"  {source:<24} {c['rows']:>10,} {c['flagged']:>10,}")
     for ex in result.examples:
         click.echo(f"  group {ex['group']}:")
         for row in ex["rows"]:

@@ -25,6 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import click
 
@@ -319,6 +320,12 @@ def _train_search_trace(
             f"{pool['unique_documents']:,} documents, {pool['documents_seen_more_than_once']:,} "
             "seen more than once"
         )
+    per_step = _pool_blocks_per_step(spec, result.step)
+    click.echo(
+        f"      every one of the {result.step} steps holds "
+        + ", ".join(f"{name} {lo}-{hi}" for name, (lo, hi) in per_step.items())
+        + f" of its {G} blocks (the shares x {G}, floor or ceil)"
+    )
     before, after = result.history["val"][0][1], result.history["val"][-1][1]
     plot = os.path.join(workdir, "loss.png")
     plot_losses(
@@ -385,4 +392,23 @@ def _train_search_trace(
         "search_hits": [h.id for h in hits.hits],
         "trace_step": step,
         "trace_rows": len(rows),
+        "step_pool_blocks": per_step,
     }
+
+
+def _pool_blocks_per_step(spec: Any, steps: int) -> dict[str, tuple[int, int]]:
+    """Per pool, the fewest and most blocks any of the run's first ``steps`` steps gave it
+    (from the run's own plan: the epoch view's blocks and their pools)."""
+    import numpy as np
+
+    from tokenloom.loader import PackedDataset
+
+    view = PackedDataset(spec).view(0)
+    names = [p.name for p in spec.mixture]
+    counts = np.stack(
+        [
+            np.bincount(np.maximum(view.plan.block_pools(view.blocks(s)), 0), minlength=len(names))
+            for s in range(min(steps, view.steps))
+        ]
+    )
+    return {n: (int(counts[:, i].min()), int(counts[:, i].max())) for i, n in enumerate(names)}

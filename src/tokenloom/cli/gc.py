@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    existing_dir,
+    json_option,
+    storage_options_option,
+    table_option,
+)
 
 __all__ = ["command"]
 
@@ -33,7 +39,7 @@ On an object store (s3://...) nothing records running writers: pass a
     "--runs",
     default=None,
     metavar="DIR",
-    type=click.Path(file_okay=False, path_type=str),
+    type=existing_dir,
     help="Also remove stale checkpoint temporaries (*.tmp-<pid>) under this runs directory.",
 )
 @click.option("--yes", "--delete", "delete", is_flag=True, help="Delete; without it, a dry run.")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import click
 
-from tokenloom.cli.options import emit_json, json_option, storage_options_option, table_option
+from tokenloom.cli.options import (
+    emit_json,
+    json_option,
+    mib_to_bytes,
+    storage_options_option,
+    table_option,
+)
 
 __all__ = ["command"]
 
@@ -74,7 +80,9 @@ nothing could be ingested, 2 on a usage error.""",
 )
 @click.option(
     "--max-doc-mb",
+    "max_doc_bytes",
     type=click.FloatRange(min=0, min_open=True),
+    callback=mib_to_bytes,
     default=512,
     show_default=True,
     help="Reject records larger than this many MiB.",
@@ -110,7 +118,7 @@ def command(
     glob_: str,
     errors: str,
     force: bool,
-    max_doc_mb: float,
+    max_doc_bytes: int,
     follow_symlinks: bool,
     columns: str | None,
     rejects_path: str | None,
@@ -134,7 +142,7 @@ def command(
         errors=errors,
         glob=glob_,
         force=force,
-        max_doc_bytes=int(max_doc_mb * (1 << 20)),
+        max_doc_bytes=max_doc_bytes,
         rejects_path=rejects_path,
         follow_symlinks=follow_symlinks,
         storage_options=storage_options,

@@ -4,9 +4,11 @@ The exit status is the truth, whatever was printed:
 
 ====  ======================================================================================
 0     the command did what was asked
-1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), or a
+1     a library error (:class:`tokenloom.errors.TokenloomError`, one line on stderr), an
+      object store that could not be reached (the endpoint named; run the command again), or a
       command that reports a failure (``verify`` with a failed check)
-2     a usage error: an unknown option, a bad option value, a missing argument
+2     a usage error: an unknown option, a bad option value (out of range, empty, not finite,
+      a directory that does not exist, or values a config refuses together), a missing argument
 70    an unexpected error, i.e. a bug (``EX_SOFTWARE``); please report it
 130   interrupted (Ctrl-C) or aborted
 ====  ======================================================================================
@@ -22,7 +24,7 @@ import sys
 import click
 
 from tokenloom import __version__
-from tokenloom.cli.options import quiet_option
+from tokenloom.cli.options import quiet_option, require_values
 from tokenloom.errors import TokenloomError
 
 __all__ = ["EXIT_BUG", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_USAGE", "cli", "main"]
@@ -112,10 +114,13 @@ def _register() -> None:
     )
     for module in modules:
         cli.add_command(module.command)
+    from tokenloom.cli import export
     from tokenloom.cli import train as train_cli
 
-    for command in (*curate.commands, *tokenize.commands, *train_cli.commands, *search.commands):
+    commands = (*curate.commands, *tokenize.commands, *train_cli.commands, *export.commands)
+    for command in (*commands, *search.commands):
         cli.add_command(command)
+    require_values(cli)
 
 
 _register()
@@ -140,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
     except TokenloomError as exc:
         if debug:
             raise
-        click.echo(f"error: {exc}", err=True)
+        outage = _outage(exc, argv, detail=False)
+        click.echo(f"error: {exc}" + (f"\n{outage}" if outage else ""), err=True)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
@@ -148,6 +154,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the boundary: a bug should still end in one readable line
         if debug:
             raise
+        outage = _outage(exc, argv)
+        if outage is not None:  # the environment, not a bug
+            click.echo(f"error: {outage}", err=True)
+            sys.exit(EXIT_ERROR)
         click.echo(
             f"unexpected error: {type(exc).__name__}: {exc}\n"
             "rerun with TOKENLOOM_DEBUG=1 for the traceback, and please report it",
@@ -155,6 +165,15 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(EXIT_BUG)
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def _outage(exc: BaseException, argv: list[str] | None, *, detail: bool = True) -> str | None:
+    """The message for an object store that could not be reached, if that is what ``exc`` is."""
+    # Imported on the error path only: keeps the start-up of every command light.
+    from tokenloom.table.outage import options_from_argv, outage_message
+
+    options = options_from_argv(sys.argv[1:] if argv is None else argv)
+    return outage_message(exc, options, detail=detail)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -28,6 +33,10 @@ __all__ = [
     "given",
     "LOADER_KEYS",
     "parse_mixture_option",
+    "existing_dir",
+    "mib_to_bytes",
+    "require_values",
+    "usage_errors",
 ]
 
 
@@ -394,8 +403,11 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
         )
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
-    spec = LoaderSpec.from_options(table=table, **values)
+    from tokenloom.loader.plan import PlanError
     from tokenloom.table.filters import FilterError, check_structure
+
+    with usage_errors(PlanError):
+        spec = LoaderSpec.from_options(table=table, **values)
 
     for pool in spec.mixture or ():
         try:
@@ -481,3 +493,100 @@ def run_spec(run: str, table: str | None, values: dict[str, Any]) -> Any:
                 "loader option yourself"
             )
     return spec
+
+
+_REQUIRED: dict[type, type] = {}
+_INT64_MAX = 2**63 - 1
+
+
+def _required(kind: click.ParamType) -> click.ParamType:
+    """``kind`` that also refuses an empty text, a number that is not finite, or an integer
+    beyond 64 bits.
+
+    No name, path, SQL filter, prompt or list a tokenloom option takes is empty, no count,
+    size, rate or duration is NaN or infinite, and none exceeds what an int64 column, a numpy
+    array or Lance can hold: such a value would reach the library and fail there as a bug (exit
+    70) or be taken silently (an empty ``--text-field`` rejects every record), so it is refused
+    here, as a usage error naming the option. The result is a copy of ``kind`` of a subclass of
+    its class, so help texts (ranges, metavars) stay as they were.
+    """
+    base = type(kind)
+    if base not in _REQUIRED:
+
+        def convert(self: Any, value: Any, param: Any, ctx: Any) -> Any:
+            if isinstance(value, str) and not value.strip():
+                self.fail(
+                    "an empty value is not allowed; give one or leave the option out", param, ctx
+                )
+            value = base.convert(self, value, param, ctx)
+            if isinstance(value, float) and not math.isfinite(value):
+                self.fail(f"{value} is not a finite number", param, ctx)
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _INT64_MAX:
+                self.fail(f"{value} is out of range: at most {_INT64_MAX} (64 bits)", param, ctx)
+            return value
+
+        _REQUIRED[base] = type(f"Required{base.__name__}", (base,), {"convert": convert})
+    new = copy.copy(kind)
+    new.__class__ = _REQUIRED[base]
+    return new
+
+
+def require_values(command: click.Command) -> None:
+    """Make every text, path and number parameter of ``command`` and its subcommands refuse an
+    empty or non-finite value (see :func:`_required`): one rule for every option, present and
+    future, instead of a check beside each one."""
+    for param in command.params:
+        kind = param.type
+        checked = (
+            click.types.StringParamType,
+            click.Path,
+            click.types.FloatParamType,
+            click.types.IntParamType,
+        )
+        if isinstance(kind, checked) and type(kind) not in _REQUIRED.values():
+            param.type = _required(kind)  # a FloatRange is a FloatParamType, an IntRange an Int
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            require_values(sub)
+
+
+existing_dir = click.Path(exists=True, file_okay=False, dir_okay=True, path_type=str)
+"""The type of an option naming a directory that must already exist (``--workdir``)."""
+
+
+def mib_to_bytes(ctx: click.Context, param: click.Parameter, value: float | None) -> int | None:  # noqa: ARG001
+    """A click callback: a size given in MiB (``--max-doc-mb``) as whole bytes, refusing a size
+    under one byte (it would round to 0, a limit no record can meet)."""
+    if value is None:
+        return None
+    size = int(value * (1 << 20))
+    if size < 1:
+        raise click.BadParameter(
+            f"{value!r} MiB is under one byte (no record could pass); give at least "
+            f"{1 / (1 << 20):.2g} MiB"
+        )
+    return size
+
+
+@contextmanager
+def usage_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """Report a library error of ``kinds`` raised while a config is built from the options as a
+    usage error (exit 2), naming the options its message mentions.
+
+    A config (a loader spec, a training config) validates the user's values in
+    ``__post_init__``; the values came from the command line, so a refusal there is the
+    user's to fix, not a data error. Wrap only the building of the config, not the work.
+    """
+    try:
+        yield
+    except kinds as exc:
+        ctx = click.get_current_context(silent=True)
+        message = str(exc)
+        named = []
+        for param in ctx.command.params if ctx is not None else ():
+            words = {param.name or "", *(o.lstrip("-").replace("-", "_") for o in param.opts)}
+            if any(w and re.search(rf"\b{re.escape(w)}\b", message) for w in words):
+                named.append(max(param.opts, key=len))
+        if named:
+            raise click.BadParameter(message, param_hint=" / ".join(named)) from exc
+        raise click.UsageError(message, ctx) from exc

@@ -103,7 +103,8 @@ Examples:
 \b
 Vector index by embedded rows (auto): < 10,000 none (flat, exact); < 1,000,000
 IVF_FLAT with sqrt(n) partitions; above, IVF_PQ (48 sub-vectors, refined). Rows
-appended later are still searched, unindexed, until the next `tokenloom index`.
+appended later are still searched, unindexed, until the next `tokenloom index`; an
+index built with the same options and covering every row is left as it is (no commit).
 
 
 Full text: words are lower-cased, ASCII-folded (cafe ~ café) and stemmed
@@ -187,12 +188,17 @@ def index(
     if as_json:
         emit_json(result.to_json())
         return
-    if result.fts_column:
+    current = "up to date (built alike, covering every fragment): nothing committed"
+    if result.fts_column in (i.removesuffix("_fts") for i in result.up_to_date):
+        click.echo(f"full-text (BM25) on {result.fts_column}: {current}")
+    elif result.fts_column:
         click.echo(f"full-text (BM25) on {result.fts_column}: {result.fts_seconds:.2f} s")
     if result.vector_column:
         kind = result.vector_index.upper()
         if result.vector_index == "none":
             click.echo(f"vectors ({result.vector_rows:,} rows): no index ({result.vector_reason})")
+        elif f"{result.vector_column}_vec" in result.up_to_date:
+            click.echo(f"vectors ({result.vector_rows:,} rows): {kind}, {current}")
         else:
             click.echo(
                 f"vectors ({result.vector_rows:,} rows): {kind}, {result.num_partitions} "

@@ -78,7 +78,7 @@ Examples:
 )
 @storage_options_option
 @click.option("--step", type=click.IntRange(min=1), default=None, help="Optimizer step (1-based).")
-@click.option("--row", "row_id", type=int, default=None, help="A row id.")
+@click.option("--row", "row_id", type=click.IntRange(min=0), default=None, help="A row id.")
 @click.option("--rank", type=click.IntRange(min=0), default=None)
 @click.option("--chars", type=click.IntRange(min=0), default=60, show_default=True)
 @json_option

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import click
 
@@ -18,6 +19,7 @@ from tokenloom.cli.options import (
     parse_mixture_option,
     run_record,
     storage_options_option,
+    usage_errors,
 )
 
 __all__ = ["commands"]
@@ -89,10 +91,16 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     metavar="SECONDS",
     help="End this invocation (checkpointed) after this much training time.",
 )
-@click.option("--lr", type=float, default=3e-3, show_default=True, help="Peak learning rate.")
+@click.option(
+    "--lr",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3e-3,
+    show_default=True,
+    help="Peak learning rate.",
+)
 @click.option("--min-lr-ratio", type=click.FloatRange(min=0, max=1), default=0.1, show_default=True)
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="[5% of steps]")
-@click.option("--weight-decay", type=float, default=0.1, show_default=True)
+@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.1, show_default=True)
 @click.option(
     "--attention", type=click.Choice(["document", "causal"]), default="document", show_default=True
 )
@@ -103,7 +111,13 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     show_default=True,
     help="Document-mask kernel (auto: flex_attention on CUDA, SDPA mask otherwise).",
 )
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, ...")
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    callback=lambda _ctx, _param, value: _device(value),
+    help="auto, cpu, cuda, cuda:1, ...",
+)
 @click.option(
     "--dtype", type=click.Choice(["auto", "bf16", "fp32"]), default="auto", show_default=True
 )
@@ -168,17 +182,23 @@ def train(
     --resume: the options come from the run's record, and one given again must match it.
     """
     from tokenloom.train.loop import train as run
+    from tokenloom.train.runs import Interrupted
 
     cfg = _config(ctx, options, resume)
-    result = run(
-        cfg,
-        resume=resume,
-        overwrite=overwrite,
-        reschedule=reschedule,
-        allow_data_change=allow_data_change,
-        log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
-        warn=lambda msg: click.echo(msg, err=True),
-    )
+    try:
+        result = run(
+            cfg,
+            resume=resume,
+            overwrite=overwrite,
+            reschedule=reschedule,
+            allow_data_change=allow_data_change,
+            log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
+            warn=lambda msg: click.echo(msg, err=True),
+        )
+    except Interrupted as stopped:  # before the first step: no checkpoint to write
+        name = signal.Signals(stopped.signum).name
+        click.echo(f"stopped by {name} before the first step; no checkpoint written", err=True)
+        raise click.exceptions.Exit(128 + stopped.signum) from None
     if int(os.environ.get("RANK") or 0) != 0:
         if result.interrupted:
             raise click.exceptions.Exit(128 + result.interrupted)
@@ -206,6 +226,19 @@ def train(
         say(f"loss curves: {plot}")
     if result.interrupted:  # checkpointed, but the run is not done: say so in the status
         raise click.exceptions.Exit(128 + result.interrupted)
+
+
+def _device(value: str) -> str:
+    """``--device``: a device name torch knows (whether this machine has it is the run's to
+    say, exit status 1)."""
+    from tokenloom.train.config import TrainError
+    from tokenloom.train.dist import parse_device
+
+    try:
+        parse_device(value)
+    except TrainError as exc:
+        raise click.BadParameter(str(exc), param_hint="--device") from exc
+    return value
 
 
 def _log_to(value: str | None) -> tuple[str, ...] | None:
@@ -244,7 +277,8 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     """The run's TrainConfig: from the options, or on ``--resume`` from the run's record with
     the options given again laid over it (the loader and the resume checks then refuse a
     change that would break the exact continuation, naming it)."""
-    from tokenloom.train.config import TrainConfig
+    from tokenloom.loader.plan import PlanError
+    from tokenloom.train.config import TrainConfig, TrainError
     from tokenloom.train.record import read_record
 
     table = options.pop("table")
@@ -258,9 +292,9 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
             options["steps"] = 100
         if options["log_to"] is None:
             options["log_to"] = ()
-        return TrainConfig(
-            loader=loader_spec(table, options), storage_options=storage_options, **options
-        )
+        loader = loader_spec(table, options)
+        with usage_errors(TrainError):
+            return TrainConfig(loader=loader, storage_options=storage_options, **options)
     if options["out"] is None:
         raise click.UsageError("--resume needs --out DIR (the run to continue)")
     record = read_record(options["out"])
@@ -281,15 +315,17 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
                 spec_of[key] = value
         from tokenloom.loader.spec import LoaderSpec
 
-        loader = LoaderSpec.from_options(**spec_of)
+        with usage_errors(PlanError):
+            loader = LoaderSpec.from_options(**spec_of)
     own = {k: v for k, v in options.items() if k != "out" and given(ctx, k)}
     if "steps" in own and "epochs" not in own:
         own["epochs"] = None
     if "epochs" in own and "steps" not in own:
         own["steps"] = None
-    return TrainConfig.from_record(
-        record, loader=loader, out=options["out"], storage_options=storage_options, **own
-    )
+    with usage_errors(TrainError):
+        return TrainConfig.from_record(
+            record, loader=loader, out=options["out"], storage_options=storage_options, **own
+        )
 
 
 @click.command(
@@ -304,8 +340,14 @@ Examples:
 )  # fmt: skip
 @click.option("--prompt", required=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--temperature", type=float, default=0.8, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=0.8,
+    show_default=True,
+    help="Sampling temperature (0: always the likeliest token).",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 def sample(
     checkpoint: str, prompt: str, max_new_tokens: int, temperature: float, seed: int
 ) -> None:

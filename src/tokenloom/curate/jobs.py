@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill import add_column, default_checkpoint_root
@@ -46,7 +47,8 @@ class CurationResult:
     by_rule: dict[str, int] = field(default_factory=dict)
     """Quality: rows failing each rule (a row may fail several), most first."""
     by_source: dict[str, dict] = field(default_factory=dict)
-    """Quality: per source, ``{"rows", "pass", "mean_quality"}``."""
+    """Per source: ``{"rows", "flagged"}`` for dedup, ``{"rows", "pass", "mean_quality"}`` for
+    quality."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -66,6 +68,17 @@ def _drop(table: Table, columns: list[str]) -> Table:
     if present:
         table.dataset.drop_columns(present)
     return table.checkout()
+
+
+def _flagged_by_source(sources: pa.ChunkedArray, flagged: np.ndarray) -> dict[str, dict]:
+    """Per source (sorted): its rows and how many of them are ``flagged``; ``sources`` and
+    ``flagged`` are aligned, one entry per row."""
+    by = pa.table({"source": sources, "flagged": flagged}).group_by("source")
+    counts = by.aggregate([("flagged", "count"), ("flagged", "sum")]).to_pylist()
+    return {
+        row["source"]: {"rows": int(row["flagged_count"]), "flagged": int(row["flagged_sum"] or 0)}
+        for row in sorted(counts, key=lambda r: str(r["source"]))
+    }
 
 
 def _examples(table: Table, group_of: np.ndarray, ids: np.ndarray, k: int = 5) -> list[dict]:
@@ -109,7 +122,7 @@ def dedup_exact(
     table = Table.open(uri, storage_options=storage_options)
     r1 = add_column(table, None, TextHash, workers=workers, progress=progress)
     table = table.checkout()
-    data = table.dataset.to_table(columns=["id", "text_hash"])
+    data = table.dataset.to_table(columns=["id", "source", "text_hash"])
     ids = data.column("id").to_numpy()
     is_dup, dup_of = exact_duplicates(ids, data.column("text_hash"))
     path = _lookup_path(table, "exact")
@@ -123,6 +136,7 @@ def dedup_exact(
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
     res.rows, res.flagged = len(ids), int(is_dup.sum())
     res.groups = len(np.unique(dup_of[is_dup]))
+    res.by_source = _flagged_by_source(data.column("source"), is_dup)
     res.examples = _examples(table, dup_of, ids)
     res.seconds = time.perf_counter() - started
     return res
@@ -158,8 +172,8 @@ def dedup_near(
     r1 = add_column(table, None, minhash, workers=workers, progress=progress)
     table = table.checkout()
     names = table.schema().names
-    extra = [c for c in (policy.column, "is_near_dup") if c is not None and c in names]
-    data = table.dataset.to_table(columns=["id", "minhash", *extra])
+    extra = [c for c in (policy.column, "is_near_dup") if c not in (None, "source") and c in names]
+    data = table.dataset.to_table(columns=["id", "source", "minhash", *extra])
     ids = data.column("id").to_numpy()
     flat = pc.list_flatten(data.column("minhash")).to_numpy()
     sigs = flat.reshape(len(ids), -1) if len(ids) else np.zeros((0, 128), np.uint32)
@@ -195,6 +209,7 @@ def dedup_near(
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
     res.rows, res.flagged = len(ids), int(is_near.sum())
     res.groups = len(np.unique(cluster[is_near]))
+    res.by_source = _flagged_by_source(data.column("source"), is_near)
     res.examples = _examples(table, cluster, ids)
     res.seconds = time.perf_counter() - started
     return res

@@ -14,6 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tokenloom.ingest.bigtext import (
+    BIG_RECORD,
+    PLACEHOLDER,
+    is_text_array,
+    split_big_json_line,
+    text_array,
+)
 from tokenloom.ingest.columns import BadColumnValue, ColumnSpec, convert
 from tokenloom.ingest.fieldpath import Missing, ParquetPath, drop_path, parquet_path, take_path
 from tokenloom.ingest.inputs import InputFile, open_regular
@@ -31,8 +38,10 @@ __all__ = [
     "cell_values",
 ]
 
-Doc = tuple[str, str, str, tuple]
-"""A document: (text, source, meta as JSON text, values of the typed columns)."""
+Doc = tuple[Any, str, str, tuple]
+"""A document: (text, source, meta as JSON text, values of the typed columns). The text is a
+``str``, or for a record of :data:`~tokenloom.ingest.bigtext.BIG_RECORD` bytes or more a one-row
+Arrow ``large_string`` array that never became a Python string."""
 
 Progress = Callable[[int], None]
 
@@ -131,12 +140,14 @@ def read_jsonl(
                 progress(pos - last_pos)
                 last_pos = pos
             if line_no == 1 and line is not None and line.startswith(_BOM):
-                line, start = line[len(_BOM) :], start + len(_BOM)  # a BOM is not content
-            if line is not None and not line.strip():
-                continue  # a blank line is not a record
+                del line[: len(_BOM)]  # a BOM is not content
+                start += len(_BOM)
+            if line is not None and (not line or line.isspace()):
+                continue  # a blank line is not a record (checked without a stripped copy)
             tally.records += 1
             notes: set[str] = set()
             item = _parse_line(line, nbytes, inp, opts, line_no, start, notes)
+            nxt = line = None  # a big line is not held while its document is written
             if notes and not isinstance(item, Reject):
                 yield from _notes(inp, notes, line=line_no, offset=start)
             yield item
@@ -158,7 +169,49 @@ def _read_error(inp: InputFile, exc: BaseException, line: int, offset: int) -> R
 
 
 def _parse_line(
-    line: bytes | None,
+    line: bytearray | None,
+    nbytes: int,
+    inp: InputFile,
+    opts: ReadOptions,
+    line_no: int,
+    start: int,
+    notes: set[str],
+) -> Doc | Reject:
+    if line is not None and len(line) >= BIG_RECORD:
+        doc = _parse_big_line(line, inp, opts, line_no, start, notes)
+        if doc is not None:
+            return doc
+        notes.clear()
+    return _parse_record(line, nbytes, inp, opts, line_no, start, notes)
+
+
+def _parse_big_line(
+    line: bytearray, inp: InputFile, opts: ReadOptions, line_no: int, start: int, notes: set[str]
+) -> Doc | None:
+    """A big line's document with its text as an Arrow array (:mod:`tokenloom.ingest.bigtext`),
+    or ``None``: then the ordinary path reads it (and gives any rejection its reason)."""
+    cut = split_big_json_line(line)
+    if cut is None:
+        return None
+    item = _parse_record(cut.skeleton, len(cut.skeleton), inp, opts, line_no, start, notes)
+    if isinstance(item, Reject) or item[0] != PLACEHOLDER:
+        return None  # a rejection, or the big string was not the text
+    _, source, meta, typed = item
+    held = (source, meta, *(v for v in typed if isinstance(v, str)))
+    if any(PLACEHOLDER[1:] in v for v in held) or _blank(cut.text):
+        return None
+    return cut.text, source, meta, typed
+
+
+def _blank(text: Any) -> bool:
+    """Whether a one-row Arrow text is whitespace only (``str.isspace`` for the ordinary path)."""
+    import pyarrow.compute as pc
+
+    return bool(pc.utf8_is_space(text)[0].as_py())
+
+
+def _parse_record(
+    line: bytes | bytearray | None,
     nbytes: int,
     inp: InputFile,
     opts: ReadOptions,
@@ -453,6 +506,33 @@ def cell_values(arr: Any) -> list[Any]:
         return out
 
 
+def _text_values(arr: Any) -> list[Any]:
+    """:func:`cell_values` of the text column, except that a valid UTF-8 cell of
+    :data:`~tokenloom.ingest.bigtext.BIG_RECORD` bytes or more stays a one-row Arrow array (no
+    Python string of it is ever made; see :mod:`tokenloom.ingest.bigtext`)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+            or pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):  # fmt: skip
+        return cell_values(arr)
+    big = pc.fill_null(pc.greater_equal(pc.binary_length(arr), BIG_RECORD), False)
+    if not pc.any(big).as_py():
+        return cell_values(arr)
+    rest = iter(cell_values(arr.filter(pc.invert(big))))  # the small cells only: no big copy
+    flags = big.to_pylist()
+    values: list[Any] = [None if flag else next(rest) for flag in flags]
+    for i in pc.indices_nonzero(big).to_pylist():
+        cell = arr.slice(i, 1)
+        wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+        offsets = np.frombuffer(cell.buffers()[1], dtype=np.int64 if wide else np.int32)
+        start, end = int(offsets[cell.offset]), int(offsets[cell.offset + 1])
+        view = text_array(cell.buffers()[2].slice(start, end - start))  # the cell's bytes, shared
+        values[i] = view if view is not None else cell_values(cell)[0]  # not UTF-8: the ordinary
+    return values
+
+
 def _cell(value: bytes | None) -> Any:
     if value is None:
         return None
@@ -469,9 +549,9 @@ def _parquet_batch(
 
     text_index = path.column
     if path.children:  # a struct's field; a null parent makes a null text
-        values = cell_values(pc.struct_field(batch.column(text_index), list(path.children)))
+        values = _text_values(pc.struct_field(batch.column(text_index), list(path.children)))
     else:
-        values = cell_values(batch.column(text_index))
+        values = _text_values(batch.column(text_index))
     others: list[tuple[str, list[Any]]] = []
     seen: dict[str, int] = {}
     typed_names = {c.name for c in opts.columns}
@@ -506,6 +586,15 @@ def _parquet_row(
     i: int,
     notes: set[str],
 ) -> Doc | Reject:
+    import pyarrow.compute as pc
+
+    if is_text_array(value):  # a big cell, kept in Arrow (valid UTF-8 already)
+        nbytes = pc.binary_length(value)[0].as_py()
+        if nbytes > opts.max_doc_bytes:
+            return _row_reject(inp, row, Reason.TOO_LARGE, f"{nbytes} bytes", _head(value))
+        if _blank(value):
+            return _row_reject(inp, row, Reason.EMPTY_TEXT, "whitespace only", _head(value))
+        return _parquet_meta(value, inp, opts, row, others, typed, i, notes)
     if isinstance(value, bytes):
         if len(value) > opts.max_doc_bytes:
             return _row_reject(inp, row, Reason.TOO_LARGE, f"{len(value)} bytes", value)
@@ -525,6 +614,30 @@ def _parquet_row(
         return _row_reject(inp, row, reason, detail, value)
     try:
         text = clean_string(text, opts.errors, f"column {opts.text_field!r}", notes)
+    except BadValue as bad:
+        return _row_reject(inp, row, bad.reason, bad.detail, value)
+    return _parquet_meta(text, inp, opts, row, others, typed, i, notes)
+
+
+def _head(text: Any) -> str:
+    """The first characters of a one-row Arrow text (for an excerpt; the rest is not copied)."""
+    import pyarrow.compute as pc
+
+    return pc.utf8_slice_codeunits(text, 0, 160)[0].as_py()
+
+
+def _parquet_meta(
+    text: Any,
+    inp: InputFile,
+    opts: ReadOptions,
+    row: int,
+    others: list[tuple[str, list[Any]]],
+    typed: dict[str, list[Any]],
+    i: int,
+    notes: set[str],
+) -> Doc | Reject:
+    """The document of a Parquet row whose text passed: source, meta and typed columns."""
+    try:
         meta: dict[str, Any] = {}
         rec_source = None
         for name, column in others:
@@ -548,7 +661,8 @@ def _parquet_row(
         add_provenance(meta, notes, inp, _row=row)
         return text, source, meta_json(meta, opts.errors, notes), values
     except BadValue as bad:
-        return _row_reject(inp, row, bad.reason, bad.detail, value)
+        excerpt = text if isinstance(text, str) else _head(text)
+        return _row_reject(inp, row, bad.reason, bad.detail, excerpt)
 
 
 def _meta_cell(cell: Any, name: str, opts: ReadOptions, notes: set[str]) -> Any:
@@ -583,24 +697,31 @@ def read_text_file(
         )
         return
     notes: set[str] = set()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        if opts.errors == "strict":
-            yield Reject(
-                file=inp.path,
-                reason=Reason.INVALID_UTF8,
-                offset=exc.start,
-                detail=f"{exc.reason} at byte {exc.start}; --errors replace keeps it",
-                excerpt=excerpt_of(data),
-            )
-            return
-        text = data.decode("utf-8-sig", errors="replace")
-        notes.add(Note.REPLACED_INVALID_UTF8)
-    checked, reason, detail = check_text(text, opts)
+    checked: Any = None
+    if len(data) >= BIG_RECORD:
+        body = memoryview(data)[len(_BOM) :] if data.startswith(_BOM) else data
+        big = text_array(body)  # a view of the file's bytes: no Python string, no copy
+        if big is not None and not _blank(big):
+            checked = big
     if checked is None:
-        yield Reject(file=inp.path, reason=reason, offset=0, detail=detail)
-        return
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            if opts.errors == "strict":
+                yield Reject(
+                    file=inp.path,
+                    reason=Reason.INVALID_UTF8,
+                    offset=exc.start,
+                    detail=f"{exc.reason} at byte {exc.start}; --errors replace keeps it",
+                    excerpt=excerpt_of(data),
+                )
+                return
+            text = data.decode("utf-8-sig", errors="replace")
+            notes.add(Note.REPLACED_INVALID_UTF8)
+        checked, reason, detail = check_text(text, opts)
+        if checked is None:
+            yield Reject(file=inp.path, reason=reason, offset=0, detail=detail)
+            return
     source = opts.source or inp.default_source
     try:
         meta = meta_json(add_provenance({}, notes, inp), opts.errors, notes)

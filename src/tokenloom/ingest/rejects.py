@@ -126,10 +126,10 @@ class Reject:
 _NOTES = frozenset(v for k, v in vars(Note).items() if k.isupper())
 
 
-def excerpt_of(raw: bytes | str, limit: int = 160) -> str:
+def excerpt_of(raw: bytes | bytearray | str, limit: int = 160) -> str:
     """A short printable excerpt of a raw record."""
-    if isinstance(raw, bytes):
-        raw = raw[:limit].decode("utf-8", errors="backslashreplace")
+    if isinstance(raw, (bytes, bytearray)):
+        raw = bytes(raw[:limit]).decode("utf-8", errors="backslashreplace")
     return printable(raw[:limit])
 
 

@@ -17,15 +17,18 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.errors import IngestError
+from tokenloom.ingest.bigtext import is_text_array
 from tokenloom.ingest.columns import arrow_field, parse_columns, resolve_columns
 from tokenloom.ingest.inputs import (
     InputFile,
@@ -60,7 +63,7 @@ FILES_KEY = "tokenloom.files"
 INGEST_FILES_KEY = "tokenloom.ingest_files"
 
 _BATCH_ROWS = 8192
-_BATCH_BYTES = 64 << 20
+_BATCH_BYTES = 64 << 20  # Python strings held before they become one Arrow batch
 _ROWS_PER_FRAGMENT = 131072  # modest fragments: the unit of parallel backfill work
 _LOG_SCHEMA = pa.schema(
     [
@@ -180,7 +183,11 @@ def default_rejects_path(table_uri: str) -> str:
 
 class _Batcher:
     """Collects documents and emits Arrow record batches of the content columns (then the
-    typed columns, if any)."""
+    typed columns, if any).
+
+    A big document whose text is already an Arrow array (:mod:`tokenloom.ingest.bigtext`) is a
+    batch of its own: its text goes to the writer as it is, never copied into a larger column.
+    """
 
     def __init__(self, extra: pa.Schema | None = None) -> None:
         self.rows = 0
@@ -192,29 +199,42 @@ class _Batcher:
         self.typed: list[tuple] = []
         self.nbytes = 0
 
-    def add(self, text: str, source: str, meta: str, typed: tuple = ()) -> pa.RecordBatch | None:
+    def add(self, text: Any, source: str, meta: str, typed: tuple = ()) -> list[pa.RecordBatch]:
+        """Add one document; returns the batches that are ready (often none)."""
+        if is_text_array(text):
+            ready = [b for b in (self.flush(),) if b is not None]
+            self.rows += 1
+            return [*ready, self._batch(text, [source], [meta], [typed])]
         self.texts.append(text)
         self.sources.append(source)
         self.metas.append(meta)
         self.typed.append(typed)
-        self.nbytes += len(text) + sum(len(v) for v in typed if isinstance(v, bytes))
+        # The memory the strings take (up to 4 bytes a character), not their length: a batch of
+        # texts above U+FFFF must not hold four times the bytes the cap means.
+        self.nbytes += sys.getsizeof(text) + sum(len(v) for v in typed if isinstance(v, bytes))
         if len(self.texts) >= _BATCH_ROWS or self.nbytes >= _BATCH_BYTES:
-            return self.flush()
-        return None
+            return [self.flush()]  # type: ignore[list-item]  # not empty here
+        return []
 
     def flush(self) -> pa.RecordBatch | None:
+        """The documents collected so far as one batch (``None`` when there are none)."""
         if not self.texts:
             return None
         texts = pa.array(self.texts, type=pa.large_string())
-        n_chars = pc.utf8_length(texts).cast(pa.int64())
-        columns = [texts, pa.array(self.sources, type=pa.string()), n_chars, pa.array(self.metas)]
-        for j, typed_field in enumerate(self.extra):
-            columns.append(pa.array([t[j] for t in self.typed], type=typed_field.type))
-        batch = pa.record_batch(columns, schema=self.schema)
+        batch = self._batch(texts, self.sources, self.metas, self.typed)
         self.rows += len(self.texts)
         self.texts, self.sources, self.metas, self.typed = [], [], [], []
         self.nbytes = 0
         return batch
+
+    def _batch(
+        self, texts: pa.Array, sources: list[str], metas: list[str], typed: list[tuple]
+    ) -> pa.RecordBatch:
+        n_chars = pc.utf8_length(texts).cast(pa.int64())
+        columns = [texts, pa.array(sources, type=pa.string()), n_chars, pa.array(metas)]
+        for j, typed_field in enumerate(self.extra):
+            columns.append(pa.array([t[j] for t in typed], type=typed_field.type))
+        return pa.record_batch(columns, schema=self.schema)
 
 
 def ingest(
@@ -532,9 +552,7 @@ def _ingest_file(
                 _reject(log, report, item)
             continue
         report.rows += 1
-        batch = batcher.add(*item)
-        if batch is not None:
-            yield batch
+        yield from batcher.add(*item)
     report.records = tally.records
 
 

@@ -21,6 +21,7 @@ __all__ = ["StreamError", "LineStream", "open_lines"]
 _IN = 1 << 18  # compressed bytes read per step
 _OUT = 1 << 20  # most decompressed bytes one step may produce
 _DRAIN = 1 << 20  # bytes read per step while skipping an overlong line
+_PIECE = 1 << 20  # bytes read per step while gathering a line
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_MAX_WINDOW = 1 << 31  # what `zstd --long=31` writes
 _ZSTD_BLOCK_MAX = 1 << 17
@@ -34,10 +35,11 @@ class StreamError(Exception):
 class LineStream:
     """Lines of one (possibly compressed) file.
 
-    Iterating yields ``(line, nbytes)``: the line without its newline, or ``None`` when it is
-    longer than ``limit`` bytes (then it was skipped unread), and the bytes it took in the
-    decompressed stream (newline included). A :class:`StreamError` (or ``OSError``) ends the
-    iteration after every complete line before the break.
+    Iterating yields ``(line, nbytes)``: the line without its newline (a ``bytearray`` the
+    caller owns), or ``None`` when it is longer than ``limit`` bytes (then it was skipped: at most
+    ``limit`` bytes of it were ever held, and only until the limit was passed), and the bytes it
+    took in the decompressed stream (newline included). A :class:`StreamError` (or ``OSError``)
+    ends the iteration after every complete line before the break.
     """
 
     stream: BinaryIO
@@ -45,25 +47,37 @@ class LineStream:
     problems: list[str] = field(default_factory=list)
     """Non-fatal findings (a bad gzip trailer or zstd checksum), filled while reading."""
 
-    def __iter__(self) -> Iterator[tuple[bytes | None, int]]:
+    def __iter__(self) -> Iterator[tuple[bytearray | None, int]]:
+        # A line is gathered in pieces of at most _PIECE bytes into one bytearray that grows in
+        # place (no join of pieces, no copy to drop the newline: ``readline(limit)`` would hold
+        # the line about twice over), and is abandoned as soon as it passes the limit.
         readline = self.stream.readline
-        cap = self.limit + 1
         while True:
-            line = readline(cap)
-            if not line:
+            piece = readline(min(_PIECE, self.limit + 1))
+            if not piece:
                 return
+            line = bytearray(piece)
+            del piece
+            while not line.endswith(b"\n") and len(line) <= self.limit:
+                piece = readline(min(_PIECE, self.limit + 1 - len(line)))
+                if not piece:
+                    break
+                line += piece
             n = len(line)
-            if line.endswith(b"\n"):
-                yield line[:-1], n
-            elif n < cap:
-                yield line, n  # the last line, without a newline
-            else:
-                while True:  # too long: skip the rest of the line, keeping nothing
+            if n > self.limit and not (n == self.limit + 1 and line.endswith(b"\n")):
+                del line  # too long: skip the rest of the line, keeping nothing
+                ended = False
+                while not ended:
                     more = readline(_DRAIN)
                     n += len(more)
-                    if not more or more.endswith(b"\n"):
-                        break
+                    ended = not more or more.endswith(b"\n")
                 yield None, n
+                continue
+            if line.endswith(b"\n"):
+                del line[-1]  # in place: the buffer is not copied
+            box = [line]
+            del line  # handed over: this frame keeps no reference while the caller works
+            yield box.pop(), n
 
 
 def open_lines(raw: BinaryIO, compression: str, limit: int) -> LineStream:

@@ -58,6 +58,7 @@ _LAZY = {
     "DataLoader": "dataloader",
     "LoaderStats": "stats",
     "Planner": "planner",  # imports Lance
+    "EmptyEpochError": "planner",
     "PlanStore": "planstore",
 }
 
@@ -82,6 +83,7 @@ __all__ = [
     "LoaderSpec",
     "PoolSpec",
     "Planner",
+    "EmptyEpochError",
     "PlanStore",
     "BlockPlan",
     "EpochView",

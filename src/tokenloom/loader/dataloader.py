@@ -5,14 +5,16 @@
 is a torch ``DataLoader`` over it with ``batch_size=None`` (the dataset yields whole batches), a
 ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
 :attr:`DataLoader.stats` adding up the workers' counters and the consumer's wait (stall) time.
-Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned
-processes (Lance is not fork-safe) that import no torch, each sending groups of steps through a
+Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`): spawned (or
+``forkserver``) processes that import no torch, each sending groups of steps through a
 shared-memory ring; torch's ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
-``multiprocessing_context`` and ``pin_memory`` keep their meaning.
+``multiprocessing_context`` (``fork`` refused: Lance is not fork-safe) and ``pin_memory`` keep
+their meaning.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +30,7 @@ from tokenloom.loader.group import BuiltGroup
 from tokenloom.loader.ledger import LedgerCounter
 from tokenloom.loader.read import LoaderError
 from tokenloom.loader.stats import LoaderStats
-from tokenloom.loader.workers import WorkerPool
+from tokenloom.loader.workers import WorkerPool, multiprocessing_context
 
 __all__ = ["DataLoader", "PackedDataset", "as_tensors"]
 
@@ -59,11 +61,32 @@ class PackedDataset(PackedStream, IterableDataset):
 class DataLoader(torch.utils.data.DataLoader):
     """A torch DataLoader over a :class:`PackedDataset` (``batch_size=None``, spawn workers)
     whose ``state_dict()`` is the exact cursor of batches delivered to the consumer and whose
-    :attr:`stats` add up the workers' counters and the consumer's wait time."""
+    :attr:`stats` add up the workers' counters and the consumer's wait time.
+
+    The one front for both streams: given a :class:`~tokenloom.rows.RowDataset` it returns a
+    :class:`~tokenloom.rows.RowLoader` (the same contract: whole batches, exact cursor, spawned
+    workers that need no ``__main__`` guard).
+    """
+
+    def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = sys.modules.get("tokenloom.rows.dataset")  # loaded if a RowDataset exists
+        if cls is DataLoader and rows is not None and isinstance(dataset, rows.RowDataset):
+            from tokenloom.rows.loader import RowLoader
+
+            return RowLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
-        if num_workers > 0:
-            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+        if not isinstance(dataset, PackedDataset):
+            raise TypeError(
+                f"tokenloom.loader.DataLoader takes a PackedDataset or a RowDataset, not a "
+                f"{type(dataset).__name__}; a RowMapDataset (map-style) goes to "
+                "torch.utils.data.DataLoader(ds, batch_size=B, shuffle=True)"
+            )
+        if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
+            kwargs["multiprocessing_context"] = multiprocessing_context(
+                kwargs.get("multiprocessing_context")
+            )
         if kwargs.get("batch_size") is not None:
             raise LoaderError(
                 f"DataLoader(batch_size={kwargs['batch_size']}) would be ignored: a "
@@ -118,6 +141,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 ds._epoch, ds._step = group.epoch, group.first + i + 1
                 if ds._step >= total:
                     ds._epoch, ds._step = group.epoch + 1, 0
+                pool.check()  # a dead worker is noticed here, not when its queue runs dry
                 yield as_tensors(group.batch(i), pin=pin)
 
     def _workers(self, ds: PackedDataset) -> WorkerPool:

@@ -41,7 +41,12 @@ from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
 from tokenloom.table.filters import and_filters
 
-__all__ = ["Planner"]
+__all__ = ["Planner", "EmptyEpochError"]
+
+
+class EmptyEpochError(LoaderError):
+    """An epoch of the loader has no global step: iterating it would yield nothing, forever."""
+
 
 _PLANS_KEPT = 2  # the current epoch and the next (a reader thread may look ahead)
 
@@ -221,9 +226,18 @@ class Planner:
         return plan
 
     def view(self, epoch: int) -> EpochView:
-        """Epoch ``epoch`` cut into global steps."""
+        """Epoch ``epoch`` cut into global steps.
+
+        Every reader of an epoch (the dataset and its workers, training, resume, ``verify``,
+        ``stats``, the ledger) comes through here, so an epoch of zero steps is refused here
+        once: a loop rolling over epochs would otherwise spin without ever yielding a batch.
+
+        Raises:
+            EmptyEpochError: The epoch has no global step; the message names the cause (a
+                selection without tokens, or ``drop_last`` with less than one global batch).
+        """
         s = self.spec
-        return EpochView(
+        view = EpochView(
             self.plan(epoch),
             global_batch=s.global_batch,
             drop_last=s.drop_last,
@@ -231,6 +245,32 @@ class Planner:
             lookahead=s.lookahead,
             eos_id=self.eos_id,
             pad_id=self.pad_id,
+        )
+        if view.steps == 0:
+            raise EmptyEpochError(self._empty_epoch(view, int(epoch)))
+        return view
+
+    def _empty_epoch(self, view: EpochView, epoch: int) -> str:
+        """Why epoch ``epoch`` has no step, and what to change."""
+        s, plan = self.spec, view.plan
+        where = f"{self.uri} (version {self.version})"
+        if plan.num_blocks == 0:
+            what = (
+                f"the mixture's pools ({', '.join(s.pool_names)}) and --filter {s.filter!r}"
+                if s.mixture
+                else f"--filter {s.filter!r}"
+            )
+            rows = len(self.inputs.row_ids)
+            return (
+                f"epoch {epoch} has no step: {what} selects {rows:,} rows and no token in "
+                f"{where}; widen the filter (`tokenloom stats --table {s.table}` shows what "
+                "the table holds)"
+            )
+        return (
+            f"epoch {epoch} has no step: its {plan.num_blocks:,} blocks of {s.seq_len} tokens "
+            f"are fewer than one global batch of {s.global_batch} blocks, and --drop-last "
+            f"leaves that incomplete step out; pass --global-batch-size {plan.num_blocks} or "
+            "less, or drop --drop-last"
         )
 
     def universes(self) -> list[Any]:
@@ -245,13 +285,11 @@ class Planner:
         """A step counted from the start of epoch 0 → ``(epoch, step within it)``.
 
         Raises:
-            LoaderError: The selection yields no step at all (an endless search otherwise).
+            EmptyEpochError: An epoch on the way has no step (an endless search otherwise).
         """
         g, epoch = int(global_step), 0
         while True:
-            n = self.steps(epoch)
-            if n == 0:
-                raise LoaderError(f"epoch {epoch} of this loader has no step")
+            n = self.steps(epoch)  # never 0: view() refuses an empty epoch
             if g < n:
                 return epoch, g
             g, epoch = g - n, epoch + 1

@@ -9,39 +9,43 @@ pack (:class:`~tokenloom.loader.dataset.PackedStream`: Lance and numpy), so
 * worker ``w`` of ``W`` is sent a detached copy of the stream (its plan inputs are mapped from the
   node's plan store, not copied) and builds groups ``w, w + W, ...`` of the rest of the epoch
   into its shared-memory ring (:class:`~tokenloom.loader.buffers.SharedSlots`);
-* each group crosses as one small message on the worker's own bounded queue
-  (``prefetch_factor`` groups), so a worker never runs further ahead than its ring allows;
+* each group crosses as one small message on the worker's own pipe, at most
+  ``prefetch_factor`` groups ahead of the credits the training process returns, so a worker
+  never runs further ahead than its ring allows; pipes, not ``multiprocessing.Queue``, whose
+  named semaphores (``/dev/shm/sem.mp-*``) outlive a process group killed by ``kill -9``;
 * a spawned worker does not run the training script again: the stream needs nothing from
   ``__main__``, and a script's ``import torch`` would undo the point (with a
   ``worker_init_fn`` defined in ``__main__`` the script is run, as torch's workers do);
-* the training process reads the queues round-robin: the stream is the same for any ``W``;
+  ``forkserver`` works too, ``fork`` is refused (Lance is not fork-safe);
+* the training process reads the pipes round-robin: the stream is the same for any ``W``;
 * with ``persistent=True`` (``DataLoader(persistent_workers=True)``) the processes outlive a
-  pass: each pass sends them its ``(epoch, step)``, so ``set_epoch`` and ``load_state_dict``
-  reach them, and their object-store fetches go on into the next epoch while it starts;
+  pass: each pass sends them its ``(epoch, step)`` on the same pipe, so ``set_epoch`` and
+  ``load_state_dict`` reach them, and their object-store fetches go on into the next epoch
+  while it starts;
 * a worker's exception is raised in the training process with the worker's traceback; a worker
-  that dies (killed, out of memory) is reported with its exit code instead of hanging; on any
-  exit the workers are stopped (their rings are anonymous memory: nothing to clean up); a
-  training process killed outright takes its workers with it (``PR_SET_PDEATHSIG``).
+  that dies (killed, out of memory) is reported with its exit code and signal within a step
+  (every worker is watched while the training process waits, and between steps), never after
+  the groups already queued are used up; on any exit the workers are stopped (their rings are
+  anonymous memory: nothing to clean up); a training process killed outright takes its workers
+  with it (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import multiprocessing.spawn
+import multiprocessing.connection
 import os
-import queue
+import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from tokenloom.loader.read import LoaderError
-from tokenloom.process import die_with_parent
+from tokenloom.process import defined_in_main, die_with_parent, main_not_rerun
 
-__all__ = ["WorkerPool", "WorkerError"]
+__all__ = ["WorkerPool", "WorkerError", "describe_exit", "multiprocessing_context"]
 
 _POLL_S = 0.25  # how often a waiting training process checks that its worker is alive
 _STOP_S = 5.0  # how long a stopped worker may take to exit before it is killed
@@ -55,74 +59,83 @@ def _worker_main(
     stream: Any,
     worker: int,
     workers: int,
-    out: Any,
+    conn: Any,
     init_fn: Callable[[int], None] | None,
     parent: int,
-    ring_taken: Any,
-    control: Any = None,
+    prefetch: int,
+    forkserver: bool,
+    persistent: bool = False,
 ) -> None:
     """Body of worker ``worker``: its groups, then ``("done", info)`` or ``("error", ...)``.
 
-    The ring's descriptor is handed over by this process (``DupFd``) when the training process
-    reads the first group, so a worker that is done waits for ``ring_taken`` before it exits.
-    A persistent worker (``control`` given) runs one pass per ``(epoch, step)`` it is sent, from
-    that cursor, and stays alive between passes (its stream keeps its fetch pipeline, already
-    reading the next epoch's first rows) until it is sent ``None`` or stopped."""
-    die_with_parent(parent)  # a training process killed by -9 takes its workers with it
-    sent_ring = False
+    ``conn`` is the worker's end of a pipe: it sends at most ``prefetch`` groups ahead of the
+    ``"credit"`` messages the training process returns for the groups it took. The ring's
+    descriptor is handed over by this process (``DupFd``) when the training process reads the
+    first group, so a worker that is done waits for its ``"taken"`` message before it exits.
+    A ``persistent`` worker runs one pass per ``("cursor", (epoch, step))`` message, from that
+    cursor, and stays alive between passes (its stream keeps its fetch pipeline, already reading
+    the next epoch's first rows) until it is sent ``("stop", None)`` or stopped."""
+    # under forkserver the parent is the fork server, which ends with the training process
+    die_with_parent(os.getppid() if forkserver else parent)
+    credits, taken, sent_ring = prefetch, False, False
+    orders: list[tuple[str, Any]] = []  # control messages not yet acted on (persistent)
+
+    def receive() -> None:  # one message; EOFError once the training process is gone
+        nonlocal credits, taken
+        message = conn.recv()
+        if message == "credit":
+            credits += 1
+        elif message == "taken":
+            taken = True
+        else:  # ("cursor", (epoch, step)) or ("stop", None)
+            orders.append(message)
+
     try:
         if init_fn is not None:
             init_fn(worker)
         while True:
-            keep = control is not None
-            if keep:
-                cursor = control.get()
-                if cursor is None:
+            if persistent:
+                while not orders:
+                    receive()
+                kind, cursor = orders.pop(0)
+                if kind != "cursor":
                     break
                 stream.seek(*cursor)
-            for group in stream.groups(worker, workers, keep=keep):
+            for group in stream.groups(worker, workers, keep=persistent):
+                while credits <= 0:
+                    receive()
+                credits -= 1
                 sent_ring = sent_ring or group.slots is not None
-                out.put(("group", group))
-            out.put(("done", {"torch_imported": "torch" in sys.modules}))
-            if not keep:
+                conn.send(("group", group))
+            conn.send(("done", {"torch_imported": "torch" in sys.modules}))
+            if not persistent:
                 break
-        if sent_ring and control is None:
-            ring_taken.wait()  # the training process sets it, or stops this process
+        while sent_ring and not taken:  # the training process says so, or stops this process
+            receive()
     except BaseException as exc:  # noqa: BLE001 - reported to the training process
         text = "".join(traceback.format_exception(exc))
-        try:
-            out.put(("error", (exc, text)))
-        except Exception:  # noqa: BLE001 - the exception itself does not pickle
-            out.put(("error", (None, text)))
+        for report in ((exc, text), (None, text)):  # the exception itself may not pickle
+            try:
+                conn.send(("error", report))
+                break
+            except Exception:  # noqa: BLE001, S112 - unpicklable, or nobody reads any more
+                continue
     finally:
-        out.close()
-        out.join_thread()  # everything put is flushed before the process exits
+        conn.close()
 
 
-_START_LOCK = threading.Lock()
-
-
-@contextmanager
-def _main_not_rerun(skip: bool) -> Iterator[None]:
-    """While starting workers: leave the parent's ``__main__`` out of what a spawned child
-    prepares (multiprocessing would run the script again in every worker)."""
-    if not skip:
-        yield
-        return
-    with _START_LOCK:
-        original = multiprocessing.spawn.get_preparation_data
-
-        def prepare(name: str) -> dict:
-            data = original(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-            return data
-
-        multiprocessing.spawn.get_preparation_data = prepare
+def describe_exit(worker: int, pid: int | None, code: int | None) -> str:
+    """How worker ``worker`` ended, for an error: its pid, exit code and the killing signal."""
+    text = f"DataLoader worker {worker} (pid {pid}) exited unexpectedly with code {code}"
+    if code is not None and code < 0:
         try:
-            yield
-        finally:
-            multiprocessing.spawn.get_preparation_data = original
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        text += f", killed by {name}"
+        if -code == signal.SIGKILL:
+            text += " (the kernel's out-of-memory killer sends it: see `dmesg`)"
+    return text
 
 
 def _raise(worker: int, exc: BaseException | None, text: str) -> None:
@@ -137,13 +150,46 @@ def _raise(worker: int, exc: BaseException | None, text: str) -> None:
     raise WorkerError(message)
 
 
+def multiprocessing_context(context: Any) -> Any:
+    """The multiprocessing context workers start with: ``None`` (``spawn``), ``"spawn"``,
+    ``"forkserver"`` or such a context object.
+
+    Raises:
+        LoaderError: ``fork`` (or an unknown method): a forked child inherits Lance's running
+            threads and locks mid-state.
+    """
+    if context is None:
+        return mp.get_context("spawn")
+    if isinstance(context, str):
+        if context not in mp.get_all_start_methods():
+            raise LoaderError(
+                f"multiprocessing_context {context!r} is not a start method here; use 'spawn' "
+                "(the default) or 'forkserver'"
+            )
+        context = mp.get_context(context)
+    method = context.get_start_method()
+    if method not in ("spawn", "forkserver"):
+        raise LoaderError(
+            f"multiprocessing_context {method!r} is refused: Lance is not fork-safe (a forked "
+            "worker inherits its threads and locks mid-state); use 'spawn' (the default) or "
+            "'forkserver'"
+        )
+    return context
+
+
 class WorkerPool:
     """``workers`` spawned processes building a stream's groups; iterate for them in order.
+
+    Each worker talks through its own pipe (no ``multiprocessing.Queue``: a queue's named POSIX
+    semaphores, ``/dev/shm/sem.mp-*``, outlive a process group killed by ``kill -9``). While the
+    training process waits it watches every worker, and :meth:`check` (called by the DataLoader
+    between steps) notices a dead one within a step, however many groups are queued.
 
     Args:
         stream: The :class:`~tokenloom.loader.dataset.PackedStream` (detached: no torch class).
         workers: Number of processes (>= 1).
-        context: A multiprocessing context (default ``spawn``: Lance is not fork-safe).
+        context: A multiprocessing context or start method (default ``spawn``; ``forkserver``
+            works too; ``fork`` is refused: Lance is not fork-safe).
         prefetch: Groups each worker may have queued ahead of the training process.
         timeout: Seconds to wait for one group before giving up (0: no limit; a dead worker is
             detected either way).
@@ -167,30 +213,29 @@ class WorkerPool:
         if workers < 1:
             raise LoaderError(f"workers must be >= 1, got {workers}")
         self.stream, self.workers = stream, int(workers)
-        self.context = context if context is not None else mp.get_context("spawn")
+        self.context = multiprocessing_context(context)
         self.prefetch, self.timeout, self.init_fn = max(int(prefetch), 1), float(timeout), init_fn
-        self.persistent = bool(persistent)
         self.torch_imported: bool | None = None
         """Whether any worker had torch imported when it finished (``None`` until one did)."""
+        self.persistent = bool(persistent)
         self.passes = 0
         """Passes these processes ran to their end."""
         self.running = False
         """Whether a pass is being iterated (a persistent pool is reused only between passes)."""
-        self._procs: list[Any] | None = None
-        self._queues: list[Any] = []
-        self._taken: list[Any] = []
-        self._control: list[Any] | None = None
+        self._procs: list[Any] = []
+        self._conns: list[Any] = []
+        self._started = False
 
     @property
     def alive(self) -> bool:
         """Whether the processes are started and idle or running (a persistent pool between
         passes)."""
-        return self._procs is not None
+        return self._started
 
     @property
     def pids(self) -> list[int]:
         """The workers' process ids (empty when not started)."""
-        return [p.pid for p in self._procs or []]
+        return [p.pid for p in self._procs] if self._started else []
 
     def __iter__(self) -> Iterator[Any]:
         return self.run(None)
@@ -204,43 +249,47 @@ class WorkerPool:
 
     def _start(self) -> None:
         ctx, W = self.context, self.workers
-        self._queues = [ctx.Queue(maxsize=self.prefetch) for _ in range(W)]
-        self._taken = [ctx.Event() for _ in range(W)]
-        self._control = [ctx.SimpleQueue() for _ in range(W)] if self.persistent else None
+        forkserver = ctx.get_start_method() == "forkserver"
+        pipes = [ctx.Pipe(duplex=True) for _ in range(W)]
+        self._conns = [here for here, _ in pipes]
         self._procs = [
             ctx.Process(
                 target=_worker_main,
                 args=(
-                    self.stream, w, W, self._queues[w], self.init_fn, os.getpid(),
-                    self._taken[w], self._control[w] if self._control else None,
+                    self.stream, w, W, pipes[w][1], self.init_fn, os.getpid(), self.prefetch,
+                    forkserver, self.persistent,
                 ),
                 name=f"tokenloom-loader-{w}",
                 daemon=True,
             )
             for w in range(W)
         ]  # fmt: skip
-        uses_main = getattr(self.init_fn, "__module__", None) in ("__main__", "__mp_main__")
-        with _main_not_rerun(not uses_main):
-            for p in self._procs:
-                p.start()
+        self._started = True
+        try:
+            with main_not_rerun(not defined_in_main(self.init_fn)):
+                for p in self._procs:
+                    p.start()
+        finally:
+            for _, there in pipes:
+                there.close()  # the workers hold them: a worker's death is an EOF here
 
     def _run(self, cursor: tuple[int, int] | None) -> Iterator[Any]:
         W = self.workers
         finished = False
         self.running = True
         try:
-            if self._procs is None:
+            if not self._started:
                 self._start()
             elif not self.persistent:
                 raise LoaderError("a WorkerPool that is not persistent runs one pass")
-            procs, queues, taken = self._procs, self._queues, self._taken
-            assert procs is not None
-            if self._control is not None:
-                for control in self._control:
-                    control.put((int(cursor[0]), int(cursor[1])) if cursor else None)
+            procs, conns = self._procs, self._conns
+            if self.persistent and cursor is not None:
+                order = ("cursor", (int(cursor[0]), int(cursor[1])))
+                for v in range(W):
+                    self._tell(conns[v], procs[v], v, order)
             w = 0
             while True:
-                kind, payload = self._get(queues[w], procs[w], w)
+                kind, payload = self._get(conns[w], procs[w], w)
                 if kind == "error":
                     _raise(w, *payload)
                 if kind == "done":
@@ -248,7 +297,7 @@ class WorkerPool:
                     # means every later group index is past the epoch's end
                     self._done(payload)
                     for v in [*range(w + 1, W), *range(w)] if self.persistent else []:
-                        kind, payload = self._get(queues[v], procs[v], v)  # its "done" too
+                        kind, payload = self._get(conns[v], procs[v], v)  # its "done" too
                         if kind == "error":
                             _raise(v, *payload)
                         if kind != "done":
@@ -260,8 +309,10 @@ class WorkerPool:
                     finished = True
                     self.passes += 1
                     return
+                self._tell(conns[w], procs[w], w, "credit")
                 if payload.slots is not None:
-                    taken[w].set()  # its ring is mapped here (unpickling took the descriptor)
+                    # its ring is mapped here (unpickling took the descriptor)
+                    self._tell(conns[w], procs[w], w, "taken")
                 yield payload
                 w = (w + 1) % W
         finally:
@@ -273,10 +324,23 @@ class WorkerPool:
         self.torch_imported = bool(self.torch_imported) or info["torch_imported"]
 
     def close(self) -> None:
-        """Stop the processes (a persistent pool's next :meth:`run` starts new ones)."""
-        procs, self._procs = self._procs, None
-        if procs is not None:
-            self._stop(procs, self._queues)
+        """Stop the processes (a persistent pool's next :meth:`run` starts new ones). Idle
+        persistent workers are sent ``("stop", None)`` first; any still running are ended."""
+        if not self._started:
+            return
+        self._started = False
+        procs, conns = self._procs, self._conns
+        if self.persistent and not self.running:
+            for c in conns:
+                try:
+                    c.send(("stop", None))
+                except OSError:  # it died, or closed its end
+                    pass
+            deadline = time.monotonic() + _POLL_S
+            for p in procs:
+                if p.pid is not None:
+                    p.join(max(deadline - time.monotonic(), 0.0))
+        self._stop(procs, conns)
 
     def __del__(self) -> None:
         try:
@@ -284,28 +348,57 @@ class WorkerPool:
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown; daemons go anyway
             pass
 
-    def _get(self, q: Any, proc: Any, w: int) -> tuple[str, Any]:
+    def check(self) -> None:
+        """Raise :class:`WorkerError` if a worker has died (a non-zero exit: killed, out of
+        memory); a worker that finished its groups exits with 0."""
+        for w, p in enumerate(self._procs if self._started else []):
+            code = p.exitcode if p.pid is not None else None
+            if code:
+                raise WorkerError(describe_exit(w, p.pid, code))
+
+    def _tell(self, conn: Any, proc: Any, w: int, message: Any) -> None:
+        try:
+            conn.send(message)
+        except OSError:  # the worker closed its end: it finished its groups, or it died
+            proc.join(_POLL_S)
+            if proc.exitcode:
+                raise WorkerError(describe_exit(w, proc.pid, proc.exitcode)) from None
+
+    def _get(self, conn: Any, proc: Any, w: int) -> tuple[str, Any]:
         started = time.monotonic()
         while True:
-            try:
-                return q.get(timeout=_POLL_S)
-            except queue.Empty:
-                pass
+            if mp.connection.wait([conn, proc.sentinel], timeout=_POLL_S) and conn.poll():
+                message = self._recv(conn, proc, w)
+                if message is not None:
+                    return message
             if not proc.is_alive():
-                try:  # what it put just before exiting
-                    return q.get(timeout=_POLL_S)
-                except queue.Empty:
-                    raise WorkerError(
-                        f"DataLoader worker {w} (pid {proc.pid}) exited unexpectedly with code "
-                        f"{proc.exitcode} (killed, or out of memory?)"
-                    ) from None
+                if conn.poll():  # what it sent just before exiting
+                    message = self._recv(conn, proc, w)
+                    if message is not None:
+                        return message
+                raise WorkerError(describe_exit(w, proc.pid, proc.exitcode))
+            self.check()  # another worker, whose groups are queued, may be the dead one
             if self.timeout and time.monotonic() - started > self.timeout:
                 raise WorkerError(
                     f"DataLoader timed out after {self.timeout:g} s waiting for worker {w}"
                 )
 
     @staticmethod
-    def _stop(procs: list[Any], queues: list[Any]) -> None:
+    def _recv(conn: Any, proc: Any, w: int) -> tuple[str, Any] | None:
+        """The worker's next message; ``None`` at the end of its pipe (it died). A group whose
+        ring descriptor can no longer be fetched (the worker died holding it) is its death."""
+        try:
+            return conn.recv()  # type: ignore[no-any-return]
+        except EOFError:
+            return None
+        except Exception as exc:
+            proc.join(_POLL_S)
+            if proc.exitcode:
+                raise WorkerError(describe_exit(w, proc.pid, proc.exitcode)) from exc
+            raise
+
+    @staticmethod
+    def _stop(procs: list[Any], conns: list[Any]) -> None:
         for p in procs:
             if p.pid is not None and p.is_alive():
                 p.terminate()
@@ -317,6 +410,5 @@ class WorkerPool:
             if p.is_alive():
                 p.kill()
                 p.join()
-        for q in queues:
-            q.cancel_join_thread()
-            q.close()
+        for c in conns:
+            c.close()

@@ -66,6 +66,40 @@ def _torch_base() -> type:
         return object
 
 
+_HINTS = {
+    "batch_size": "rows per step are the spec's global_batch (each of W ranks gets "
+    "global_batch / W): pass global_batch=",
+    "shuffle": "every epoch is a fresh shuffle of (seed, epoch): pass seed=",
+    "num_workers": "workers belong to the loader: RowLoader(dataset, num_workers=N)",
+    "workers": "workers belong to the loader: RowLoader(dataset, num_workers=N)",
+    "where": "the rows are selected by filter=",
+}
+"""For a keyword that belongs elsewhere: where it goes."""
+
+
+def _check_keywords(cls: type, options: dict[str, Any]) -> None:
+    """Refuse keywords that are neither ``cls``'s own nor :class:`RowSpec` fields, naming the
+    valid ones (and, for a familiar one such as ``batch_size``, where it belongs)."""
+    import dataclasses
+    import inspect
+
+    fields = [f.name for f in dataclasses.fields(RowSpec) if f.name != "table"]
+    unknown = sorted(set(options) - set(fields))
+    if not unknown:
+        return
+    own = [
+        p.name
+        for p in inspect.signature(cls.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    hints = "".join(f"{name}: {_HINTS[name]}; " for name in unknown if name in _HINTS)
+    raise RowLoaderError(
+        f"{cls.__name__}() got unknown keyword(s) {', '.join(unknown)}; {hints}"
+        f"valid keywords are {', '.join(own)}, and the RowSpec fields {', '.join(fields)} "
+        "(keyword form, with a table URI instead of a RowSpec)"
+    )
+
+
 class _Rows:
     """What RowDataset and RowMapDataset share: the spec resolved, the reader, the transform."""
 
@@ -81,6 +115,7 @@ class _Rows:
     ) -> None:
         from tokenloom.table import Table
 
+        _check_keywords(type(self), options)
         if not isinstance(spec, RowSpec):
             spec = RowSpec(table=spec, **options)
         elif options:
@@ -219,18 +254,35 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         return self._step
 
     def plan(self, epoch: int | None = None) -> RowPlan:
-        """The epoch's :class:`RowPlan` (the last two are kept)."""
+        """The epoch's :class:`RowPlan` (the last two are kept).
+
+        Every reader of an epoch comes through here, so an epoch of zero steps is refused once
+        here: iterating it (or rolling over into the next) would yield nothing, forever.
+
+        Raises:
+            RowLoaderError: The epoch has no global step (no row selected, or ``drop_last``
+                with fewer rows than one global batch).
+        """
         e = self._epoch if epoch is None else int(epoch)
         if e not in self._plans:
             s = self.spec
-            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
-            self._plans[e] = RowPlan.build(
-                len(self.selection.row_ids),
-                seed=s.seed,
-                epoch=e,
-                global_batch=s.global_batch,
-                drop_last=s.drop_last,
+            n = len(self.selection.row_ids)
+            plan = RowPlan.build(
+                n, seed=s.seed, epoch=e, global_batch=s.global_batch, drop_last=s.drop_last
             )
+            if plan.steps == 0:
+                if n == 0:
+                    raise RowLoaderError(
+                        f"epoch {e} has no step: the filter {s.filter!r} selects no row of "
+                        f"{s.table} (version {self.version}); widen the filter"
+                    )
+                raise RowLoaderError(
+                    f"epoch {e} has no step: its {n:,} rows are fewer than one global batch "
+                    f"of {s.global_batch} rows, and drop_last leaves that incomplete step out; "
+                    f"use global_batch={n} or less, or drop_last=False"
+                )
+            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
+            self._plans[e] = plan
         return self._plans[e]
 
     def __len__(self) -> int:

@@ -1,12 +1,14 @@
 """``RowLoader``: a torch DataLoader over a :class:`~tokenloom.rows.RowDataset`.
 
-Spawned workers (Lance is not fork-safe), ``batch_size=None`` (the dataset yields whole
-batches), a ``state_dict()`` that is the exact cursor of batches *delivered to the consumer*,
-and the workers' skip counts added up in the dataset. With ``persistent_workers=True`` the
-workers are kept between epochs: a worker whose pass ran to its end moves its own copy of the
-cursor to the next epoch's start, which is where the training process's cursor is after a whole
-pass; a pass left before its end, ``set_epoch`` or ``load_state_dict`` elsewhere start new
-workers from the training process's cursor.
+Spawned (or ``forkserver``) workers, ``fork`` refused (Lance is not fork-safe), that do not
+run the script again (no ``__main__`` guard needed, as for the packed loader:
+:func:`tokenloom.process.main_not_rerun`),
+``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact
+cursor of batches *delivered to the consumer*, and the workers' skip counts added up in the
+dataset. With ``persistent_workers=True`` the workers are kept between epochs: a worker whose
+pass ran to its end moves its own copy of the cursor to the next epoch's start, which is where
+the training process's cursor is after a whole pass; a pass left before its end, ``set_epoch``
+or ``load_state_dict`` elsewhere start new workers from the training process's cursor.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 import torch
 
+from tokenloom.loader.workers import multiprocessing_context
+from tokenloom.process import defined_in_main, main_not_rerun
 from tokenloom.rows.dataset import _META, RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
 
@@ -38,8 +42,10 @@ class RowLoader(torch.utils.data.DataLoader):
                     "from its seed and yields whole batches of global_batch / world_size rows"
                 )
             kwargs.pop(bad, None)
-        if num_workers > 0:
-            kwargs.setdefault("multiprocessing_context", "spawn")  # Lance is not fork-safe
+        if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
+            kwargs["multiprocessing_context"] = multiprocessing_context(
+                kwargs.get("multiprocessing_context")
+            )
             kwargs.setdefault("collate_fn", _keep)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._workers_at: tuple[int, int] | None = None
@@ -57,7 +63,12 @@ class RowLoader(torch.utils.data.DataLoader):
             kept._shutdown_workers()
             self._iterator = None
         self._workers_at = None
-        for item in super().__iter__():
+        # torch starts the workers when the iterator is made; a transform (or init/collate
+        # function) defined in the script can only reach them by running the script again.
+        uses_main = defined_in_main(ds.transform, self.worker_init_fn, self.collate_fn)
+        with main_not_rerun(not uses_main):
+            items = super().__iter__()
+        for item in items:
             meta = item[_META]
             ds.skipped.update(meta["skipped"])
             ds.refills += meta["refills"]

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenloom.errors import TokenloomError
 from tokenloom.progress import progress as show_progress
@@ -109,6 +110,9 @@ class IndexResult:
     num_partitions: int = 0
     vector_seconds: float = 0.0
     rows: int = 0
+    up_to_date: list[str] = field(default_factory=list)
+    """Indexes left as they were, committing nothing: built with the same parameters and
+    already covering every fragment (a re-run after no append)."""
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -194,24 +198,28 @@ def _build(table, res, uri, fts, vector, vector_index, fts_options, bar) -> None
         bar.note(f"full-text on {fts}")
         if fts not in names:
             raise SearchError(f"no column {fts!r} to index for full-text search; have {names}")
-        started = time.perf_counter()
         opts = fts_options or FtsOptions()
-        # Positions make phrase queries ("...") possible.
-        try:
-            table.dataset.create_scalar_index(
-                fts,
-                "INVERTED",
-                name=fts_index_name(fts),
-                replace=True,
-                with_position=True,
-                **opts.lance_params(),
-            )
-        except (ValueError, OSError, RuntimeError) as exc:
-            raise SearchError(f"cannot build the full-text index with {opts}: {exc}") from exc
-        res.fts_column, res.fts_seconds = fts, time.perf_counter() - started
-        res.fts_options = opts.lance_params()
-        table = table.checkout()
-        res.versions.append(table.version)
+        res.fts_column, res.fts_options = fts, opts.lance_params()
+        wanted = {**opts.lance_params(), "with_position": True}
+        if _up_to_date(table, fts_index_name(fts), lambda d: _same(d.details, wanted)):
+            res.up_to_date.append(fts_index_name(fts))
+        else:
+            started = time.perf_counter()
+            # Positions make phrase queries ("...") possible.
+            try:
+                table.dataset.create_scalar_index(
+                    fts,
+                    "INVERTED",
+                    name=fts_index_name(fts),
+                    replace=True,
+                    with_position=True,
+                    **opts.lance_params(),
+                )
+            except (ValueError, OSError, RuntimeError) as exc:
+                raise SearchError(f"cannot build the full-text index with {opts}: {exc}") from exc
+            res.fts_seconds = time.perf_counter() - started
+            table = table.checkout()
+            res.versions.append(table.version)
         bar.update()
     if vector is not None and vector in names:
         bar.note(f"vectors on {vector}")
@@ -220,7 +228,14 @@ def _build(table, res, uri, fts, vector, vector_index, fts_options, bar) -> None
         dim = table.schema().field(vector).type.list_size
         choice = choose_vector_index(res.vector_rows, vector_index, dim)
         res.vector_index, res.vector_reason = choice.kind, choice.reason
-        if choice.kind != "none":
+
+        def same_kind(description: Any) -> bool:
+            return str(description.index_type).upper() == choice.kind.upper()
+
+        if choice.kind != "none" and _up_to_date(table, vector_index_name(vector), same_kind):
+            res.num_partitions = choice.num_partitions
+            res.up_to_date.append(vector_index_name(vector))
+        elif choice.kind != "none":
             started = time.perf_counter()
             kwargs: dict = {"num_partitions": choice.num_partitions}
             if choice.kind == "ivf_pq":
@@ -242,6 +257,20 @@ def _build(table, res, uri, fts, vector, vector_index, fts_options, bar) -> None
         raise SearchError(
             f"no column {vector!r} for a vector index; add it with `tokenloom embed --table {uri}`"
         )
+
+
+def _same(details: Mapping, wanted: Mapping) -> bool:
+    """Whether an index's recorded parameters hold every wanted value."""
+    return all(details.get(key) == value for key, value in wanted.items())
+
+
+def _up_to_date(table: Table, name: str, same: Callable[[Any], bool]) -> bool:
+    """Whether index ``name`` exists, was built as ``same`` accepts (its description) and covers
+    every fragment of this version: rebuilding it would commit an identical index."""
+    info = index_info(table).get(name)
+    if info is None or info["unindexed_fragments"]:
+        return False
+    return any(same(d) for d in table.dataset.describe_indices() if d.name == name)
 
 
 def index_info(table: Table) -> dict[str, dict]:

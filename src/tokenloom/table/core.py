@@ -175,14 +175,24 @@ class Table:
 
     @staticmethod
     def exists(uri: str, *, storage_options: Mapping[str, str] | None = None) -> bool:
-        """Whether a Lance dataset exists at ``uri``."""
+        """Whether a Lance dataset exists at ``uri``.
+
+        Raises:
+            StoreUnreachableError: the object store did not answer (then nobody knows; a table
+                that is there must not be taken for absent).
+        """
         if "://" not in uri:
             return os.path.isdir(os.path.join(uri, "_versions"))
         try:
             lance.dataset(
                 uri, storage_options=resolve_storage_options(uri, storage_options) or None
             )
-        except (ValueError, OSError, RuntimeError):
+        except (ValueError, OSError, RuntimeError) as exc:
+            from tokenloom.table.outage import StoreUnreachableError, outage_message
+
+            message = outage_message(exc, resolve_storage_options(uri, storage_options))
+            if message is not None:
+                raise StoreUnreachableError(message) from exc
             return False
         return True
 

@@ -9,6 +9,7 @@ and the checkpoints pin. Heavy libraries (tiktoken, tokenizers) are imported on 
 
 from tokenloom.tokenize.base import (
     UINT16_VOCAB_LIMIT,
+    EncodeError,
     Tokenizer,
     TokenizerError,
     id_type_for,
@@ -20,6 +21,7 @@ from tokenloom.tokenize.train import train_bpe
 
 __all__ = [
     "ACCEPTED_SPECS",
+    "EncodeError",
     "UINT16_VOCAB_LIMIT",
     "RoundtripFailure",
     "Tokenizer",

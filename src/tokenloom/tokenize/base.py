@@ -26,6 +26,7 @@ from tokenloom.errors import TokenloomError
 __all__ = [
     "Tokenizer",
     "TokenizerError",
+    "EncodeError",
     "TextBatch",
     "UINT16_VOCAB_LIMIT",
     "id_type_for",
@@ -45,6 +46,27 @@ TextBatch = Sequence["str | None"] | pa.Array | pa.ChunkedArray
 
 class TokenizerError(TokenloomError):
     """A tokenizer spec cannot be loaded, or a batch cannot be encoded as asked."""
+
+
+class EncodeError(TokenizerError):
+    """The tokenizer itself failed on a text: its backend raised or panicked (a Rust panic is a
+    ``BaseException``), e.g. a ``tokenizer.json`` regex over Oniguruma's retry limit.
+
+    ``index`` is the position of the first failing text in the batch given to
+    :meth:`Tokenizer.encode_batch`; the message names the tokenizer, not the position, so callers
+    that know the row id (the backfill engine, the round-trip check) add it.
+    """
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0], self.index))
+
+
+_STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit)
+"""Exceptions that stop the process rather than report a failing text."""
 
 
 def default_num_threads() -> int:
@@ -269,16 +291,48 @@ class Tokenizer(abc.ABC):
         nulls = np.fromiter((t is None for t in items), dtype=bool, count=len(items))
         if nulls.any():
             present = [t for t in items if t is not None]
-            encoded = iter(self._encode_chunks(present))
+            encoded = iter(self._checked_encode(present))
             empty = np.zeros(0, dtype=np.uint32)
             chunks = [empty if is_null else next(encoded) for is_null in nulls]
         else:
-            chunks = self._encode_chunks(items)  # type: ignore[arg-type]  # no None here
+            chunks = self._checked_encode(items)  # type: ignore[arg-type]  # no None here
         return ids_to_list_array(chunks, self.id_type, nulls=nulls)
 
     def encode(self, text: str) -> list[int]:
         """Encode one text to a list of ids (convenience; use :meth:`encode_batch` for data)."""
-        return self._encode_chunks([text])[0].astype(np.int64).tolist()
+        return self._checked_encode([text])[0].astype(np.int64).tolist()
+
+    def _checked_encode(self, texts: list[str]) -> list[np.ndarray]:
+        """:meth:`_encode_chunks`, with a failure of the backend as an :class:`EncodeError`.
+
+        Raises:
+            EncodeError: naming this tokenizer, with the index of the first failing text (found
+                by encoding the texts one by one: the error path only).
+        """
+        try:
+            return self._encode_chunks(texts)
+        except TokenizerError:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, _STOPS):
+                raise
+            first = exc
+        index = 0  # when only the whole batch fails
+        for i, text in enumerate(texts):
+            try:
+                self._encode_chunks([text])
+            except BaseException as exc:
+                if isinstance(exc, _STOPS):
+                    raise
+                first, index = exc, i
+                break
+        detail = str(first).strip().rstrip(".")[:1000] or "(no message)"
+        raise EncodeError(
+            f"tokenizer {self.name!r} cannot encode a text ({len(texts[index]):,} characters): "
+            f"{type(first).__name__}: {detail}. Fix the tokenizer (a pre-tokenizer or normalizer "
+            "regex that blows up on long input is the usual cause), or leave such rows out.",
+            index,
+        ) from None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle as the spec: the worker re-creates the tokenizer and checks the vocabulary hash.

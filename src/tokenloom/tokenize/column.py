@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill import add_column, udf
-from tokenloom.tokenize.base import TokenizerError
+from tokenloom.tokenize.base import EncodeError, TokenizerError
 from tokenloom.tokenize.registry import load_tokenizer
 from tokenloom.tokenize.roundtrip import roundtrip_failures
 
@@ -141,6 +141,8 @@ def tokenize_table(
 
     Raises:
         LossyTokenizerError: A sampled row does not round-trip and ``allow_lossy`` is not set.
+        EncodeError: The tokenizer fails on a sampled row (named), before anything is computed.
+        UDFError: The tokenizer fails on some row while the column is computed (named).
     """
     from tokenloom.table import Table
     from tokenloom.table.names import validate_column_name
@@ -154,7 +156,12 @@ def tokenize_table(
         sample = Table.open(uri, storage_options=storage_options).dataset.take(
             pick, columns=["id", "text"]
         )
-        failures = roundtrip_failures(tok, sample.column("text"), sample.column("id").to_pylist())
+        try:
+            failures = roundtrip_failures(
+                tok, sample.column("text"), sample.column("id").to_pylist()
+            )
+        except EncodeError as exc:
+            raise EncodeError(f"{exc} Nothing was committed.", exc.index) from None
         if failures:
             f = failures[0]
             raise LossyTokenizerError(

@@ -113,6 +113,10 @@ class HFTokenizer(Tokenizer):
     def _decode_many(self, docs: list[list[int]]) -> list[str]:
         return self._tok.decode_batch(docs, skip_special_tokens=False) if docs else []
 
+    def json_text(self) -> str:
+        """The ``tokenizer.json`` content this tokenizer was loaded from (re-serialized)."""
+        return json.dumps(self._json, ensure_ascii=False, indent=1)
+
     def _canonical_bytes(self) -> bytes:
         parts = {key: self._json.get(key) for key in _HASHED_PARTS}
         text = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tokenloom.tokenize.base import TextBatch, Tokenizer, texts_to_list
+from tokenloom.tokenize.base import EncodeError, TextBatch, Tokenizer, texts_to_list
 
 __all__ = ["RoundtripFailure", "roundtrip_failures", "first_difference"]
 
@@ -87,6 +87,7 @@ def roundtrip_failures(
 
     Raises:
         ValueError: ``ids`` or ``encoded`` has another length than ``texts``, or ``sample < 1``.
+        EncodeError: the tokenizer fails on a text; the message names its row id (or index).
     """
     items = texts_to_list(texts)
     n = len(items)
@@ -108,7 +109,12 @@ def roundtrip_failures(
         chunk = order[start : start + _CHUNK].tolist()
         batch = [items[i] for i in chunk]
         if encoded is None:
-            token_ids = tokenizer.encode_batch(batch)
+            try:
+                token_ids = tokenizer.encode_batch(batch)
+            except EncodeError as exc:
+                at = chunk[exc.index]
+                row = f"text {at}" if id_list is None else f"row id {id_list[at]}"
+                raise EncodeError(f"{row}: {exc}", at) from None
         else:
             token_ids = encoded.take(pa.array(chunk, type=pa.int64()))
         for i, text, decoded in zip(chunk, batch, tokenizer.decode_batch(token_ids), strict=True):

@@ -8,6 +8,7 @@ are named here once.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +121,12 @@ class TrainConfig:
             raise TrainError(f"log_to: {exc}") from exc
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise TrainError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        # The optimizer would refuse these only once the model is built (a bare ValueError).
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise TrainError(f"lr must be a finite number > 0, got {self.lr!r}")
+        wd = self.weight_decay
+        if not (isinstance(wd, (int, float)) and math.isfinite(wd) and wd >= 0):
+            raise TrainError(f"weight_decay must be a finite number >= 0, got {wd!r}")
 
     def options(self) -> dict[str, Any]:
         """Every option but the loader spec, as JSON values (the run record's ``config``)."""

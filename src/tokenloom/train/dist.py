@@ -14,17 +14,48 @@ import torch
 import torch.distributed as torch_dist
 
 from tokenloom.process import env_topology
+from tokenloom.train.config import TrainError
 
-__all__ = ["Dist", "resolve_device"]
+__all__ = ["Dist", "parse_device", "resolve_device"]
+
+_DEVICES = "auto, cpu, cuda or cuda:N"
+
+
+def parse_device(device: str) -> torch.device | None:
+    """The device a ``--device`` string names (``None`` for ``auto``), whether or not this
+    machine has it.
+
+    Raises:
+        TrainError: The string names no device (``"gpu"``, ``"cuda:x"``).
+    """
+    if device == "auto":
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise TrainError(
+            f"device {device!r} is not a device name ({exc}); use {_DEVICES}"
+        ) from None
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
-    """``auto`` → ``cuda:LOCAL_RANK`` when a GPU is visible, else ``cpu``."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    """``auto`` → ``cuda:LOCAL_RANK`` when a GPU is visible, else ``cpu``.
+
+    Raises:
+        TrainError: ``device`` names no device, or a GPU this machine does not have.
+    """
+    dev = parse_device(device)
+    if dev is None:
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", local_rank)
+    if dev.type == "cuda":
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if dev.index >= visible:
+            raise TrainError(
+                f"device {str(dev)!r} is not available: this machine has {visible} CUDA "
+                f"device(s); pass --device auto (a GPU when there is one) or --device cpu"
+            )
     return dev
 
 

@@ -269,7 +269,19 @@ def _train(
     spec = ds.spec  # version pinned
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
-    if parent is not None and parent_state is not None:
+    ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
+    if parent is not None and parent_state is not None and parent.get("format") == "hf":
+        from tokenloom.train.hf import check_hf_tokenizer
+
+        check_hf_tokenizer(cfg.init_from, ds.inputs.tokenizer)
+        rows = int(parent_state["model"]["wte.weight"].shape[0])
+        if rows != int(ds.inputs.tokenizer.get("vocab_size") or 0):
+            raise TrainError(
+                f"--init-from {cfg.init_from} has {rows:,} embedding rows but the column's "
+                f"tokenizer {ds.inputs.tokenizer.get('name')!r} has "
+                f"{ds.inputs.tokenizer.get('vocab_size')} ids; tokenloom needs one row per id"
+            )
+    elif parent is not None and parent_state is not None:
         if parent["tokenizer"].get("vocab_size") != ds.inputs.tokenizer.get("vocab_size"):
             raise TrainError(
                 f"--init-from {cfg.init_from} was trained on tokenizer "
@@ -317,7 +329,8 @@ def _train(
         )
     G = spec.global_batch
     if state is None:
-        origin = f"; weights from {cfg.init_from} (step {parent['step']})" if parent else ""
+        at = f" (step {parent['step']})" if parent and parent.get("step") is not None else ""
+        origin = f"; weights from {cfg.init_from}{at}" if parent else ""
         log(
             f"model {cfg.model}: {raw.num_params() / 1e6:.2f}M parameters, vocab {vocab}; "
             f"{dist.world_size} process(es) on {dist.device.type}, {run.dtype}, "
@@ -363,13 +376,23 @@ def _train(
     it, fresh = iter(loader), True
     model.train()
     fed = None
+    empty = 0  # passes in a row that yielded no batch (the planner refuses an empty epoch)
     while step < end:
         wait = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:  # epoch done: the next epoch reshuffles the whole selection
+            empty = empty + 1 if fresh else 0
+            if empty >= 2:  # a resume at an epoch's end gives one empty pass, never two
+                raise TrainError(
+                    f"the loader yielded no batch in {empty} passes in a row at step {step}; "
+                    "check the selection with `tokenloom stats`"
+                ) from None
             it, fresh = iter(loader), True
             continue
+        # until a batch arrives (plan, model, workers starting) a signal ends the run at once;
+        # from the first step on it ends at a step boundary, with a checkpoint
+        stop.defer()
         waited = time.perf_counter() - wait
         if fresh:  # workers starting: not a stall of the running pipeline
             result.startup_seconds += waited

@@ -7,7 +7,9 @@ positions restart per document. ``attention="causal"`` keeps plain causal attent
 block, for comparison. Shapes are noted as ``(B, T, C)``.
 
 Two kernels build the document mask: ``sdpa`` hands PyTorch's scaled-dot-product attention a
-``(B, 1, T, T)`` boolean mask (any device; memory ``O(B T^2)``), and ``flex`` builds a sparse
+``(B, 1, T, T)`` boolean mask (any device; memory ``O(B T^2)``) up to :data:`DENSE_MASK_MAX`
+positions and attends document by document beyond (:mod:`tokenloom.train.segments`, memory
+``O(B T)``), and ``flex`` builds a sparse
 block mask for ``flex_attention``, which skips fully masked tiles and is fused under
 ``torch.compile`` (the default on CUDA). Both give the same attention (tested).
 """
@@ -21,10 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tokenloom.train.segments import DocumentSegments
+
 __all__ = [
     "GPTConfig",
     "PRESETS",
     "GPT",
+    "DENSE_MASK_MAX",
     "attention_mask",
     "document_mask",
     "flex_document_mask",
@@ -84,9 +89,15 @@ def flex_document_mask(doc_ids: torch.Tensor):  # noqa: ANN201 (a flex_attention
     return create_block_mask(mask_mod, B, None, T, T, device=doc_ids.device)
 
 
+DENSE_MASK_MAX = 4096
+"""Longest block the ``sdpa`` kernel gives a dense ``(B, 1, T, T)`` mask (fastest for short
+blocks); longer blocks attend document by document (:class:`DocumentSegments`, memory O(T))."""
+
+
 def attention_mask(doc_ids: torch.Tensor | None, *, attention: str, kernel: str):  # noqa: ANN201
     """What :class:`GPT` attends with: ``None`` (plain causal), a ``(B, 1, T, T)`` boolean mask
-    (``sdpa``) or a flex_attention block mask (``flex``)."""
+    (``sdpa`` up to :data:`DENSE_MASK_MAX` positions), :class:`DocumentSegments` (``sdpa``,
+    longer blocks) or a flex_attention block mask (``flex``)."""
     if attention == "causal":
         return None
     if attention != "document":
@@ -96,6 +107,8 @@ def attention_mask(doc_ids: torch.Tensor | None, *, attention: str, kernel: str)
     if kernel == "flex":
         return flex_document_mask(doc_ids)
     if kernel == "sdpa":
+        if doc_ids.shape[-1] > DENSE_MASK_MAX:  # a (T, T) mask would grow with T squared
+            return DocumentSegments(doc_ids)
         return document_mask(doc_ids)
     raise ValueError(f"kernel must be 'sdpa' or 'flex', not {kernel!r}")
 
@@ -125,6 +138,9 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if isinstance(mask, DocumentSegments):  # long blocks: attention run by run
+            y = mask.attend(q, k, v, self.dropout if self.training else 0.0)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         if mask is not None and not isinstance(mask, torch.Tensor):  # a flex BlockMask
             y = _flex_attention(q, k, v, mask)  # (B, nh, T, hs)
             return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))

@@ -15,7 +15,14 @@ from tokenloom.train.dist import Dist
 from tokenloom.train.model import GPT
 from tokenloom.train.record import read_record
 
-__all__ = ["check_resume", "prepare_out", "StopRequest", "parent_run", "load_weights"]
+__all__ = [
+    "check_resume",
+    "prepare_out",
+    "Interrupted",
+    "StopRequest",
+    "parent_run",
+    "load_weights",
+]
 
 
 def check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
@@ -59,12 +66,27 @@ def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> 
     dist.barrier()
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM arrived before the first step of this invocation: nothing to checkpoint,
+    so the run ends at once (``signum`` says which signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class StopRequest:
-    """SIGINT/SIGTERM set a flag; the loop checkpoints at the next step boundary and ends."""
+    """SIGINT/SIGTERM set a flag; the loop checkpoints at the next step boundary and ends.
+
+    Until the loop :meth:`defer` s them (while the plan, the model and the loader start, which
+    can take long and has nothing to checkpoint yet) a signal raises :class:`Interrupted` at
+    once, so the first SIGTERM always ends a run promptly.
+    """
 
     def __init__(self) -> None:
         self.requested = False
         self.signal = 0
+        self.deferred = False
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
@@ -75,7 +97,13 @@ class StopRequest:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
+    def defer(self) -> None:
+        """From now on a first signal only sets the flag (the loop stops at a step boundary)."""
+        self.deferred = True
+
     def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        if not self.deferred:  # nothing to checkpoint yet: stop now
+            raise Interrupted(signum)
         if self.requested:  # a second signal: stop now
             raise KeyboardInterrupt
         self.requested, self.signal = True, signum
@@ -86,10 +114,21 @@ class StopRequest:
 
 
 def parent_run(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict | None]:
-    """``(state, record)`` of ``cfg.init_from`` (weights to start from), checked against the
-    new run's tokenizer."""
+    """``(state, parent)`` of ``cfg.init_from`` (weights to start from, and the new record's
+    ``parent`` entry): a tokenloom run directory or a ``transformers`` GPT-2 folder
+    (:mod:`tokenloom.train.hf`). The caller checks the tokenizer against the new run's column."""
     if cfg.init_from is None:
         return None, None
+    from tokenloom.train.hf import is_hf_folder, read_hf_folder
+
+    if is_hf_folder(cfg.init_from):  # a transformers GPT-2 folder (its tokenizer checked later)
+        if cfg.keep_optimizer:
+            raise TrainError(
+                f"--keep-optimizer: --init-from {cfg.init_from} is a transformers folder, which "
+                "holds no optimizer state; drop --keep-optimizer"
+            )
+        weights, parent = read_hf_folder(cfg.init_from, model=cfg.model)
+        return {"model": weights}, parent
     record = read_record(cfg.init_from)
     state = load_checkpoint(os.path.join(cfg.init_from, "last.pt"))
     if record.config.get("model") != cfg.model:

@@ -9,15 +9,17 @@ the same segment and neither is padding``, built twice: segments from ``cu_seqle
 variable-length attention kernel uses) and from ``doc_ids`` (what a dense mask uses), padding from
 ``doc_ids == -1``. Both must equal the reference's mask. Two masks of this form are equal exactly
 when every position's segment starts at the same position in both (segments are runs), so each
-block is compared in O(L) through those start positions; blocks run through attention are also
-compared entry by entry. ``cu_seqlens`` must hold every block start (no segment crosses a block),
-``max_seqlen`` must be its longest segment, ``position_ids`` must restart at 0 at every document
-stretch, and ``continues`` must flag the blocks that start mid-document.
+block is compared in O(L) through those start positions; no ``(L, L)`` mask is ever built.
+``cu_seqlens`` must hold every block start (no segment crosses a block), ``max_seqlen`` must be
+its longest segment, ``position_ids`` must restart at 0 at every document stretch, and
+``continues`` must flag the blocks that start mid-document.
 
-**Attention.** On some blocks, ``scaled_dot_product_attention`` (float64, random ``q, k, v``) runs
-with the batch's boolean mask; then the ``q, k, v`` of all positions of one segment (a document's
-stretch, or the padding) are replaced by other random values, and the outputs at every position of
-the other documents must stay exactly the same, while the changed document's do change.
+**Attention.** On some blocks, the training kernel for long blocks
+(:class:`~tokenloom.train.segments.DocumentSegments`: ``scaled_dot_product_attention`` run
+document by document, memory O(L); float64, random ``q, k, v``) runs on the batch's segments;
+then the ``q, k, v`` of all positions of one segment (a document's stretch, or the padding) are
+replaced by other random values, and the outputs at every position of the other documents must
+stay exactly the same, while the changed document's do change.
 """
 
 from __future__ import annotations
@@ -104,13 +106,6 @@ def _metadata_problem(batch: StepBatch, ref: np.ndarray) -> str | None:
     return None
 
 
-def _mask(labels: np.ndarray) -> np.ndarray:
-    """``(L, L)`` bool block-diagonal causal mask of one block's labels (``-1``: padding)."""
-    same = labels[:, None] == labels[None, :]
-    real = labels >= 0
-    return same & np.tri(len(labels), dtype=bool) & real[:, None] & real[None, :]
-
-
 def attention_leak(
     labels: np.ndarray, ref: np.ndarray, segments: list[int], seed: int
 ) -> str | None:
@@ -126,22 +121,24 @@ def attention_leak(
         Why isolation fails in this block, or None.
     """
     import torch
-    import torch.nn.functional as F
+
+    from tokenloom.train.segments import DocumentSegments
 
     L = labels.shape[0]
-    mask = torch.from_numpy(_mask(labels) | np.eye(L, dtype=bool))  # padding attends itself only
+    # the training kernel for long blocks: document by document, never an (L, L) mask
+    runs = DocumentSegments(torch.from_numpy(np.ascontiguousarray(labels))[None, :])
     gen = torch.Generator().manual_seed(seed)
 
     def rand() -> torch.Tensor:
         return torch.randn(1, _HEADS, L, _DIM, dtype=torch.float64, generator=gen)
 
     q, k, v = rand(), rand(), rand()
-    base = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    base = runs.attend(q, k, v)
     for seg in segments:
         inside = torch.from_numpy(ref == seg)
         others = torch.from_numpy((ref != seg) & (ref >= 0))
         q2, k2, v2 = (torch.where(inside[None, None, :, None], rand(), x) for x in (q, k, v))
-        out = F.scaled_dot_product_attention(q2, k2, v2, attn_mask=mask)
+        out = runs.attend(q2, k2, v2)
         leak = float((out - base)[:, :, others].abs().max()) if bool(others.any()) else 0.0
         if leak != 0.0 or not bool(torch.isfinite(out[:, :, others]).all()):
             what = "the padding" if seg < 0 else f"document stretch {seg}"
@@ -191,7 +188,7 @@ def check_isolation(sample: Sample) -> CheckResult:
             n, b = candidates[int(c)]
             batch, ref = sample.batches[n], refs[n][b]
             labels = _batch_labels(batch)[0][b]
-            if not np.array_equal(_mask(labels), _mask(ref)):
+            if not np.array_equal(segment_starts(labels[None]), segment_starts(ref[None])):
                 problem = (
                     f"step {batch.step} block {b}: the cu_seqlens mask differs from the spans'"
                 )

@@ -57,8 +57,8 @@ def verify(
         The :class:`VerifyReport`; ``report.passed`` says whether every check passed.
 
     Raises:
-        VerifyError: ``steps < 1``, no tokenizer is recorded on the column, or the filter selects
-            no tokens.
+        VerifyError: ``steps < 1``, or no tokenizer is recorded on the column.
+        EmptyEpochError: The filter selects no tokens, or ``drop_last`` leaves no step.
         LoaderError, PlanError: The loader cannot be built with these options.
         TokenizerError: The recorded tokenizer cannot be loaded here.
     """
