@@ -96,6 +96,8 @@ def test_loader_bench_smoke(tmp_path):
         (["--store", "s3", "--latency-ms", ","], "give latencies >= 0"),
         (["--store", "s3", "--only", "lancedb,webdataset"], "--store s3 measures"),
         (["--store", "gcs"], "--store"),
+        (["--store", "s3", "--docs", "1000", "--scale-docs", "1000"], "--scale-docs 100"),
+        (["--scale-docs", "100"], "applies to --store s3 only"),
     ],
 )
 def test_cli_refuses_bad_options_before_building_anything(tmp_path, args, says):

@@ -23,7 +23,10 @@ def test_s3_bench_reports_both_parquet_baselines_and_the_store_side(tmp_path):
         docs=300, steps=2, workdir=str(tmp_path), only=("tokenloom",), seq_len=128, isolate=False
     )
     config = S3BenchConfig(
-        run=run, latencies_ms=(5.0,), only=("parquet", "tokenloom", "parquet-rows")
+        run=run,
+        latencies_ms=(5.0,),
+        only=("parquet", "tokenloom", "parquet-rows"),
+        scale_docs=100,
     )
     assert config.only == ("tokenloom", "parquet-rows", "parquet")  # tokenloom measured first
     bench = run_s3_bench(config)
@@ -37,10 +40,28 @@ def test_s3_bench_reports_both_parquet_baselines_and_the_store_side(tmp_path):
     goals = {(name, s): goal for name, s, _, goal in bench.ratios()}
     assert goals[("tokenloom / Parquet rows, both S3", store)] == ">= 10"
     assert goals[("tokenloom / Parquet row groups", store)] == ""
+    # the goals of a table beyond memory, checked on tokenloom's own run
+    values = {(name, s): value for name, s, value, _ in bench.ratios()}
+    assert goals[("tokenloom fetched / used bytes", store)] == "<= 1.5"
+    assert values[("tokenloom fetched / used bytes", store)] == pytest.approx(
+        io_bytes(bench, store) / sizing["bytes_read"]
+    )
+    assert 0 < values[("tokenloom peak RSS (GB)", store)] < 64
+    assert bench.scaled[store].ok and bench.scaled_io[store].requests
+    grew = values[("tokenloom RSS, this table / scale", store)]
+    assert grew == pytest.approx(
+        bench.results[store]["tokenloom"].peak_rss_mb / bench.scaled[store].peak_rss_mb
+    )
     io = bench.io[store]["tokenloom"]
     assert io.requests and io.body_bytes and io.in_flight_peak and io.in_flight_peak >= 1
     assert io.server_cpu_s is not None and io.seconds > 0
     report = format_s3_report(bench)
     assert "a much weaker shuffle" in report and "Parquet single rows" in report
     assert "rows/GET" in report and "fetch spans" in report
+    assert "tokenloom, 100 docs, S3 5 ms" in report
+    assert "tokenloom fetched / used bytes" in report and "<= 1.5" in report
     assert not any(p.name.startswith("s3-") for p in tmp_path.iterdir())  # server data removed
+
+
+def io_bytes(bench, store: str) -> int:
+    return bench.io[store]["tokenloom"].body_bytes

@@ -314,14 +314,6 @@ def test_a_huge_document_is_read_once_not_once_per_block(tmp_path):
     assert ds.stats.tokens == sum(len(t.encode()) for t in [huge, *paras[:10]])
 
 
-def test_persistent_workers_are_refused_with_the_reason(table):
-    from tokenloom.loader.read import LoaderError
-
-    ds = PackedDataset(table, seq_len=L, global_batch=4, block_order="sequential")
-    with pytest.raises(LoaderError, match="persistent_workers=True would replay"):
-        DataLoader(ds, num_workers=2, persistent_workers=True)
-
-
 def test_options_a_packed_dataset_would_silently_ignore_are_refused(table):
     ds = PackedDataset(table, seq_len=L, global_batch=4)
     with pytest.raises(LoaderError, match="would be ignored"):

@@ -16,6 +16,8 @@ from tokenloom.loader.readahead import (
     FETCH_BYTES,
     FETCH_FRACTION,
     MAX_FETCH_BYTES,
+    ROW_FETCH_BYTES,
+    per_row_reads,
     rows_per_fetch,
 )
 
@@ -59,8 +61,13 @@ def test_rows_per_fetch_holds_a_share_of_the_epoch_within_bounds():
     assert rows_per_fetch(mean * 20_000, 20_000) == int(FETCH_BYTES / mean)  # 16 MB of 32 MB
     mid = 100_000  # 160 MB: a quarter of the rows is more than FETCH_BYTES
     assert rows_per_fetch(mean * mid, mid) == mid // FETCH_FRACTION > FETCH_BYTES / mean
-    big = 10_000_000
-    assert rows_per_fetch(mean * big, big) == int(MAX_FETCH_BYTES / mean)  # the memory cap
+    edge = int(FETCH_FRACTION * MAX_FETCH_BYTES / mean)  # spans of a quarter at the cap
+    assert not per_row_reads(mean * edge)
+    assert rows_per_fetch(mean * edge, edge) == int(MAX_FETCH_BYTES / mean)  # the memory cap
+    # past it, per-row reads: the same span whatever the table's size (memory stays flat)
+    for big in (edge + 1_000, 10 * edge, 1_000_000_000):
+        assert per_row_reads(mean * big)
+        assert rows_per_fetch(mean * big, big) == int(ROW_FETCH_BYTES / mean)
 
 
 def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):

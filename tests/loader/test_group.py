@@ -181,3 +181,32 @@ def test_past_lendable_slots_the_training_process_copies_instead():
     assert trainer.lent == 0
     j, _ = worker.acquire((1, 6), timeout_s=0)
     assert trainer.lend(j, (1, 6)) is not None  # lending again once the first came back
+
+
+def test_slots_acquired_by_threads_at_once_are_distinct_and_rings_leave_no_descriptor():
+    import os
+    import threading
+
+    ring = SharedSlots(64, 8, lendable=0)
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def grab() -> None:
+        for _ in range(8):
+            slot, _arr = ring.acquire((8,), timeout_s=0.0)
+            assert slot is not None
+            with lock:
+                got.append(slot)
+
+    threads = [threading.Thread(target=grab) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(64))  # never one slot for two groups
+    assert ring.acquire((8,), timeout_s=0.0) == (None, None)
+    # a persistent worker makes a ring per pass: each one's descriptor goes with it
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        SharedSlots(2, 8)
+    assert len(os.listdir("/proc/self/fd")) <= fds

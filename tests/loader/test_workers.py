@@ -157,6 +157,98 @@ def test_a_failing_worker_fails_the_training_process(table, tmp_path):
     assert "bad shard settings in worker 1" in out.stderr
 
 
+def _epochs(dl, epochs: int, *, stop_after: int | None = None) -> list[torch.Tensor]:
+    """``input_ids`` of ``epochs`` passes over ``dl`` (the last one left after ``stop_after``
+    batches when given)."""
+    out = []
+    for e in range(epochs):
+        for i, batch in enumerate(dl):
+            out.append(batch["input_ids"])
+            if stop_after is not None and e == epochs - 1 and i + 1 == stop_after:
+                break
+    return out
+
+
+def test_persistent_workers_keep_their_processes_and_the_stream_across_epochs(table):
+    expected = _epochs(DataLoader(_ds(table), num_workers=0), 3)
+    ds = _ds(table)
+    dl = DataLoader(ds, num_workers=2, persistent_workers=True)
+    got = []
+    pids = []
+    for _ in range(3):
+        got += [b["input_ids"] for b in dl]
+        pids.append(dl.worker_pool.pids)
+    assert len(got) == len(expected) > 12
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert pids[0] == pids[1] == pids[2] and len(set(pids[0])) == 2  # the same two processes
+    assert dl.worker_pool.passes == 3 and ds.epoch == 3 and ds.step == 0
+    assert len(multiprocessing.active_children()) == 2
+    # set_epoch reaches the kept workers: each pass is told its cursor
+    ds.set_epoch(1)
+    again = [b["input_ids"] for b in dl]
+    first_epoch = len(expected) // 3
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(again, expected[first_epoch : 2 * first_epoch], strict=True)
+    )
+    assert dl.worker_pool.pids == pids[0]
+    dl.close()
+    assert not multiprocessing.active_children()
+
+
+def test_persistent_workers_left_mid_epoch_restart_from_the_cursor(table):
+    expected = _epochs(DataLoader(_ds(table), num_workers=0), 2)
+    dl = DataLoader(_ds(table), num_workers=2, persistent_workers=True)
+    got = _epochs(dl, 1, stop_after=3)  # a pass left early stops its workers
+    assert not multiprocessing.active_children()
+    state = dl.state_dict()
+    got += [b["input_ids"] for b in dl]  # the rest of epoch 0, from new workers
+    got += [b["input_ids"] for b in dl]  # epoch 1, the same workers
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert len(got) == len(expected)
+    # a resumed loader with persistent workers continues the same stream
+    resumed = DataLoader(_ds(table), num_workers=2, persistent_workers=True)
+    resumed.load_state_dict(state)
+    rest = _epochs(resumed, 2)
+    assert all(torch.equal(a, b) for a, b in zip(rest, expected[3:], strict=True))
+    assert len(rest) == len(expected) - 3
+    resumed.close()
+    dl.close()
+    assert not multiprocessing.active_children()
+
+
+def test_persistent_workers_are_not_shared_by_two_passes_at_once(table):
+    expected = [b["input_ids"] for b in DataLoader(_ds(table), num_workers=0)]
+    dl = DataLoader(_ds(table), num_workers=2, persistent_workers=True)
+    first = iter(dl)
+    got = [next(first)["input_ids"]]
+    pool = dl.worker_pool
+    got += [b["input_ids"] for b in dl]  # a second pass from the cursor, with its own workers
+    assert dl.worker_pool is not pool
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert len(got) == len(expected)
+    first.close()
+    dl.close()
+    assert not multiprocessing.active_children()
+
+
+def test_a_persistent_worker_killed_between_passes_is_reported_at_the_next_pass(table):
+    import signal
+
+    dl = DataLoader(_ds(table), num_workers=2, persistent_workers=True)
+    assert len([b for b in dl]) > 6
+    pids = dl.worker_pool.pids
+    os.kill(pids[1], signal.SIGKILL)
+    said = rf"worker 1 \(pid {pids[1]}\) exited unexpectedly with code -9, killed by SIGKILL"
+    with pytest.raises(WorkerError, match=said):
+        for _ in dl:
+            pass
+    assert not multiprocessing.active_children()  # the other one is stopped too
+    assert [b for b in dl]  # the next pass starts new workers
+    dl.close()
+    assert not multiprocessing.active_children()
+
+
 _LONG_TRAINER = """
 import multiprocessing, sys, time
 from tokenloom.loader import DataLoader, PackedDataset

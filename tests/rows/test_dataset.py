@@ -86,6 +86,24 @@ def test_topology_grid_gives_the_same_global_batches(table, world, workers):
         assert got == [g[r * b : (r + 1) * b] for g in whole[:n]]
 
 
+def test_persistent_workers_keep_the_stream_across_epochs(table):
+    ref = RowDataset(_spec(table), transform=decode, on_error="skip", transform_threads=0)
+    whole = _ids(ref) + _ids(ref) + _ids(ref)
+    ds = RowDataset(_spec(table), transform=decode, on_error="skip")
+    dl = RowLoader(ds, num_workers=2, persistent_workers=True)
+    got = _ids(dl)
+    kept = dl._iterator
+    got += _ids(dl)  # the same workers: each moved its own cursor to epoch 1
+    assert dl._iterator is kept
+    assert got == whole[: len(got)] and ds.cursor == (2, 0)
+    ds.set_epoch(1)  # moved elsewhere: new workers start from the training process's cursor
+    again = _ids(dl, steps=2)
+    assert dl._iterator is not kept and again == whole[len(got) // 2 : len(got) // 2 + 2]
+    rest = _ids(dl)  # left mid-epoch: new workers again, from step 2
+    assert again + rest == whole[len(got) // 2 : len(got)]
+    dl.close()
+
+
 def test_exact_resume_on_other_world_sizes_across_an_epoch(table):
     kw = dict(transform=decode, on_error="skip")
     ref = RowDataset(_spec(table), **kw)

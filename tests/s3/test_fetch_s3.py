@@ -100,3 +100,37 @@ def test_explicit_spans_in_flight_and_takes_win(s3_server, tables):
     assert sizing is not None and not sizing.measured
     assert (sizing.read_ahead, sizing.io_threads) == (2, 6) and sizing.span_rows > 0
     assert ds._fetcher is not None and (ds._fetcher.depth, ds._fetcher.parts) == (2, 3)
+
+
+def test_persistent_workers_carry_their_fetches_into_the_next_epoch(s3_server, tables):
+    from tokenloom.loader import DataLoader
+
+    local, remote = tables
+    want = _epochs(_dataset(local, None), 2)
+    dl = DataLoader(_dataset(remote, s3_server.storage_options), num_workers=2,
+                    persistent_workers=True)  # fmt: skip
+    got, pids = [], []
+    for _ in range(2):
+        got.append([{k: np.asarray(b[k]) for k in _KEYS} for b in dl])
+        pids.append(dl.worker_pool.pids)
+    dl.close()
+    for epoch in range(2):
+        _same(got[epoch], want[epoch])
+    assert pids[0] == pids[1]
+    assert dl.stats.spans_carried >= 1  # epoch 1 began with rows a worker fetched ahead
+
+
+def test_per_row_reads_deliver_the_local_stream(s3_server, tables, monkeypatch):
+    """A table past 256 MB of tokens is read per row (forced here): a small merge window,
+    spans that only batch requests; the stream is unchanged."""
+    from tokenloom.loader import dataset
+    from tokenloom.loader.readahead import ROW_BLOCK_SIZE
+
+    monkeypatch.setattr(dataset, "per_row_reads", lambda _bytes: True)
+    local, remote = tables
+    want = _epochs(_dataset(local, None), 2)
+    ds = _dataset(remote, s3_server.storage_options)
+    got = _epochs(ds, 2)
+    for epoch in range(2):
+        _same(got[epoch], want[epoch])
+    assert ds.reader.block_size == ROW_BLOCK_SIZE and ds._fetcher is not None

@@ -16,6 +16,12 @@ weaker shuffle than a per-row one: a batch holds runs of neighbouring documents)
 documents in a fresh global random order, the shuffle tokenloom delivers, with as many
 documents fetched at once as tokenloom's measured read-ahead has concurrent takes at that
 store. The ">= 10x random-access Parquet" goal is checked against the second.
+
+The goals of a table larger than the loader's memory are checked on tokenloom's own run at each
+store: S3 / local on the same table (>= 0.8x at 20 ms), the bytes the proxy relayed over the
+bytes the loader used (<= 1.5x), the loader tree's peak RSS (<= 1 GB), and with ``scale_docs``
+the peak RSS on this table over the peak RSS on a table of ``scale_docs`` documents read the
+same way (<= 1.2x: flat as the table grows).
 """
 
 from __future__ import annotations
@@ -94,6 +100,9 @@ class S3BenchConfig:
     only: tuple[str, ...] = S3_LOADERS
     """Loaders to measure (``parquet-rows`` takes its thread count from ``tokenloom`` when both
     are measured, else :data:`~tokenloom.loader.readahead.MAX_THREADS`)."""
+    scale_docs: int | None = None
+    """Also measure tokenloom on a table of this many documents at every S3 store (``docs /
+    10`` for the 1x-vs-10x memory check); ``None``: not measured."""
     workers: int = 0
     """DataLoader workers of every case. 0: each loader reads in the measuring process (with
     its own threads); a small corpus's epoch lasts about a second, and spawned workers
@@ -105,6 +114,8 @@ class S3BenchConfig:
             raise ValueError(f"the S3 bench measures some of {','.join(S3_LOADERS)}; got {bad}")
         if not self.latencies_ms or any(lat < 0 for lat in self.latencies_ms):
             raise ValueError(f"latencies must be >= 0 ms, got {self.latencies_ms!r}")
+        if self.scale_docs is not None and not 0 < self.scale_docs < self.run.docs:
+            raise ValueError(f"scale_docs must be in (0, {self.run.docs}), got {self.scale_docs}")
         # measured in S3_LOADERS' order: tokenloom's sizing sets the per-row baseline's threads
         object.__setattr__(self, "only", tuple(n for n in S3_LOADERS if n in self.only))
 
@@ -125,6 +136,9 @@ class S3Bench:
     """``io[store][loader]``: the store side of each case."""
     threads: dict[str, int] = field(default_factory=dict)
     """Documents the per-row Parquet baseline fetched at once, per store."""
+    scaled: dict[str, CaseResult] = field(default_factory=dict)
+    """tokenloom on the ``scale_docs`` table, per S3 store."""
+    scaled_io: dict[str, CaseIO] = field(default_factory=dict)
 
     def tokens_per_s(self, store: str, loader: str) -> float | None:
         r = self.results.get(store, {}).get(loader)
@@ -147,7 +161,29 @@ class S3Bench:
                 (store, "tokenloom"), (store, "parquet")), ""))  # fmt: skip
             out.append(("tokenloom / MDS, both S3", store, self.ratio(
                 (store, "tokenloom"), (store, "mds")), ""))  # fmt: skip
+            out.append(("tokenloom fetched / used bytes", store, self.fetched_over_used(
+                store), "<= 1.5"))  # fmt: skip
+            r = self.results.get(store, {}).get("tokenloom")
+            gb = r.peak_rss_mb / 1024 if r is not None and r.ok and r.peak_rss_mb else None
+            out.append(("tokenloom peak RSS (GB)", store, gb, "<= 1.0"))
+            small = self.scaled.get(store)
+            grew = None
+            if gb and small is not None and small.ok and small.peak_rss_mb:
+                grew = r.peak_rss_mb / small.peak_rss_mb  # type: ignore[union-attr]
+            if self.config.scale_docs is not None:
+                out.append(("tokenloom RSS, this table / scale", store, grew, "<= 1.2"))
         return out
+
+    def fetched_over_used(self, store: str, *, scaled: bool = False) -> float | None:
+        """Bytes the proxy relayed during tokenloom's case over the token bytes it read."""
+        io = (self.scaled_io if scaled else self.io.get(store, {})).get(
+            store if scaled else "tokenloom"
+        )
+        r = self.scaled.get(store) if scaled else self.results.get(store, {}).get("tokenloom")
+        used = (r.figures or {}).get("bytes_read") if r is not None else None
+        if io is None or not io.body_bytes or not used:
+            return None
+        return io.body_bytes / used
 
     def to_json(self) -> dict:
         return {
@@ -162,6 +198,8 @@ class S3Bench:
                 for store, row in self.io.items()
             },
             "parquet_rows_threads": self.threads,
+            "scaled": {store: r.to_json() for store, r in self.scaled.items()},
+            "scaled_io": {store: dataclasses.asdict(v) for store, v in self.scaled_io.items()},
             "ratios": [
                 {"name": n, "store": s, "value": v, "goal": g} for n, s, v, g in self.ratios()
             ],
@@ -182,8 +220,12 @@ def _build(config: S3BenchConfig, log: Callable[[str], None]) -> dict[str, Built
             seq_len=config.run.seq_len,
         ),
     }
+    if config.scale_docs is not None:
+        small = CorpusSpec(docs=config.scale_docs, seed=config.run.seed)
+        jobs["scale"] = lambda: build_table(os.path.join(root, small.name + ".lance"), small)
     builds = {}
-    for name in dict.fromkeys(_COPY[loader] for loader in config.only):
+    names = [_COPY[loader] for loader in config.only]
+    for name in dict.fromkeys([*names, *(["scale"] if config.scale_docs else [])]):
         built = jobs[name]()
         log(f"  {'reused' if built.cached else 'built'} {built.path} ({built.mbytes:,.0f} MB)")
         builds[name] = built
@@ -263,7 +305,25 @@ def run_s3_bench(
             else:
                 log(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
 
-    measure(_LOCAL, {k: b.path for k, b in bench.builds.items()}, None)
+    def scale(
+        store: str,
+        paths: dict[str, str],
+        options: dict | None,
+        server: LocalS3,
+        proxy: FaultProxy | None = None,
+    ) -> None:
+        """tokenloom on the ``scale_docs`` table (the 1x of the memory check)."""
+        if "scale" not in paths:
+            return
+        log(f"measuring tokenloom on {config.scale_docs:,} documents, {store} ...")
+        before = _store_side(server, proxy)
+        result = _measure(config, "tokenloom", paths["scale"], options, 0)
+        bench.scaled_io[store] = _case_io(before, _store_side(server, proxy))
+        bench.scaled[store] = result
+        if result.ok:
+            log(f"  {result.tokens_per_s / 1e6:.2f}M tok/s, peak RSS {result.peak_rss_mb:,.0f} MB")
+
+    measure(_LOCAL, {k: b.path for k, b in bench.builds.items() if k != "scale"}, None)
     with ExitStack() as stack:
         data = stack.enter_context(tempfile.TemporaryDirectory(prefix="s3-", dir=root))
         server = stack.enter_context(LocalS3(data))
@@ -276,10 +336,12 @@ def run_s3_bench(
         for store, latency in zip(config.stores[1:], config.latencies_ms, strict=True):
             if latency == 0:
                 measure(store, remote, base, server)
+                scale(store, remote, base, server)
                 continue
             upstream = server.endpoint[len("http://") :]
             with FaultProxy(upstream, latency_ms=latency) as proxy:
                 measure(store, remote, proxy.storage_options(base), server, proxy)
+                scale(store, remote, proxy.storage_options(base), server, proxy)
     return bench
 
 
@@ -348,11 +410,12 @@ def format_s3_report(bench: S3Bench) -> str:
         lines.append(f"  {_LABELS[loader]:<46}" + "".join(cells))
     lines.append("ratios:")
     for name, store, value, goal in bench.ratios():
-        shown = f"{value:8.2f}x" if value is not None else f"{'n/a':>9}"
+        unit = " " if "(GB)" in name else "x"
+        shown = f"{value:8.2f}{unit}" if value is not None else f"{'n/a':>9}"
         status = ""
         if goal and value is not None:
-            target = float(goal.split()[1])
-            status = "PASS" if value >= target else "MISS"
+            op, target = goal.split()[0], float(goal.split()[1])
+            status = "PASS" if (value <= target if op == "<=" else value >= target) else "MISS"
         lines.append(f"  {name:<34} {store:<10} {shown}  {goal:<16} {status}".rstrip())
     if "parquet-rows" in config.only and bench.threads:
         per = ", ".join(f"{store} {n}" for store, n in bench.threads.items())
@@ -392,24 +455,29 @@ def _io_lines(bench: S3Bench) -> list[str]:
         f"  {'case':<50}{'requests':>9}{'rows/GET':>9}{'MB':>8}{'x used':>7}"
         f"{'in flight':>12}{'wall':>8}{'loader':>8}{'server':>8}{'proxy':>8}{'RSS MB':>8}",
     ]
-    for store, row in bench.io.items():
-        for loader, io in row.items():
-            result = bench.results.get(store, {}).get(loader)
-            figures = result.figures if result is not None else {}
-            rss = f"{result.peak_rss_mb:8,.0f}" if result is not None else f"{'':>8}"
-            req = f"{io.requests:9,}" if io.requests is not None else f"{'':>9}"
-            per_get = used = ""
-            if io.requests and figures.get("rows_read"):
-                per_get = f"{figures['rows_read'] / io.requests:.1f}"
-            if io.body_bytes and figures.get("bytes_read"):
-                used = f"{io.body_bytes / figures['bytes_read']:.2f}"
-            mb = f"{io.body_bytes / 1e6:8.0f}" if io.body_bytes is not None else f"{'':>8}"
-            flight = ""
-            if io.in_flight_mean is not None:
-                flight = f"{io.in_flight_mean:.1f}/{io.in_flight_peak}"
-            out.append(
-                f"  {_LABELS[loader] + ', ' + store:<50}{req}{per_get:>9}{mb}{used:>7}"
-                f"{flight:>12}{io.seconds:8.1f}{sec(io.loader_cpu_s)}{sec(io.server_cpu_s)}"
-                f"{sec(io.proxy_cpu_s)}{rss}"
-            )
+    cases = [(store, loader, io, bench.results.get(store, {}).get(loader), _LABELS[loader])
+             for store, row in bench.io.items() for loader, io in row.items()]  # fmt: skip
+    cases += [
+        (store, "tokenloom", io, bench.scaled.get(store),
+         f"tokenloom, {bench.config.scale_docs:,} docs")
+        for store, io in bench.scaled_io.items()
+    ]  # fmt: skip
+    for store, _loader, io, result, label in cases:
+        figures = result.figures if result is not None else {}
+        rss = f"{result.peak_rss_mb:8,.0f}" if result is not None else f"{'':>8}"
+        req = f"{io.requests:9,}" if io.requests is not None else f"{'':>9}"
+        per_get = used = ""
+        if io.requests and figures.get("rows_read"):
+            per_get = f"{figures['rows_read'] / io.requests:.1f}"
+        if io.body_bytes and figures.get("bytes_read"):
+            used = f"{io.body_bytes / figures['bytes_read']:.2f}"
+        mb = f"{io.body_bytes / 1e6:8.0f}" if io.body_bytes is not None else f"{'':>8}"
+        flight = ""
+        if io.in_flight_mean is not None:
+            flight = f"{io.in_flight_mean:.1f}/{io.in_flight_peak}"
+        out.append(
+            f"  {label + ', ' + store:<50}{req}{per_get:>9}{mb}{used:>7}"
+            f"{flight:>12}{io.seconds:8.1f}{sec(io.loader_cpu_s)}{sec(io.server_cpu_s)}"
+            f"{sec(io.proxy_cpu_s)}{rss}"
+        )
     return out

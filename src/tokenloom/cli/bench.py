@@ -294,6 +294,8 @@ Examples:
   tokenloom bench loader --docs 50000 --seconds 4 --cache warm,cold --out /tmp/lb
   tokenloom bench loader --only tokenloom --gpu-sim 124M,354M   # data stall feeding an H100
   tokenloom bench loader --store s3 --docs 20000 --seconds 5 --latency-ms 0,20
+  tokenloom bench loader --store s3 --docs 2500000 --scale-docs 250000 --latency-ms 20 \
+      --only tokenloom --seconds 10
 The corpus and its copies are built once under --workdir and reused; the results are written
 as loader-bench.json, .md and .png under --out (default: --workdir). --store s3 serves
 them from a local S3 server (SeaweedFS) and measures tokenloom, Parquet (single rows and
@@ -374,6 +376,14 @@ row groups) and MDS from it.""",
     metavar="LIST",
     help="With --store s3: request latencies added by a proxy (0: none).",
 )
+@click.option(
+    "--scale-docs",
+    default=None,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="With --store s3: also read a table of N documents (< --docs) at every latency and "
+    "check that peak RSS stays flat (<= 1.2x) as the table grows to --docs.",
+)
 @json_option
 def loader_bench(
     docs: int,
@@ -386,12 +396,15 @@ def loader_bench(
     gpu_sim: str | None,
     store: str,
     latency_ms: str,
+    scale_docs: int | None,
     as_json: bool,
 ) -> None:
     """Loader tokens/s next to LanceDB, pre-packed MDS/WebDataset and Parquet, as ratios."""
     if store == "s3":
-        _loader_s3_bench(docs, seconds, steps, workdir, only, latency_ms, as_json)
+        _loader_s3_bench(docs, seconds, steps, workdir, only, latency_ms, scale_docs, as_json)
         return
+    if scale_docs is not None:
+        raise click.BadParameter("applies to --store s3 only", param_hint="--scale-docs")
     from tokenloom.bench.loader import (
         KNOWN_LOADERS,
         LoaderBenchConfig,
@@ -439,7 +452,7 @@ def loader_bench(
 
 def _loader_s3_bench(
     docs: int, seconds: float, steps: int | None, workdir: str, only: str, latency: str,
-    as_json: bool,
+    scale_docs: int | None, as_json: bool,
 ) -> None:  # fmt: skip
     from tokenloom.bench.loader_s3 import S3_LOADERS, S3BenchConfig, format_s3_report, run_s3_bench
 
@@ -459,7 +472,12 @@ def _loader_s3_bench(
     run = LoaderBenchConfig(
         docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=("tokenloom",)
     )
-    config = S3BenchConfig(run=run, latencies_ms=latencies, only=names)
+    if scale_docs is not None and scale_docs >= docs:
+        raise click.BadParameter(
+            f"{scale_docs} is not below --docs {docs}; e.g. --scale-docs {max(docs // 10, 1)}",
+            param_hint="--scale-docs",
+        )
+    config = S3BenchConfig(run=run, latencies_ms=latencies, only=names, scale_docs=scale_docs)
     bench = run_s3_bench(config, log=lambda msg: click.echo(msg, err=True))
     if as_json:
         emit_json(bench.to_json())

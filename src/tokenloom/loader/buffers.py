@@ -126,6 +126,7 @@ class SharedSlots:
         self.shape = (int(slots), int(slot_size))
         self.lendable = lendable
         self._fd = os.memfd_create("tokenloom-slots", os.MFD_CLOEXEC)
+        self._own_fd = True  # closed with this object (a persistent worker makes a ring a pass)
         os.ftruncate(self._fd, self._nbytes)
         self._mapping = mmap.mmap(self._fd, self._nbytes)
         self._local()
@@ -151,11 +152,21 @@ class SharedSlots:
     def __setstate__(self, state: dict) -> None:
         self.shape, self.lendable = tuple(state["shape"]), state["lendable"]
         self._fd = state["fd"].detach()
+        self._own_fd = False
         try:
             self._mapping = mmap.mmap(self._fd, self._nbytes)
         finally:
             os.close(self._fd)  # the mapping keeps the memory
         self._local()
+
+    def __del__(self) -> None:
+        # the memory stays while a mapping of it does (the other process's included)
+        if getattr(self, "_own_fd", False):
+            self._own_fd = False
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
 
     @property
     def slots(self) -> int:
@@ -173,11 +184,12 @@ class SharedSlots:
         flags = self._flags_np
         deadline = time.monotonic() + timeout_s
         while True:
-            free = np.flatnonzero(flags == 0)
-            if len(free):
-                j = int(free[0])
-                flags[j] = 1
-                return j, self._data_np[j, :n].reshape(shape)
+            with self._lock:  # the worker's pack threads acquire at once: one slot each
+                free = np.flatnonzero(flags == 0)
+                if len(free):
+                    j = int(free[0])
+                    flags[j] = 1
+                    return j, self._data_np[j, :n].reshape(shape)
             if time.monotonic() > deadline:
                 return None, None
             time.sleep(poll_s)

@@ -83,12 +83,6 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"{type(dataset).__name__}; a RowMapDataset (map-style) goes to "
                 "torch.utils.data.DataLoader(ds, batch_size=B, shuffle=True)"
             )
-        if kwargs.get("persistent_workers"):
-            raise LoaderError(
-                "persistent_workers=True would replay the epoch the workers were started in "
-                "(their copy of the dataset never hears of set_epoch); leave it off — workers "
-                "restart each epoch, and the plan is rebuilt from stored counts in milliseconds"
-            )
         if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
             kwargs["multiprocessing_context"] = multiprocessing_context(
                 kwargs.get("multiprocessing_context")
@@ -110,6 +104,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self._transit = TransitGauge(2 * num_workers * (self.prefetch_factor or 2))
         self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.universes())
         """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
+        self._kept: tuple[tuple, WorkerPool] | None = None
+        """With ``persistent_workers``: the workers kept between passes, and what they were
+        started for (a re-pinned version or other read settings start new ones)."""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         ds: PackedDataset = self.dataset  # type: ignore[assignment]
@@ -117,18 +114,11 @@ class DataLoader(torch.utils.data.DataLoader):
             yield from self._in_process(ds)
             return
         total = len(ds)
-        pool = WorkerPool(
-            ds.detached(),
-            self.num_workers,
-            context=self.multiprocessing_context,
-            prefetch=self.prefetch_factor or 2,
-            timeout=self.timeout,
-            init_fn=self.worker_init_fn,
-        )
+        pool = self._workers(ds)
         self.worker_pool = pool
         """The workers of the current (or last) pass."""
         pin = self._pin()
-        it = iter(pool)
+        it = pool.run((ds.epoch, ds.step)) if pool.persistent else iter(pool)
         last: float | None = None
         slots: dict[int, SharedSlots] = {}  # each worker's shared-memory slots
         while True:
@@ -153,6 +143,40 @@ class DataLoader(torch.utils.data.DataLoader):
                     ds._epoch, ds._step = group.epoch + 1, 0
                 pool.check()  # a dead worker is noticed here, not when its queue runs dry
                 yield as_tensors(group.batch(i), pin=pin)
+
+    def _workers(self, ds: PackedDataset) -> WorkerPool:
+        """This pass's workers: new ones, or with ``persistent_workers`` the ones kept from the
+        last pass when it ran to its end and the dataset still reads what they were started
+        with (each pass tells them its cursor: ``set_epoch`` and ``load_state_dict`` reach
+        them, and their object-store fetches carry over into the next epoch)."""
+        persistent = bool(self.persistent_workers)
+        key = (ds.planner, ds.rank, ds.world_size, ds.io_threads, ds.read_ahead, ds.read_group)
+        if persistent and self._kept is not None:
+            kept_key, kept = self._kept
+            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
+            if kept.alive and not kept.running and same:  # (a pass still iterated: new ones)
+                return kept
+            kept.close()
+            self._kept = None
+        pool = WorkerPool(
+            ds.detached(),
+            self.num_workers,
+            context=self.multiprocessing_context,
+            prefetch=self.prefetch_factor or 2,
+            timeout=self.timeout,
+            init_fn=self.worker_init_fn,
+            persistent=persistent,
+        )
+        if persistent:
+            self._kept = (key, pool)
+        return pool
+
+    def close(self) -> None:
+        """Stop the workers kept between passes (``persistent_workers``); the next pass
+        starts new ones. Without persistent workers there is nothing to stop between passes."""
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
 
     def _pin(self) -> bool:
         return bool(self.pin_memory) and torch.cuda.is_available()

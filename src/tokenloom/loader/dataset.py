@@ -32,10 +32,13 @@ from tokenloom.loader.planner import Planner
 from tokenloom.loader.read import SPLIT_TAKE_PARTS, SPLIT_TAKE_ROWS, LoaderError, TokenReader
 from tokenloom.loader.readahead import (
     FETCH_AHEAD_BYTES,
+    ROW_BLOCK_SIZE,
+    ROWS_IN_FLIGHT,
     TAKE_ROWS,
     ReadAhead,
     available_cores,
     log,
+    per_row_reads,
     rows_per_fetch,
     size_read_ahead,
     timed,
@@ -328,7 +331,10 @@ class PackedStream:
         :func:`~tokenloom.loader.readahead.rows_per_fetch` distinct rows per span."""
         rows = max(len(self.inputs.row_ids), 1)
         per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
-        return int(max(rows_per_fetch(self._token_bytes(), rows) // per_group, 1))
+        column = self._token_bytes()
+        # a table read per row: a GET per row, not Lance's default 64 KiB merge window
+        self.reader.use_block_size(ROW_BLOCK_SIZE if per_row_reads(column) else None)
+        return int(max(rows_per_fetch(column, rows) // per_group, 1))
 
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
         """The stable row ids a read group's stretches come from (no I/O)."""
@@ -401,13 +407,21 @@ class PackedStream:
         (the cursor moves as each is handed out)."""
         return self._iterate(None)
 
-    def groups(self, worker: int, workers: int) -> Iterator[BuiltGroup]:
+    def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[BuiltGroup]:
         """DataLoader worker ``worker`` of ``workers``: its groups of steps of the rest of the
         current epoch (groups ``worker, worker + workers, ...``), packed into a shared-memory
-        ring where the platform has one, for the training process to hand out step by step."""
-        return self._iterate((worker, workers))
+        ring where the platform has one, for the training process to hand out step by step.
+        ``keep``: a persistent worker, whose object-store fetches outlive the pass and go on
+        into its groups of the next epoch (as the training process's own do)."""
+        return self._iterate((worker, workers), keep=keep)
 
-    def _iterate(self, worker: tuple[int, int] | None) -> Iterator[Any]:
+    def seek(self, epoch: int, step: int) -> None:
+        """Put the cursor at global step ``step`` of ``epoch`` (a persistent worker is told
+        where each pass starts; the training process moves by :meth:`set_epoch` and
+        :meth:`load_state_dict`)."""
+        self._epoch, self._step = int(epoch), int(step)
+
+    def _iterate(self, worker: tuple[int, int] | None, keep: bool = False) -> Iterator[Any]:
         info = worker
         wid, workers = worker if worker is not None else (0, 1)
         epoch, first = self._epoch, self._step
@@ -419,7 +433,9 @@ class PackedStream:
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
         if is_remote(self.uri) and groups:
-            fetcher = self._start_fetches(view, epoch, groups, size, in_process=info is None)
+            fetcher = self._start_fetches(
+                view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers)
+            )
         self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
@@ -472,41 +488,52 @@ class PackedStream:
                     if self._step >= total:
                         self._epoch, self._step = epoch + 1, 0
                     yield group.batch(i)
-        if fetcher is not None and info is not None:
-            fetcher.close()  # a worker's copy ends with its epoch
+        if fetcher is not None and info is not None and not keep:
+            fetcher.close()  # a worker's copy ends with its epoch, unless it is persistent
 
     def _start_fetches(
-        self, view: EpochView, epoch: int, groups: list[range], size: int, *, in_process: bool
+        self,
+        view: EpochView,
+        epoch: int,
+        groups: list[range],
+        size: int,
+        *,
+        keep: bool,
+        worker: tuple[int, int] = (0, 1),
     ) -> FetchAhead:
-        """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.fetch`): in the
-        training process the fetcher outlives the epoch, goes on into the next one's first spans
-        while this one ends, and the next pass reuses them when it starts where this one ends."""
+        """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.fetch`). With
+        ``keep`` (the training process, or a persistent worker) the fetcher outlives the epoch,
+        goes on into the next one's first spans of this process's groups (``worker``: its index
+        and the number of workers) while this one ends, and the next pass reuses them when it
+        starts where this one ends."""
         per_span = self._span_groups(view, size)
         key = SpanKey(
             epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
         )
-        fetcher = self._fetcher if in_process else None
+        fetcher = self._fetcher if keep else None
         if fetcher is None:
             fetcher = FetchAhead(self.reader, depth=self._fetch_depth(), parts=self._fetch_parts())
-            if in_process:
+            if keep:
                 self._fetcher = fetcher
 
         def rows_of(v: EpochView, gs: list[range]) -> Any:
             return lambda g: self._group_rows(v, gs[g])
 
         following = None
-        if in_process:
+        if keep:
 
             def following() -> tuple[SpanKey, Any] | None:
                 nxt = self.view(epoch + 1)
-                gs = _groups(0, nxt.steps, size, 0, 1)
+                gs = _groups(0, nxt.steps, size, *worker)
                 if not gs:
                     return None
                 k = SpanKey(epoch=epoch + 1, groups=tuple((g.start, g.stop) for g in gs),
                             per_span=per_span)  # fmt: skip
                 return k, rows_of(nxt, gs)
 
+        carried = fetcher.carried
         fetcher.start(key, rows_of(view, groups), following=following)
+        self.stats.spans_carried += fetcher.carried - carried
         return fetcher
 
     def _fetch_depth(self) -> int:
@@ -572,9 +599,12 @@ class PackedStream:
         _, _, pack_cpu = timed(self._build_group, view, epoch, groups[0], None, (span, False))
         pack_cpu *= min(fetcher.per_span, len(groups))  # all the span's groups
         span_bytes = max(fetched.read[1], 1)
+        most = max(FETCH_AHEAD_BYTES // span_bytes - 1, 1)
+        if self.reader.block_size is not None:  # per-row reads: about a GET per row
+            most = min(most, max(ROWS_IN_FLIGHT // max(len(fetched.rowids), 1), 1))
         depth = size_read_ahead(
             wall, cpu + pack_cpu, cores=cores, read_ahead=self.read_ahead, min_threads=1,
-            max_ahead=max(FETCH_AHEAD_BYTES // span_bytes - 1, 1),
+            max_ahead=most,
         ).io_threads + 1  # fmt: skip
         if self.read_ahead is not None:
             depth = self.read_ahead

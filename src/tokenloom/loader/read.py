@@ -88,6 +88,9 @@ class TokenReader:
         self.token_column = token_column
         self.storage_options = storage_options
         self.cache_tokens = cache_tokens
+        self.block_size: int | None = None
+        """Lance's merge window for this reader's dataset (``None``: Lance's default); set
+        through :meth:`use_block_size`."""
         self._ds: lance.LanceDataset | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
@@ -115,10 +118,18 @@ class TokenReader:
     @property
     def dataset(self) -> lance.LanceDataset:
         if self._ds is None:
+            extra = {"block_size": self.block_size} if self.block_size else {}
             self._ds = lance.dataset(
-                self.uri, version=self.version, storage_options=self.storage_options
+                self.uri, version=self.version, storage_options=self.storage_options, **extra
             )
         return self._ds
+
+    def use_block_size(self, block_size: int | None) -> None:
+        """Read with Lance's merge window ``block_size`` from now on (the dataset is opened
+        again if it was open with another one)."""
+        if block_size != self.block_size:
+            self.block_size = block_size
+            self._ds = None
 
     def read_ranges(
         self,

@@ -23,6 +23,13 @@ apart cost one GET per 64 rows, rows 100 KiB apart one GET each), and a shuffled
 the bytes between neighbours it merges). :func:`rows_per_fetch` therefore reads spans of at
 least :data:`FETCH_BYTES` of tokens and a quarter of the epoch's rows (:data:`FETCH_FRACTION`),
 up to :data:`MAX_FETCH_BYTES`: raw token lists held once, not the packed blocks made of them.
+
+A token column larger than ``FETCH_FRACTION * MAX_FETCH_BYTES`` cannot be read that way within
+memory: a span then holds a small share of the epoch and the merged GETs fetch mostly bytes no
+span uses (24.9x the bytes used at 3.2 GB of tokens). Such a table is read **per row**
+(:func:`per_row_reads`): spans of :data:`ROW_FETCH_BYTES` of tokens, the dataset opened with a
+merge window of :data:`ROW_BLOCK_SIZE` (a GET per row, the bytes it holds), many spans and takes
+in flight. What it holds is then set by these constants, not by the table's size.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 
 __all__ = [
     "ReadAhead",
+    "per_row_reads",
     "size_read_ahead",
     "available_cores",
     "timed",
@@ -69,6 +77,22 @@ used, 2.3M tok/s; 25%: 19.8M; 50%: 25.3M; the local table 20.5M)."""
 MAX_FETCH_BYTES = 64 << 20
 """Token bytes one fetch span reads at most (past ``FETCH_FRACTION * MAX_FETCH_BYTES`` of
 tokens, spans hold a smaller share of the epoch and fetch more bytes than they use)."""
+ROW_FETCH_BYTES = 1 << 20
+"""Token bytes one fetch span reads at least when a table is read per row
+(:func:`per_row_reads`; a span is whole read groups, so usually one group of ~1,000 rows): its
+rows lie far apart, so a span only batches requests; spans in flight are what keeps many GETs
+outstanding (sized by the same Little's-law probe, within :data:`ROWS_IN_FLIGHT`)."""
+ROWS_IN_FLIGHT = 2048
+"""Rows (about one GET each) that per-row reads keep requested at once at most: at 20 ms per
+request that is ~100k rows/s, above what a local table delivers here. More only queues requests
+at the server: on a local S3 server doing ~300 GETs/s under load, 33 spans of 5,000 rows in
+flight (~4,500 requests held by the proxy) delivered no batch within 5 minutes."""
+ROW_BLOCK_SIZE = 1024
+"""Lance's merge window (its ``block_size``) for per-row reads: ranges of one file closer than
+this share a GET. Measured through 20 ms on a local S3 server, 200k rows of ~1.6 KB, random
+takes of 256 rows: a ``list<uint16>`` column fetched 4.4x (4 KiB) to 5x (64 KiB) the bytes used
+(its pages are cut in ~2 KiB chunks, read whole); raw token bytes (``large_binary``) 1.1-1.3x
+at 512 B-1 KiB and 1.3-1.4x at 4 KiB."""
 FETCH_AHEAD_BYTES = 256 << 20
 """Budget of the token bytes fetch spans in flight may hold (measured depths are capped by it)."""
 MAX_THREADS = 32
@@ -214,6 +238,12 @@ def rows_per_take(column_bytes: float, *, remote: bool, cap: bool = True) -> int
     return int(min(wanted, MAX_REMOTE_TAKE_ROWS) if cap else wanted)
 
 
+def per_row_reads(column_bytes: float) -> bool:
+    """Whether an object-store table is read per row: spans of at most
+    :data:`MAX_FETCH_BYTES` would hold less than ``1 / FETCH_FRACTION`` of its tokens."""
+    return float(column_bytes) > FETCH_FRACTION * MAX_FETCH_BYTES
+
+
 def rows_per_fetch(column_bytes: float, rows: int) -> int:
     """Rows one fetch span should read on an object store.
 
@@ -224,10 +254,13 @@ def rows_per_fetch(column_bytes: float, rows: int) -> int:
     Returns:
         The most of: enough rows to hold :data:`FETCH_BYTES` of tokens, ``rows /
         FETCH_FRACTION``, and :func:`rows_per_take`'s count (neighbours within the merge window);
-        but no more than :data:`MAX_FETCH_BYTES` of tokens, nor than ``rows``.
+        but no more than :data:`MAX_FETCH_BYTES` of tokens, nor than ``rows``. A table read per
+        row (:func:`per_row_reads`): :data:`ROW_FETCH_BYTES` of tokens, whatever its size.
     """
     rows = max(int(rows), 1)
     mean = max(float(column_bytes), 1.0) / rows  # bytes per row
+    if per_row_reads(column_bytes):
+        return int(max(min(ROW_FETCH_BYTES / mean, rows), 1))
     wanted = max(
         FETCH_BYTES / mean,
         rows / FETCH_FRACTION,

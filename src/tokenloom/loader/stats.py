@@ -88,6 +88,10 @@ class LoaderStats:
     span_rows: int = 0
     """Rows of each pipeline's first fetch span on an object store, summed over them (0: one
     take per read group; then :attr:`read_ahead` counts read groups, else fetch spans)."""
+    spans_carried: int = 0
+    """Fetch spans a pipeline found fetched already when it started: read ahead across the epoch
+    boundary by the pass before it, in the same process (the training process, or a persistent
+    DataLoader worker)."""
 
     def add(self, other: LoaderStats | dict) -> None:
         """Add another set of counters (or its dict form) into this one."""

@@ -18,6 +18,10 @@ pack (:class:`~tokenloom.loader.dataset.PackedStream`: Lance and numpy), so
   ``worker_init_fn`` defined in ``__main__`` the script is run, as torch's workers do);
   ``forkserver`` works too, ``fork`` is refused (Lance is not fork-safe);
 * the training process reads the pipes round-robin: the stream is the same for any ``W``;
+* with ``persistent=True`` (``DataLoader(persistent_workers=True)``) the processes outlive a
+  pass: each pass sends them its ``(epoch, step)`` on the same pipe, so ``set_epoch`` and
+  ``load_state_dict`` reach them, and their object-store fetches go on into the next epoch
+  while it starts;
 * a worker's exception is raised in the training process with the worker's traceback; a worker
   that dies (killed, out of memory) is reported with its exit code and signal within a step
   (every worker is watched while the training process waits, and between steps), never after
@@ -60,33 +64,52 @@ def _worker_main(
     parent: int,
     prefetch: int,
     forkserver: bool,
+    persistent: bool = False,
 ) -> None:
     """Body of worker ``worker``: its groups, then ``("done", info)`` or ``("error", ...)``.
 
     ``conn`` is the worker's end of a pipe: it sends at most ``prefetch`` groups ahead of the
     ``"credit"`` messages the training process returns for the groups it took. The ring's
     descriptor is handed over by this process (``DupFd``) when the training process reads the
-    first group, so a worker that is done waits for its ``"taken"`` message before it exits."""
+    first group, so a worker that is done waits for its ``"taken"`` message before it exits.
+    A ``persistent`` worker runs one pass per ``("cursor", (epoch, step))`` message, from that
+    cursor, and stays alive between passes (its stream keeps its fetch pipeline, already reading
+    the next epoch's first rows) until it is sent ``("stop", None)`` or stopped."""
     # under forkserver the parent is the fork server, which ends with the training process
     die_with_parent(os.getppid() if forkserver else parent)
     credits, taken, sent_ring = prefetch, False, False
+    orders: list[tuple[str, Any]] = []  # control messages not yet acted on (persistent)
 
     def receive() -> None:  # one message; EOFError once the training process is gone
         nonlocal credits, taken
         message = conn.recv()
-        credits += message == "credit"
-        taken = taken or message == "taken"
+        if message == "credit":
+            credits += 1
+        elif message == "taken":
+            taken = True
+        else:  # ("cursor", (epoch, step)) or ("stop", None)
+            orders.append(message)
 
     try:
         if init_fn is not None:
             init_fn(worker)
-        for group in stream.groups(worker, workers):
-            while credits <= 0:
-                receive()
-            credits -= 1
-            sent_ring = sent_ring or group.slots is not None
-            conn.send(("group", group))
-        conn.send(("done", {"torch_imported": "torch" in sys.modules}))
+        while True:
+            if persistent:
+                while not orders:
+                    receive()
+                kind, cursor = orders.pop(0)
+                if kind != "cursor":
+                    break
+                stream.seek(*cursor)
+            for group in stream.groups(worker, workers, keep=persistent):
+                while credits <= 0:
+                    receive()
+                credits -= 1
+                sent_ring = sent_ring or group.slots is not None
+                conn.send(("group", group))
+            conn.send(("done", {"torch_imported": "torch" in sys.modules}))
+            if not persistent:
+                break
         while sent_ring and not taken:  # the training process says so, or stops this process
             receive()
     except BaseException as exc:  # noqa: BLE001 - reported to the training process
@@ -171,6 +194,9 @@ class WorkerPool:
         timeout: Seconds to wait for one group before giving up (0: no limit; a dead worker is
             detected either way).
         init_fn: Called in each worker with its index before it reads (``worker_init_fn``).
+        persistent: Keep the processes between passes (:meth:`run` starts each pass from a
+            cursor; a pass left before its end stops them, the next :meth:`run` starts new
+            ones). Otherwise each pass (``iter(pool)``) starts and stops its own processes.
     """
 
     def __init__(
@@ -182,6 +208,7 @@ class WorkerPool:
         prefetch: int = 2,
         timeout: float = 0.0,
         init_fn: Callable[[int], None] | None = None,
+        persistent: bool = False,
     ) -> None:
         if workers < 1:
             raise LoaderError(f"workers must be >= 1, got {workers}")
@@ -190,32 +217,76 @@ class WorkerPool:
         self.prefetch, self.timeout, self.init_fn = max(int(prefetch), 1), float(timeout), init_fn
         self.torch_imported: bool | None = None
         """Whether any worker had torch imported when it finished (``None`` until one did)."""
+        self.persistent = bool(persistent)
+        self.passes = 0
+        """Passes these processes ran to their end."""
+        self.running = False
+        """Whether a pass is being iterated (a persistent pool is reused only between passes)."""
         self._procs: list[Any] = []
+        self._conns: list[Any] = []
+        self._started = False
+
+    @property
+    def alive(self) -> bool:
+        """Whether the processes are started and idle or running (a persistent pool between
+        passes)."""
+        return self._started
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids (empty when not started)."""
+        return [p.pid for p in self._procs] if self._started else []
 
     def __iter__(self) -> Iterator[Any]:
+        return self.run(None)
+
+    def run(self, cursor: tuple[int, int] | None) -> Iterator[Any]:
+        """One pass of groups, in order: from ``cursor`` ``(epoch, step)`` on a persistent
+        pool, else from where the stream's own cursor was when the processes started."""
+        if self.persistent and cursor is None:
+            raise LoaderError("a persistent WorkerPool runs from a cursor: run((epoch, step))")
+        return self._run(cursor)
+
+    def _start(self) -> None:
         ctx, W = self.context, self.workers
         forkserver = ctx.get_start_method() == "forkserver"
         pipes = [ctx.Pipe(duplex=True) for _ in range(W)]
-        conns = [here for here, _ in pipes]
-        procs = [
+        self._conns = [here for here, _ in pipes]
+        self._procs = [
             ctx.Process(
                 target=_worker_main,
                 args=(
                     self.stream, w, W, pipes[w][1], self.init_fn, os.getpid(), self.prefetch,
-                    forkserver,
+                    forkserver, self.persistent,
                 ),
                 name=f"tokenloom-loader-{w}",
                 daemon=True,
             )
             for w in range(W)
         ]  # fmt: skip
-        self._procs = procs
+        self._started = True
         try:
             with main_not_rerun(not defined_in_main(self.init_fn)):
-                for p in procs:
+                for p in self._procs:
                     p.start()
+        finally:
             for _, there in pipes:
                 there.close()  # the workers hold them: a worker's death is an EOF here
+
+    def _run(self, cursor: tuple[int, int] | None) -> Iterator[Any]:
+        W = self.workers
+        finished = False
+        self.running = True
+        try:
+            if not self._started:
+                self._start()
+            elif not self.persistent:
+                raise LoaderError("a WorkerPool that is not persistent runs one pass")
+            procs, conns = self._procs, self._conns
+            if self.persistent and cursor is not None:
+                order = ("cursor", (int(cursor[0]), int(cursor[1])))
+                for v in range(W):
+                    self._tell(conns[v], procs[v], v, order)
             w = 0
             while True:
                 kind, payload = self._get(conns[w], procs[w], w)
@@ -224,7 +295,19 @@ class WorkerPool:
                 if kind == "done":
                     # groups are dealt round-robin: the first worker without one in its turn
                     # means every later group index is past the epoch's end
-                    self.torch_imported = bool(self.torch_imported) or payload["torch_imported"]
+                    self._done(payload)
+                    for v in [*range(w + 1, W), *range(w)] if self.persistent else []:
+                        kind, payload = self._get(conns[v], procs[v], v)  # its "done" too
+                        if kind == "error":
+                            _raise(v, *payload)
+                        if kind != "done":
+                            raise WorkerError(
+                                f"DataLoader worker {v} sent a group past the epoch's end; "
+                                "this is a bug in tokenloom, please report it"
+                            )
+                        self._done(payload)
+                    finished = True
+                    self.passes += 1
                     return
                 self._tell(conns[w], procs[w], w, "credit")
                 if payload.slots is not None:
@@ -233,17 +316,47 @@ class WorkerPool:
                 yield payload
                 w = (w + 1) % W
         finally:
-            self._stop(procs, conns)
+            self.running = False
+            if not (self.persistent and finished):
+                self.close()
+
+    def _done(self, info: dict) -> None:
+        self.torch_imported = bool(self.torch_imported) or info["torch_imported"]
+
+    def close(self) -> None:
+        """Stop the processes (a persistent pool's next :meth:`run` starts new ones). Idle
+        persistent workers are sent ``("stop", None)`` first; any still running are ended."""
+        if not self._started:
+            return
+        self._started = False
+        procs, conns = self._procs, self._conns
+        if self.persistent and not self.running:
+            for c in conns:
+                try:
+                    c.send(("stop", None))
+                except OSError:  # it died, or closed its end
+                    pass
+            deadline = time.monotonic() + _POLL_S
+            for p in procs:
+                if p.pid is not None:
+                    p.join(max(deadline - time.monotonic(), 0.0))
+        self._stop(procs, conns)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown; daemons go anyway
+            pass
 
     def check(self) -> None:
         """Raise :class:`WorkerError` if a worker has died (a non-zero exit: killed, out of
         memory); a worker that finished its groups exits with 0."""
-        for w, p in enumerate(self._procs):
+        for w, p in enumerate(self._procs if self._started else []):
             code = p.exitcode if p.pid is not None else None
             if code:
                 raise WorkerError(describe_exit(w, p.pid, code))
 
-    def _tell(self, conn: Any, proc: Any, w: int, message: str) -> None:
+    def _tell(self, conn: Any, proc: Any, w: int, message: Any) -> None:
         try:
             conn.send(message)
         except OSError:  # the worker closed its end: it finished its groups, or it died

@@ -294,6 +294,11 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         if epoch != self._epoch:
             self._epoch, self._step = int(epoch), 0
 
+    @property
+    def cursor(self) -> tuple[int, int]:
+        """``(epoch, step)`` of the next batch."""
+        return self._epoch, self._step
+
     # -- state --------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
@@ -408,6 +413,10 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
                 if self._step >= plan.steps:
                     self._epoch, self._step = epoch + 1, 0
                 yield to_format(built.output, built.row_ids, self.format)
+            if info is not None:
+                # a worker's pass ran to its end: a persistent worker's next pass starts the
+                # next epoch, where the training process's cursor now is
+                self._epoch, self._step = epoch + 1, 0
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)

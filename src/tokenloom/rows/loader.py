@@ -5,7 +5,10 @@ run the script again (no ``__main__`` guard needed, as for the packed loader:
 :func:`tokenloom.process.main_not_rerun`),
 ``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact
 cursor of batches *delivered to the consumer*, and the workers' skip counts added up in the
-dataset.
+dataset. With ``persistent_workers=True`` the workers are kept between epochs: a worker whose
+pass ran to its end moves its own copy of the cursor to the next epoch's start, which is where
+the training process's cursor is after a whole pass; a pass left before its end, ``set_epoch``
+or ``load_state_dict`` elsewhere start new workers from the training process's cursor.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ class RowLoader(torch.utils.data.DataLoader):
     """A DataLoader over a :class:`RowDataset` whose state is the consumer's exact cursor."""
 
     def __init__(self, dataset: RowDataset, num_workers: int = 0, **kwargs: Any) -> None:
-        for bad in ("persistent_workers", "shuffle", "sampler", "batch_size"):
+        for bad in ("shuffle", "sampler", "batch_size"):
             if kwargs.get(bad):
                 raise RowLoaderError(
                     f"RowLoader({bad}=...) does not apply: a RowDataset shuffles every epoch "
-                    "from its seed and yields whole batches of global_batch / world_size rows; "
-                    "workers restart each epoch (set_epoch reaches them)"
+                    "from its seed and yields whole batches of global_batch / world_size rows"
                 )
             kwargs.pop(bad, None)
         if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
@@ -46,6 +48,8 @@ class RowLoader(torch.utils.data.DataLoader):
             )
             kwargs.setdefault("collate_fn", _keep)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self._workers_at: tuple[int, int] | None = None
+        """With persistent workers: the cursor their copies hold (after a whole pass)."""
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: RowDataset = self.dataset  # type: ignore[assignment]
@@ -53,6 +57,12 @@ class RowLoader(torch.utils.data.DataLoader):
             yield from iter(ds)
             return
         total = len(ds)
+        kept = getattr(self, "_iterator", None)
+        if self.persistent_workers and kept is not None and self._workers_at != ds.cursor:
+            # the kept workers would start where their last pass ended: start new ones
+            kept._shutdown_workers()
+            self._iterator = None
+        self._workers_at = None
         # torch starts the workers when the iterator is made; a transform (or init/collate
         # function) defined in the script can only reach them by running the script again.
         uses_main = defined_in_main(ds.transform, self.worker_init_fn, self.collate_fn)
@@ -69,6 +79,14 @@ class RowLoader(torch.utils.data.DataLoader):
             if ds.format == "torch":
                 batch = to_format(batch, batch["row_id"], "torch")
             yield batch
+        self._workers_at = ds.cursor  # every worker ran its pass to the end, as the cursor
+
+    def close(self) -> None:
+        """Stop the workers kept between passes (``persistent_workers``)."""
+        kept = getattr(self, "_iterator", None)
+        if kept is not None:
+            kept._shutdown_workers()
+            self._iterator = None
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered to the consumer."""
