@@ -227,6 +227,7 @@ def dedup_near(
     write_lookup(
         path, ids, {"near_dup_cluster": cluster, "is_near_dup": is_near}, storage_options=so
     )
+    by_source = _flagged_by_source(data.column("source"), is_near)
     del data, values, labels, kept_before
     # `first` is left out of the identity: columns made before policies existed still match.
     chosen = {"keep": policy.spec()} if policy.kind != "first" else {}
@@ -244,7 +245,7 @@ def dedup_near(
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
     res.rows, res.flagged = len(ids), int(is_near.sum())
     res.groups = len(np.unique(cluster[is_near]))
-    res.by_source = _flagged_by_source(data.column("source"), is_near)
+    res.by_source = by_source
     res.examples = _examples(table, cluster, ids)
     res.seconds = time.perf_counter() - started
     return res
