@@ -208,13 +208,13 @@ class MixturePlan:
         order under ``interleave``, so what reads a document's stretches in delivery order
         (a document delivered once per pass) sorts by this."""
         p, j = self.schedule.source(np.asarray(blocks, dtype=np.int64), self.num_blocks)
-        return p * (1 << 40) + j
+        return _stream_key(p, j)
 
     def epoch_ends(self) -> frozenset[int]:
         """The :meth:`stream_position` of each pool's last block of the epoch: where a pool's
         stream stops, a document can be cut short (a partial last pass)."""
         return frozenset(
-            p * (1 << 40) + r.blocks - 1 for p, r in enumerate(self.reports) if r.blocks > 0
+            int(_stream_key(p, r.blocks - 1)) for p, r in enumerate(self.reports) if r.blocks > 0
         )
 
     def taken(self, k: int) -> np.ndarray:
@@ -269,6 +269,11 @@ class MixturePlan:
             )
             tokens, eos, filled = tokens + c.tokens, eos + c.eos, filled + c.filled
         return BlockCounts(tokens=tokens, eos=eos, filled=filled)
+
+
+def _stream_key(pool: Any, pool_block: Any) -> Any:
+    """The sortable key of a pool's block in its stream (:meth:`MixturePlan.stream_position`)."""
+    return pool * (1 << 40) + pool_block
 
 
 def _spans_counts(spans: Spans) -> BlockCounts:
