@@ -28,7 +28,9 @@ Removes: data and deletion files no version of the table references (a writer
 killed before its commit), stale backfill job directories, unit results, temporary
 and lock files, and with --runs stale *.tmp-<pid> checkpoint files. A file any
 version references is never touched; old versions stay (Lance's
-cleanup_old_versions removes those). A running ingest or backfill of the table
+cleanup_old_versions removes those, except the versions runs pinned with a
+tag; `tokenloom info` lists them, `tokenloom runs rm` releases them).
+A running ingest or backfill of the table
 is waited for (its pid, host and start are shown) up to --lock-timeout seconds.
 On an object store (s3://...) nothing records running writers: pass a
 --min-age longer than any ingest or backfill of the table takes.""",
@@ -80,8 +82,10 @@ def command(
         emit_json(report.to_json())
         return
     mode = "deleted" if delete else "would delete"
+    pinned = sorted({p["version"] for p in report.pins})
+    held = f" ({len(pinned)} pinned by tags: v{', v'.join(map(str, pinned))})" if pinned else ""
     click.echo(
-        f"gc {report.table}: {report.versions_kept} versions kept, every file they read kept"
+        f"gc {report.table}: {report.versions_kept} versions kept{held}, every file they read kept"
     )
     for item in report.items:
         click.echo(f"  {mode} {item.kind:<10} {item.bytes:>12,} B  {item.path}  ({item.reason})")

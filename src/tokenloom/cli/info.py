@@ -12,7 +12,7 @@ from tokenloom.cli.options import (
     version_option,
 )
 
-__all__ = ["command", "format_info", "format_versions"]
+__all__ = ["command", "format_info", "format_pins", "format_versions"]
 
 
 def _mb(n: int) -> str:
@@ -45,10 +45,23 @@ def format_info(info) -> str:  # noqa: ANN001 - TableInfo
         )
     lines += ["", "versions (bytes added)"]
     lines += format_versions(info.versions)
+    lines += ["", "versions pinned (Lance tags; gc and Lance's cleanup keep them)"]
+    lines += format_pins(info.pins)
     lines += ["", "rows per source"]
     for source, count in info.rows_per_source.items():
         lines.append(f"  {source:<24} {count:>10,}")
     return "\n".join(lines)
+
+
+def format_pins(pins: list[dict]) -> list[str]:
+    """One line per tag: the version it keeps and the run holding it."""
+    if not pins:
+        return ["  none (no run holds a version; `tokenloom train` tags the one it trains on)"]
+    lines = []
+    for p in pins:
+        who = f"run {p['run']}" if p["run"] else "a tag no tokenloom run made"
+        lines.append(f"  {p['version']:>4}  {who}  ({p['tag']})")
+    return lines
 
 
 def format_versions(versions) -> list[str]:  # noqa: ANN001 - list[VersionInfo]

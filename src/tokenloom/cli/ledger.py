@@ -57,10 +57,12 @@ def command(
     from tokenloom.loader.ledger import ledger
     from tokenloom.loader.planner import Planner
 
+    run = loader.get("run")
     planner = Planner(loader_spec(table, loader), storage_options=storage_options)
     led = ledger(planner, steps=steps, epoch=epoch)
+    lineage = _lineage(run) if run is not None else None
     if as_json:
-        emit_json(led.to_json())
+        emit_json({**led.to_json(), **({"lineage": lineage} if lineage else {})})
         return
     click.echo(f"epoch {led.epoch}, {led.steps:,} steps of {led.global_batch} x {led.seq_len}")
     head = (
@@ -75,3 +77,19 @@ def command(
             f"{p.unique_documents:>8,} {p.documents_seen_more_than_once:>8,} "
             f"{p.passes:>6}"
         )
+    if lineage:
+        pools = ", ".join(f"{p['name']} {p['tokens']:,}" for p in lineage["pools"])
+        click.echo(
+            f"fed to {run}'s lineage up to its step {lineage['step']} (the runs it started "
+            f"from included): {lineage['tokens']:,} tokens: {pools or 'nothing yet'}"
+        )
+
+
+def _lineage(run: str) -> dict[str, Any]:
+    """What the run's record says its lineage was fed (:mod:`tokenloom.train.lineage`)."""
+    from tokenloom.train.lineage import lineage_pools, spent_tokens
+    from tokenloom.train.record import read_record
+
+    record = read_record(run)
+    pools = lineage_pools(record)
+    return {"run": record.out, "step": record.step, "tokens": spent_tokens(pools), "pools": pools}

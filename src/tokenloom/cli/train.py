@@ -39,6 +39,8 @@ Examples:
   tokenloom train --table corpus.lance --out runs/mix --mixture mix.json --budget-tokens 2000000
   tokenloom train --table corpus.lance --out runs/stage2 --init-from runs/mix \\
       --seq-len 512 --mixture stage2.json --budget-tokens 1000000 --steps 200
+  tokenloom train --table corpus.lance --out runs/stage3 --init-from runs/stage2 \\
+      --total-budget-tokens 5000000            # the steps the lineage has left
   tokenloom train --table corpus.lance --out runs/tb --log-to csv,tensorboard --json
   tensorboard --logdir runs/tb/tensorboard                 # loss, lr, tok/s; runs/tb/metrics.csv
   torchrun --nproc-per-node 2 -m tokenloom.cli.main train --table corpus.lance \\
@@ -148,6 +150,14 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
 )
 @click.option(
     "--keep-optimizer", is_flag=True, help="With --init-from: keep its optimizer moments too."
+)
+@click.option(
+    "--total-budget-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Cap the tokens (block positions) of the whole lineage, --init-from runs included: "
+    "the run plans the steps that remain (--steps only lowers them).",
 )
 @click.option("--plot", default=None, metavar="FILE", help="Write loss curves (PNG) at the end.")
 @json_option
@@ -289,7 +299,8 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
         if options["out"] is None:
             options["out"] = os.path.join("runs", options["model"])
         if options["steps"] is None and options["epochs"] is None:
-            options["steps"] = 100
+            if options["total_budget_tokens"] is None:  # a budget derives the steps
+                options["steps"] = 100
         if options["log_to"] is None:
             options["log_to"] = ()
         loader = loader_spec(table, options)

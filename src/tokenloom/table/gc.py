@@ -3,7 +3,9 @@
 * **orphan** — a file under the table's ``data/`` or ``_deletions/`` that no version of the
   table references (a writer killed between writing its files and committing them). Every
   version in ``_versions/`` is kept, so a file any of them reads is never touched; removing old
-  versions is Lance's ``cleanup_old_versions``, not this;
+  versions is Lance's ``cleanup_old_versions``, not this, and it keeps every tagged version
+  (the versions training runs pinned, :mod:`tokenloom.table.tags`) with all its files. gc
+  never touches ``_refs/`` (the tags) nor ``_versions/``;
 * **backfill** leftovers — stale job directories, unit results, temporary and lock files
   (:mod:`tokenloom.backfill.hygiene`);
 * **checkpoint** temporaries — ``*.tmp-<pid>`` files of interrupted checkpoint writes in a runs
@@ -36,6 +38,7 @@ from tokenloom.table.core import Table, normalize_uri
 from tokenloom.table.journal import live_files, referenced_files
 from tokenloom.table.locks import FileLock
 from tokenloom.table.storage import is_remote, join
+from tokenloom.table.tags import table_pins
 
 __all__ = ["GcItem", "GcReport", "collect_garbage", "orphan_files", "referenced_files"]
 
@@ -68,6 +71,8 @@ class GcReport:
     dry_run: bool
     items: list[GcItem] = field(default_factory=list)
     versions_kept: int = 0
+    pins: list[dict[str, Any]] = field(default_factory=list)
+    """The table's tags (versions pinned by runs), all kept with every file they read."""
 
     @property
     def bytes(self) -> int:
@@ -78,6 +83,7 @@ class GcReport:
             "table": self.table,
             "dry_run": self.dry_run,
             "versions_kept": self.versions_kept,
+            "pins": self.pins,
             "bytes": self.bytes,
             "items": [i.to_json() for i in self.items],
         }
@@ -249,6 +255,7 @@ def collect_garbage(
     root = checkpoint_dir or default_checkpoint_root(uri)
     before = started - max(0.0, min_age)
     report = GcReport(table=uri, dry_run=not delete)
+    report.pins = [p.to_json() for p in table_pins(handle)]
     with _writers_locked(uri, root, lock_timeout, so):
         orphans, report.versions_kept = orphan_files(
             uri, handle.checkout(), before=before, storage_options=so

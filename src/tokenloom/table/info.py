@@ -7,6 +7,7 @@ to exactly the bytes of the data files on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from dataclasses import asdict, dataclass
 
@@ -49,6 +50,9 @@ class TableInfo:
     columns: list[ColumnInfo]
     versions: list[VersionInfo]
     rows_per_source: dict[str, int]
+    pins: list[dict] = dataclasses.field(default_factory=list)
+    """Every Lance tag: ``tag``, the ``version`` it keeps and the ``run`` directory holding it
+    (``None``: a tag no tokenloom run made); see :mod:`tokenloom.table.tags`."""
 
     def to_json(self) -> dict:
         """A JSON-ready dict (timestamps as ISO-8601 text)."""
@@ -117,6 +121,7 @@ def _field_ids(table: Table) -> dict[str, list[int]]:
 def table_info(table: Table) -> TableInfo:
     """Gather the summary ``tokenloom info`` prints."""
     from tokenloom.table.coverage import column_coverage
+    from tokenloom.table.tags import table_pins
 
     per_field, files_per_field, total, n_files = column_bytes(table)
     coverage = column_coverage(table.dataset)
@@ -148,4 +153,5 @@ def table_info(table: Table) -> TableInfo:
         columns=columns,
         versions=table.versions(),
         rows_per_source=table.rows_per_source(),
+        pins=[p.to_json() for p in table_pins(table)],
     )

@@ -23,6 +23,7 @@ __all__ = [
     "INVOCATION_KEYS",
     "SCHEDULE_KEYS",
     "TrainError",
+    "BudgetError",
     "TrainConfig",
     "TrainResult",
 ]
@@ -37,6 +38,10 @@ SCHEDULE_KEYS = ("steps", "epochs", "lr", "min_lr_ratio", "warmup_steps", "weigh
 
 class TrainError(TokenloomError):
     """A training run's options cannot work (or do not match the checkpoint resumed)."""
+
+
+class BudgetError(TrainError):
+    """``total_budget_tokens`` leaves not one step to a run (its lineage spent the rest)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +104,10 @@ class TrainConfig:
     step start anew. The new run's record names it as its parent."""
     keep_optimizer: bool = False
     """With ``init_from``: also take its optimizer state (moments), not only the weights."""
+    total_budget_tokens: int | None = None
+    """Cap on the block positions the whole lineage trains on (this run plus every run it
+    started from, carried through ``init_from``): the run plans the steps that remain
+    (``steps``, when given, only lowers them); see :mod:`tokenloom.train.lineage`."""
     log_to: tuple[str, ...] = ()
     """Metric sinks beside the checkpoint besides the log lines: ``csv`` (``metrics.csv``) and
     ``tensorboard`` (event files in ``tensorboard/``); see :mod:`tokenloom.train.metrics`."""
@@ -111,7 +120,16 @@ class TrainConfig:
         object.__setattr__(self, "out", absolute_uri(self.out))
         if self.init_from is not None:
             object.__setattr__(self, "init_from", absolute_uri(self.init_from))
-        if (self.steps is None) == (self.epochs is None):
+        budget = self.total_budget_tokens
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
+                                   or budget < 1):  # fmt: skip
+            raise TrainError(f"total_budget_tokens must be an integer >= 1, got {budget!r}")
+        if budget is not None and self.epochs is not None:
+            raise TrainError(
+                "total_budget_tokens derives the steps from what the lineage has left; "
+                "drop epochs (steps, when given, caps them)"
+            )
+        if (self.steps is None) == (self.epochs is None) and budget is None:
             raise TrainError("give exactly one of steps and epochs")
         if self.keep_optimizer and not self.init_from:
             raise TrainError("keep_optimizer applies with init_from only")

@@ -16,7 +16,7 @@ import torch.distributed as torch_dist
 from tokenloom.process import env_topology
 from tokenloom.train.config import TrainError
 
-__all__ = ["Dist", "parse_device", "resolve_device"]
+__all__ = ["Dist", "device_name", "parse_device", "resolve_device"]
 
 _DEVICES = "auto, cpu, cuda or cuda:N"
 
@@ -36,6 +36,13 @@ def parse_device(device: str) -> torch.device | None:
         raise TrainError(
             f"device {device!r} is not a device name ({exc}); use {_DEVICES}"
         ) from None
+
+
+def device_name(device: torch.device) -> str:
+    """The device's model name for the run record (``cpu`` for a CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:

@@ -45,7 +45,7 @@ from tokenloom.train.config import (
     TrainError,
     TrainResult,
 )
-from tokenloom.train.dist import Dist
+from tokenloom.train.dist import Dist, device_name
 from tokenloom.train.fed import as_dicts, fed_totals, pool_line
 from tokenloom.train.flops import (
     SLOW_VOCAB_SHARE,
@@ -55,8 +55,10 @@ from tokenloom.train.flops import (
     vocab_for_share,
     vocab_share,
 )
+from tokenloom.train.lineage import plan_budget
 from tokenloom.train.metrics import MetricsLog
 from tokenloom.train.model import GPT, attention_mask
+from tokenloom.train.pins import pin_run
 from tokenloom.train.record import RunRecord, write_record
 from tokenloom.train.runs import (
     StopRequest,
@@ -224,6 +226,7 @@ def train(
     """
     dist = Dist.setup(cfg.device)
     try:
+        cfg = plan_budget(cfg, resume=resume, log=log if dist.is_main else None)
         prepare_out(cfg, resume, overwrite, dist)
         with StopRequest() as stop, contextlib.ExitStack() as closing:
             main = dist.is_main
@@ -255,6 +258,7 @@ def _train(
 ) -> TrainResult:  # noqa: ANN001, C901, PLR0912, PLR0915
     from tokenloom.loader import DataLoader
 
+    began = time.perf_counter()  # the invocation's wall time, start-up included
     run = _Run(cfg, dist, log)
     state = load_checkpoint(os.path.join(cfg.out, "last.pt")) if resume else None
     parent_state, parent = parent_run(cfg, cfg.loader) if state is None else (None, None)
@@ -270,6 +274,7 @@ def _train(
     if state is not None:
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
     ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
+    pins = pin_run(cfg, spec, dist, resume=resume, warn=warn)  # the version kept from cleanup
     if parent is not None and parent_state is not None and parent.get("format") == "hf":
         from tokenloom.train.hf import check_hf_tokenizer
 
@@ -352,6 +357,8 @@ def _train(
             "from_step": step + 1,
             "world_size": dist.world_size,
             "blocks_per_rank": ds.blocks_per_rank,
+            "device": dist.device.type,
+            "device_name": device_name(dist.device),
         }
     )
     result = TrainResult(step=step, world_size=dist.world_size, history=history)
@@ -467,7 +474,8 @@ def _train(
         if step % cfg.checkpoint_every == 0 or step == end:
             if step % cfg.log_every and step != end:
                 fed = fed_totals(loader, dist)
-            _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent)
+            history["topology"][-1].update(to_step=step, wall_seconds=time.perf_counter() - began)
+            _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent, pins)
     if result.interrupted:
         log(f"stopped by a signal at step {step}: checkpoint written; continue with --resume")
     result.step = step
@@ -503,7 +511,7 @@ def _log_provenance(out: str, rank: int, step: int, spans) -> None:  # noqa: ANN
         fh.write(json.dumps({"step": step, "spans": spans.tolist()}) + "\n")
 
 
-def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent) -> None:  # noqa: ANN001
+def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent, pins) -> None:  # noqa: ANN001
     """Rank 0 writes the checkpoint (atomically); every rank waits until it is on disk."""
     if dist.is_main:
         save_checkpoint(
@@ -538,6 +546,7 @@ def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent) -> None: 
                 val_loss=history["val"][-1][1] if history["val"] else None,
                 pools=as_dicts(fed),
                 parent=parent,
+                pins=pins,
             )
         )
     dist.barrier()

@@ -46,7 +46,9 @@ class RunRecord:
     tokenizer: dict[str, Any]
     """The token column's tokenizer identity."""
     topology: list[dict[str, Any]]
-    """Per invocation: ``from_step``, ``world_size``, ``blocks_per_rank``."""
+    """Per invocation: ``from_step``, ``world_size``, ``blocks_per_rank``, ``device`` and
+    ``device_name``, and once it checkpointed ``to_step`` and ``wall_seconds`` (since its
+    start)."""
     world_size: int = 1
     train_loss: float | None = None
     val_loss: float | None = None
@@ -54,8 +56,20 @@ class RunRecord:
     """Per pool, what the run was fed so far (the ledger's fields: blocks, body tokens, EOS,
     padding, loss positions, overlap, unique documents, repeats)."""
     parent: dict[str, Any] | None = None
-    """``--init-from``: the run this one started from (``out``, ``step``, ``loader``)."""
+    """``--init-from``: the run this one started from (``out``, ``step``, ``loader``, and
+    ``carried``: the lineage's per-pool counts up to it, :mod:`tokenloom.train.lineage`)."""
+    pins: list[dict[str, Any]] = field(default_factory=list)
+    """The table versions this run holds a Lance tag on (``table``, ``version``, ``tag``):
+    protected from ``gc`` and Lance's cleanup until ``tokenloom runs rm`` releases them."""
     format: int = RECORD_FORMAT
+
+    @property
+    def compute(self) -> dict[str, Any]:
+        """Wall time, process-hours, device type/count and tokens/s over the run's invocations
+        (from :attr:`topology`; :func:`tokenloom.train.lineage.compute_summary`)."""
+        from tokenloom.train.lineage import compute_summary
+
+        return compute_summary(self.topology, self.loader.global_batch, self.loader.seq_len)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +86,8 @@ class RunRecord:
             "topology": self.topology,
             "pools": self.pools,
             "parent": self.parent,
+            "pins": self.pins,
+            "compute": self.compute,
         }
 
     @classmethod
@@ -96,6 +112,7 @@ class RunRecord:
                 topology=list(data["topology"]),
                 pools=list(data.get("pools") or []),
                 parent=data.get("parent"),
+                pins=list(data.get("pins") or []),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc

@@ -12,6 +12,7 @@ from tokenloom.loader.spec import LoaderSpec
 from tokenloom.train.checkpoint import load_checkpoint, remove_stale_temporaries
 from tokenloom.train.config import MODEL_KEYS, SCHEDULE_KEYS, TrainConfig, TrainError
 from tokenloom.train.dist import Dist
+from tokenloom.train.lineage import lineage_pools
 from tokenloom.train.model import GPT
 from tokenloom.train.record import read_record
 
@@ -141,6 +142,7 @@ def parent_run(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict 
         "step": record.step,
         "loader": record.loader.to_dict(),
         "tokenizer": record.tokenizer,
+        "carried": lineage_pools(record),  # the lineage's counts, kept if the parent goes
     }
 
 
