@@ -120,11 +120,15 @@ def plan_budget(cfg: Any, *, resume: bool = False, log: Any = None) -> Any:
     fit = max(remaining, 0) // per_step
     if fit < 1:
         lineage = f"the lineage up to {origin}" if origin else "the lineage"
+        left = (
+            f"{remaining:,} remain, less than one step of"
+            if remaining > 0
+            else f"nothing remains ({-remaining:,} over) for a step of"
+        )
         raise BudgetError(
             f"--total-budget-tokens {budget:,}: {lineage} has trained on {spent:,} tokens, "
-            f"{max(remaining, 0):,} remain, less than one step of {cfg.loader.global_batch} x "
-            f"{cfg.loader.seq_len} = {per_step:,} tokens; raise --total-budget-tokens, or "
-            "start from another run"
+            f"{left} {cfg.loader.global_batch} x {cfg.loader.seq_len} = {per_step:,} tokens; "
+            "raise --total-budget-tokens, or start from another run"
         )
     steps = fit if cfg.steps is None else min(cfg.steps, fit)
     if log is not None and not resume:
@@ -163,5 +167,5 @@ def compute_summary(
         "device_name": last.get("device_name"),
         "device_count": last.get("world_size"),
         "tokens": tokens,
-        "tokens_per_second": round(tokens / wall, 1) if wall > 0 else None,
+        "tokens_per_second": round(tokens / wall, 3) if wall > 0 else None,
     }
