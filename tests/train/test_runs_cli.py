@@ -170,6 +170,26 @@ def test_a_tag_held_by_another_run_is_refused(lineage, tmp_path):
     assert not os.path.exists(os.path.join(out, "last.pt"))
 
 
+def test_unreadable_records_are_listed_and_a_gone_table_is_reported(lineage, tmp_path):
+    record = json.loads(open(os.path.join(lineage["a"], "last.json")).read())
+    gone = str(tmp_path / "gone.lance")
+    record["loader"]["table"] = gone
+    record["pins"] = [{**p, "table": gone} for p in record["pins"]]
+    os.makedirs(tmp_path / "runs" / "moved")
+    (tmp_path / "runs" / "moved" / "last.json").write_text(json.dumps(record))
+    os.makedirs(tmp_path / "runs" / "bad")
+    (tmp_path / "runs" / "bad" / "last.json").write_text("{")
+    listed = run_cli("runs", str(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("1 run(s)") and "runs/moved  tiny, step 3/3" in listed.stdout
+    assert f"not a readable run: {tmp_path / 'runs' / 'bad'}: " in listed.stdout
+    done = run_cli("runs", "rm", str(tmp_path / "runs" / "moved"))
+    assert done.returncode == 0, done.stderr
+    assert f"table {gone} is gone: nothing to release there" in done.stdout
+    bad = run_cli("runs", "rm", str(tmp_path / "runs" / "bad"))
+    assert bad.returncode == 1 and "last.json" in bad.stderr
+
+
 def test_runs_rm_releases_the_pins_and_delete_removes_the_run(lineage, tmp_path):
     """(Last: it changes the module's runs.)"""
     unknown = run_cli("runs", "rm", str(tmp_path / "nope"))

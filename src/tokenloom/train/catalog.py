@@ -172,7 +172,8 @@ def remove_run(
     Raises:
         RecordError: ``run`` holds no readable record.
     """
-    from tokenloom.errors import TableNotFoundError
+    from tokenloom.errors import TableError, TableNotFoundError
+    from tokenloom.table.storage import is_remote
     from tokenloom.table.tags import release_run
 
     path = os.path.abspath(os.fspath(run))
@@ -186,6 +187,11 @@ def remove_run(
         try:
             released, kept = release_run(table, path, tags=tags, storage_options=storage_options)
         except TableNotFoundError as exc:
+            if is_remote(table):  # absent, or out of reach without the right credentials
+                raise TableError(
+                    f"{exc}; pass the table's --storage-options (or the AWS_* environment) to "
+                    f"release the versions {path} pinned there"
+                ) from exc
             out.missing_tables.append({"table": table, "error": str(exc)})
             continue
         out.released += [p.to_json() for p in released]
