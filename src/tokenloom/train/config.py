@@ -106,8 +106,9 @@ class TrainConfig:
     """With ``init_from``: also take its optimizer state (moments), not only the weights."""
     total_budget_tokens: int | None = None
     """Cap on the block positions the whole lineage trains on (this run plus every run it
-    started from, carried through ``init_from``): the run plans the steps that remain
-    (``steps``, when given, only lowers them); see :mod:`tokenloom.train.lineage`."""
+    started from, carried through ``init_from``): the run plans the steps that remain;
+    ``steps``, when not ``None`` (its default 100 included), only lowers them. See
+    :mod:`tokenloom.train.lineage`."""
     log_to: tuple[str, ...] = ()
     """Metric sinks beside the checkpoint besides the log lines: ``csv`` (``metrics.csv``) and
     ``tensorboard`` (event files in ``tensorboard/``); see :mod:`tokenloom.train.metrics`."""

@@ -123,7 +123,9 @@ def plan_budget(cfg: Any, *, resume: bool = False, log: Any = None) -> Any:
         left = (
             f"{remaining:,} remain, less than one step of"
             if remaining > 0
-            else f"nothing remains ({-remaining:,} over) for a step of"
+            else "nothing remains"
+            + (f" ({-remaining:,} over)" if remaining else "")
+            + " for a step of"
         )
         raise BudgetError(
             f"--total-budget-tokens {budget:,}: {lineage} has trained on {spent:,} tokens, "
