@@ -24,7 +24,7 @@ Examples:
   tokenloom doc-loss --table corpus.lance --checkpoint runs/tiny --column loss_tiny \\
       --filter "source = 'wiki'" --workers 4 --json
   tokenloom stats --table corpus.lance --filter "loss_tiny > 6"
-  tokenloom search --table corpus.lance --fts "def" --filter "loss_tiny < 2"
+  tokenloom search --table corpus.lance "def main" --where "loss_tiny > 6" --limit 5
 
 \b
 Each row's mean next-token loss under the run's model, as training computes it
