@@ -213,3 +213,40 @@ def test_bad_slices_are_usage_errors_naming_the_option(table, tmp_path, slice_, 
     assert res.returncode == 2, res.stderr
     assert "--loss-slice" in res.stderr and message in res.stderr
     assert not os.path.exists(tmp_path / "r" / "last.pt")
+
+
+def test_two_processes_report_the_same_groups_as_one(tmp_path):
+    """Sums and counts are all-reduced: 2 gloo ranks (torchrun) give one process's values."""
+    import subprocess
+    import sys
+
+    from tests.loader.tables import token_table
+
+    table = token_table(tmp_path, real_paragraphs(40))
+    mix = {"even": ["source = 'even'", 0.5], "odd": ["source = 'odd'", 0.5]}
+    args = [
+        "train", "--table", table, "--seq-len", "32", "--global-batch-size", "4",
+        "--steps", "3", "--log-every", "1", "--eval-every", "3", "--eval-batches", "1",
+        "--mixture", json.dumps(mix), "--budget-tokens", str(32 * 4 * 4),
+        "--filter", "id % 5 != 0", "--val-filter", "id % 5 = 0", "--device", "cpu",
+        "--loss-slice", "long=length(text) > 300",
+    ]  # fmt: skip
+    one = run_cli(*args, "--out", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+    two = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "tokenloom.cli.main", *args, "--out", str(tmp_path / "two")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    a = load_checkpoint(os.path.join(tmp_path / "one", "last.pt"))["history"]
+    b = load_checkpoint(os.path.join(tmp_path / "two", "last.pt"))["history"]
+    for key in ("train_by", "val_by"):
+        assert [s for s, _ in a[key]] == [s for s, _ in b[key]] and a[key]
+        for (_, x), (_, y) in zip(a[key], b[key], strict=True):
+            assert {k: v["tokens"] for k, v in x.items()} == {k: v["tokens"] for k, v in y.items()}
+            for name, v in x.items():
+                if v["loss"] is not None:
+                    assert y[name]["loss"] == pytest.approx(v["loss"], rel=1e-4), (key, name)
