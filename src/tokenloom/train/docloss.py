@@ -159,9 +159,7 @@ class _DocLoss:
         offsets = np.asarray(col.offsets)
         values = np.asarray(col.values, dtype=np.int64)
         docs = [values[offsets[i] : offsets[i + 1]] for i in range(len(col))]
-        losses = document_losses(
-            self.model, docs, eos_id=self.eos_id, batch_size=self.batch_size
-        )
+        losses = document_losses(self.model, docs, eos_id=self.eos_id, batch_size=self.batch_size)
         return pa.array(losses.astype(np.float32), mask=np.isnan(losses), type=pa.float32())
 
 
