@@ -266,9 +266,7 @@ def _check_slices(cfg) -> None:  # noqa: ANN001
     usage error naming the option (before the run starts)."""
     from tokenloom.train.slices import SliceError, check_slices
 
-    if int(os.environ.get("RANK") or 0) != 0:
-        return
-    try:
+    try:  # on every rank, so that all of them stop with the same status
         check_slices(
             cfg.loader.table,
             cfg.loss_slices,

@@ -136,10 +136,10 @@ def membership_of(name: str, sql: str, ids: object) -> SliceMembership:
     bitmap_bytes = hi // 8 + 1
     if lo < 0 or bitmap_bytes > int(ids.nbytes):  # type: ignore[attr-defined]
         return SliceMembership(name=name, sql=sql, rows=n, ids=ids)
-    bits = np.zeros(bitmap_bytes, dtype=np.uint8)
+    member = np.zeros(hi + 1, dtype=bool)  # one byte per id while building, then one bit
     for _, block in ids.blocks():  # type: ignore[attr-defined]
-        b = np.asarray(block, dtype=np.int64)
-        np.bitwise_or.at(bits, b >> 3, np.left_shift(1, b & 7).astype(np.uint8))
+        member[np.asarray(block, dtype=np.int64)] = True
+    bits = np.packbits(member, bitorder="little")  # id i: bit i & 7 of byte i >> 3
     return SliceMembership(name=name, sql=sql, rows=n, bits=bits)
 
 
