@@ -100,6 +100,14 @@ def test_values_equal_a_direct_computation_and_the_filter_leaves_nulls(run):
     above = sum(1 for v in values.values() if v is not None and v > threshold)
     assert json.loads(stats.stdout)["documents"] == above > 0
 
+    assert run_cli("index", "--table", uri).returncode == 0
+    found = run_cli(
+        "search", "--table", uri, "the", "--where", f"loss_tiny > {threshold}", "--json"
+    )
+    assert found.returncode == 0, found.stderr
+    hits = [h["id"] for h in json.loads(found.stdout)["hits"]]
+    assert hits and all(values[i] is not None and values[i] > threshold for i in hits)
+
     again = run_cli("doc-loss", "--table", uri, "--checkpoint", out, "--column", "loss_tiny")
     assert again.returncode == 0, again.stderr  # rows outside the filter stay null: done
     assert "nothing to do" in again.stdout or "reused" in again.stdout

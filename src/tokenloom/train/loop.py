@@ -483,8 +483,7 @@ def _train(
     result.seconds = time.perf_counter() - started
     result.loader_summary = loader.stats.summary(result.seconds)
     result.pools = as_dicts(fed) if fed is not None else []
-    by = {k: history.get(f"{k}_by") for k in ("train", "val")}
-    result.loss_by = {k: v[-1][1] for k, v in by.items() if v}
+    result.loss_by = groups.last(history)
     return result
 
 

@@ -202,6 +202,12 @@ class ProvenanceLosses:
         if self.val.active:
             self._publish(step, "val", self.val.report(dist), metrics, log, history)
 
+    @staticmethod
+    def last(history: dict) -> dict[str, dict]:
+        """``{"train"|"val": {group: {"loss", "tokens"}}}``: the last values in ``history``."""
+        by = {split: history.get(f"{split}_by") for split in ("train", "val")}
+        return {split: values[-1][1] for split, values in by.items() if values}
+
     def _publish(self, step, split, values, metrics, log, history) -> None:  # noqa: ANN001
         log(f"{'':>13}{split} loss by: {self.line(values)}")
         as_json = self.as_json(values)
