@@ -66,7 +66,7 @@ def _train(table: str, out: str, *extra: str):  # noqa: ANN202
         "--global-batch-size", "4", "--seed", "1", "--filter", f"NOT ({VAL})",
         "--mixture", json.dumps(MIX), "--budget-tokens", str(64 * 4 * 6),
         "--val-filter", VAL, "--eval-batches", "2", "--eval-every", "1000",
-        "--steps", str(STEPS), "--log-every", "1", "--log-to", "csv", "--device", "cpu",
+        "--steps", str(STEPS), "--log-every", "1", "--log-to", "csv,tensorboard", "--device", "cpu",
         *slices, *extra,
     )  # fmt: skip
 
@@ -180,6 +180,17 @@ def test_per_pool_counts_equal_the_ledger_and_the_csv_has_every_group(run):
     assert val == {"pool/prose", "pool/code", *(f"slice/{n}" for n in SLICES)}
     assert "train loss by: pool/prose" in res.stderr or "train loss by: pool/prose" in res.stdout
     assert "--loss-slice none=id < 0 matches no row" in res.stderr
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.path.join(out, "tensorboard"))
+    acc.Reload()
+    code = acc.Scalars("train/loss/pool/code")
+    assert [e.step for e in code] == list(range(1, STEPS + 1))
+    want = [float(r["loss"]) for r in train if r["group"] == "pool/code"]
+    assert [e.value for e in code] == pytest.approx(want, rel=1e-6)
+    assert "val/loss/slice/even" in acc.Tags()["scalars"]
+    assert "val/loss/slice/none" not in acc.Tags()["scalars"]  # no target: nothing to plot
 
 
 def test_membership_forms_agree(table):
