@@ -182,3 +182,21 @@ def test_a_bad_column_name_is_a_usage_error(run):
     out, uri = run
     res = run_cli("doc-loss", "--table", uri, "--checkpoint", out, "--column", "bad name")
     assert res.returncode == 2 and "--column" in res.stderr
+
+
+@pytest.mark.slow
+def test_the_ray_executor_computes_the_same_column(run):
+    pytest.importorskip("ray")
+    out, uri = run
+    res = run_cli(
+        "doc-loss", "--table", uri, "--checkpoint", out, "--column", "loss_ray",
+        "--executor", "ray", "--workers", "2", "--unit-rows", "10", "--json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout)["units"] >= 2
+    model, record = load_run_model(out)
+    eos = int(record.tokenizer["eos_id"])
+    tokens = _tokens(uri)
+    batched = document_losses(model, [np.array(tokens[i]) for i in range(30)], eos_id=eos)
+    got = _column(uri, "loss_ray")
+    assert [got[i] for i in range(30)] == pytest.approx(batched.tolist(), rel=1e-5)
