@@ -9,6 +9,7 @@ ledger. Malformed, invalid and unknown-column slices are usage errors naming the
 from __future__ import annotations
 
 import csv
+import dataclasses
 import inspect
 import json
 import math
@@ -261,3 +262,33 @@ def test_two_processes_report_the_same_groups_as_one(tmp_path):
             for name, v in x.items():
                 if v["loss"] is not None:
                     assert y[name]["loss"] == pytest.approx(v["loss"], rel=1e-4), (key, name)
+
+
+def test_a_resumed_run_logs_each_step_once_and_keeps_the_groups(tmp_path):
+    from tests.loader.tables import token_table
+    from tokenloom.loader import LoaderSpec
+    from tokenloom.train.loop import TrainConfig, train
+
+    table = token_table(tmp_path, real_paragraphs(40))
+    spec = LoaderSpec(
+        table=table,
+        seq_len=32,
+        global_batch=2,
+        mixture={"even": ["source = 'even'", 0.5], "odd": ["source = 'odd'", 0.5]},
+        budget_tokens=32 * 2 * 6,
+    )
+    cfg = TrainConfig(
+        loader=spec, out=str(tmp_path / "run"), steps=4, log_every=1, log_to=("csv",),
+        loss_slices=(("short", "length(text) < 300"),), checkpoint_every=2,
+    )  # fmt: skip
+    quiet = lambda *_: None  # noqa: E731
+    full = train(dataclasses.replace(cfg, out=str(tmp_path / "full")), log=quiet)
+    train(dataclasses.replace(cfg, stop_at=2), log=quiet)
+    rest = train(cfg, resume=True, log=quiet)
+    with open(tmp_path / "run" / "metrics-by-group.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["step"]) for r in rows] == [s for s in range(1, 5) for _ in range(3)]
+    assert {r["group"] for r in rows} == {"pool/even", "pool/odd", "slice/short"}
+    assert rest.loss_by["train"] == full.loss_by["train"]  # bit-identical on CPU fp32
+    history = load_checkpoint(str(tmp_path / "run" / "last.pt"))["history"]["train_by"]
+    assert [s for s, _ in history] == [1, 2, 3, 4]
