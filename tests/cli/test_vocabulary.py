@@ -51,6 +51,7 @@ WRITES_TABLE = {
     "refresh",
     "backfill run",
     "gc",
+    "doc-loss",
 }
 """Commands that change a table: they work on its latest version (no ``--version``)."""
 

@@ -116,10 +116,11 @@ def _register() -> None:
     )
     for module in modules:
         cli.add_command(module.command)
-    from tokenloom.cli import export
+    from tokenloom.cli import docloss, export
     from tokenloom.cli import train as train_cli
 
     commands = (*curate.commands, *tokenize.commands, *train_cli.commands, *export.commands)
+    commands = (*commands, *docloss.commands)
     for command in (*commands, *search.commands):
         cli.add_command(command)
     require_values(cli)

@@ -138,6 +138,15 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     "(OUT/tensorboard/); comma-separated.",
 )
 @click.option(
+    "--loss-slice",
+    "loss_slices",
+    multiple=True,
+    metavar="NAME=SQL",
+    callback=lambda _ctx, _param, value: _loss_slices(value),
+    help="Also report the training and validation loss of the rows under SQL as NAME "
+    "(e.g. \"code=source = 'python_stdlib'\"); repeatable. Mixture pools are reported always.",
+)
+@click.option(
     "--provenance-log",
     is_flag=True,
     help="Each rank appends OUT/provenance-rankR.jsonl (what `tokenloom trace` recomputes).",
@@ -195,6 +204,7 @@ def train(
     from tokenloom.train.runs import Interrupted
 
     cfg = _config(ctx, options, resume)
+    _check_slices(cfg)
     try:
         result = run(
             cfg,
@@ -249,6 +259,32 @@ def _device(value: str) -> str:
     except TrainError as exc:
         raise click.BadParameter(str(exc), param_hint="--device") from exc
     return value
+
+
+def _loss_slices(value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--loss-slice NAME=SQL`` (repeatable) as ``(name, sql)`` pairs, well formed."""
+    from tokenloom.train.slices import SliceError, parse_loss_slices
+
+    try:
+        return parse_loss_slices(value)
+    except SliceError as exc:
+        raise click.BadParameter(str(exc), param_hint="--loss-slice") from exc
+
+
+def _check_slices(cfg) -> None:  # noqa: ANN001
+    """Each ``--loss-slice`` filter planned on the table: an unknown column or invalid SQL is a
+    usage error naming the option (before the run starts)."""
+    from tokenloom.train.slices import SliceError, check_slices
+
+    try:  # on every rank, so that all of them stop with the same status
+        check_slices(
+            cfg.loader.table,
+            cfg.loss_slices,
+            version=cfg.loader.version,
+            storage_options=cfg.storage_options,
+        )
+    except SliceError as exc:
+        raise click.BadParameter(str(exc), param_hint="--loss-slice") from exc
 
 
 def _log_to(value: str | None) -> tuple[str, ...] | None:

@@ -109,6 +109,9 @@ class TrainConfig:
     started from, carried through ``init_from``): the run plans the steps that remain;
     ``steps``, when not ``None`` (its default 100 included), only lowers them. See
     :mod:`tokenloom.train.lineage`."""
+    loss_slices: tuple[tuple[str, str], ...] = ()
+    """Named SQL slices ``(name, filter)`` whose training and validation loss is reported
+    beside each mixture pool's (:mod:`tokenloom.train.provenance_loss`)."""
     log_to: tuple[str, ...] = ()
     """Metric sinks beside the checkpoint besides the log lines: ``csv`` (``metrics.csv``) and
     ``tensorboard`` (event files in ``tensorboard/``); see :mod:`tokenloom.train.metrics`."""
@@ -138,6 +141,12 @@ class TrainConfig:
             object.__setattr__(self, "log_to", parse_log_to(self.log_to))
         except ValueError as exc:
             raise TrainError(f"log_to: {exc}") from exc
+        from tokenloom.train.slices import SliceError, parse_loss_slices
+
+        try:
+            object.__setattr__(self, "loss_slices", parse_loss_slices(self.loss_slices))
+        except SliceError as exc:
+            raise TrainError(f"loss_slices: {exc}") from exc
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise TrainError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         # The optimizer would refuse these only once the model is built (a bare ValueError).
@@ -190,6 +199,9 @@ class TrainResult:
     world_size: int = 1
     pools: list[dict] = field(default_factory=list)
     """Per pool, what the whole run was fed (the ledger's fields), at the last step."""
+    loss_by: dict[str, dict] = field(default_factory=dict)
+    """The loss by provenance last reported: ``{"train"|"val": {group: {"loss", "tokens"}}}``
+    (:mod:`tokenloom.train.provenance_loss`)."""
     interrupted: int = 0
     """The signal (SIGINT/SIGTERM) that ended the invocation after checkpointing, else 0."""
 

@@ -59,6 +59,7 @@ from tokenloom.train.lineage import plan_budget
 from tokenloom.train.metrics import MetricsLog
 from tokenloom.train.model import GPT, attention_mask
 from tokenloom.train.pins import pin_run
+from tokenloom.train.provenance_loss import ProvenanceLoss, ProvenanceLosses
 from tokenloom.train.record import RunRecord, write_record
 from tokenloom.train.runs import (
     StopRequest,
@@ -179,9 +180,11 @@ def _dataset(
 
 
 @torch.no_grad()
-def evaluate(run: _Run, model: GPT, spec: LoaderSpec) -> float:
-    """Mean loss per target token over the first ``eval_batches`` global validation batches."""
+def evaluate(run: _Run, model: GPT, spec: LoaderSpec, by: ProvenanceLoss | None = None) -> float:
+    """Mean loss per target token over the first ``eval_batches`` global validation batches
+    (``by``: also by provenance, reported by the caller)."""
     cfg, dist = run.cfg, run.dist
+    by = by or ProvenanceLoss((), lambda _: None, dist.device)
     val_spec = spec.replace(filter=cfg.val_filter, seed=0, mixture=(), budget_tokens=None)
     ds = _dataset(val_spec, dist, cfg.storage_options)
     was_training = model.training
@@ -191,8 +194,9 @@ def evaluate(run: _Run, model: GPT, spec: LoaderSpec) -> float:
         if i == cfg.eval_batches:
             break
         for mb in _split(batch, run.accum, dist.device):
-            total[0] += run.forward(model, mb).double()
+            total[0] += by.take(run.forward(model, mb, by.reduction)).double()
             total[1] += (mb["labels"] != -100).sum()
+        by.add(batch)
     dist.all_reduce_sum(total)
     model.train(was_training)
     return float(total[0] / total[1]) if total[1] else float("nan")
@@ -275,6 +279,7 @@ def _train(
         ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
     ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
     pins = pin_run(cfg, spec, dist, resume=resume, warn=warn)  # the version kept from cleanup
+    groups = ProvenanceLosses.setup(cfg, spec, dist.device, warn)  # --loss-slice, pools
     if parent is not None and parent_state is not None and parent.get("format") == "hf":
         from tokenloom.train.hf import check_hf_tokenizer
 
@@ -373,11 +378,12 @@ def _train(
     per_token = flops_per_token(raw, spec.seq_len)
     peak = peak_flops(dist.device)
     if cfg.val_filter and step == 0:
-        val = evaluate(run, raw, spec)
+        val = evaluate(run, raw, spec, groups.val)
         result.val_losses.append((0, val))
         history["val"].append((0, val))
         metrics.val(0, val)
         log(f"step {0:>6}  val loss {val:.4f}  (before training)")
+        groups.log_val(0, dist, metrics, log, history)
     started = last_log = time.perf_counter()
     tokens_since = 0
     it, fresh = iter(loader), True
@@ -420,10 +426,11 @@ def _train(
             sync = not dist.distributed or i == run.accum - 1
             ctx = contextlib.nullcontext() if sync else model.no_sync()
             with ctx:
-                loss = run.forward(model, mb)
+                loss = groups.train.take(run.forward(model, mb, groups.train.reduction))
                 # DDP averages gradients over ranks; scale so they are d(global mean)/dw
                 (loss * (dist.world_size / targets)).backward()
             loss_sum += loss.detach().double()
+        groups.train.add(batch)
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.grad_clip)
         opt.step()
@@ -456,6 +463,7 @@ def _train(
             )
             log(f"{'':>13}{loader.stats.summary(now - started)}")
             log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
+            groups.log_train(step, dist, metrics, log, history)
             metrics.train(
                 step,
                 loss=value,
@@ -466,11 +474,12 @@ def _train(
             )
             last_log, tokens_since = now, 0
         if cfg.val_filter and (step % cfg.eval_every == 0 or step == end):
-            val = evaluate(run, raw, spec)
+            val = evaluate(run, raw, spec, groups.val)
             result.val_losses.append((step, val))
             history["val"].append((step, val))
             metrics.val(step, val)
             log(f"step {step:>6}  val loss {val:.4f}")
+            groups.log_val(step, dist, metrics, log, history)
         if step % cfg.checkpoint_every == 0 or step == end:
             if step % cfg.log_every and step != end:
                 fed = fed_totals(loader, dist)
@@ -482,6 +491,7 @@ def _train(
     result.seconds = time.perf_counter() - started
     result.loader_summary = loader.stats.summary(result.seconds)
     result.pools = as_dicts(fed) if fed is not None else []
+    result.loss_by = groups.last(history)
     return result
 
 
@@ -544,6 +554,7 @@ def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent, pins) -> 
                 world_size=dist.world_size,
                 train_loss=history["train"][-1][1] if history["train"] else None,
                 val_loss=history["val"][-1][1] if history["val"] else None,
+                val_loss_by=history["val_by"][-1][1] if history.get("val_by") else {},
                 pools=as_dicts(fed),
                 parent=parent,
                 pins=pins,

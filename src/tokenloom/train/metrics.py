@@ -5,11 +5,15 @@ loop logs (``log_every``, the last step) and at every evaluation:
 
 * ``OUT/metrics.csv``: one row per logged step, columns :data:`CSV_COLUMNS` (a validation row
   fills ``val_loss`` only);
+* ``OUT/metrics-by-group.csv``: the loss by provenance (:mod:`~tokenloom.train.provenance_loss`),
+  one row per logged step, split (``train``/``val``) and group (``pool/NAME``, ``slice/NAME``),
+  columns :data:`GROUP_COLUMNS`; written only by a run that tracks groups;
 * ``OUT/tensorboard/``: ``train/loss``, ``train/lr``, ``train/tokens_per_second``, ``train/mfu``
-  and ``val/loss`` scalars (``torch.utils.tensorboard``, which needs the ``tensorboard`` package:
+  and ``val/loss`` scalars, and ``train/loss/GROUP``, ``val/loss/GROUP`` by provenance
+  (``torch.utils.tensorboard``, which needs the ``tensorboard`` package:
   ``pip install 'tokenloom[train]'``).
 
-A resumed run continues both from its checkpoint's step: CSV rows and TensorBoard events of
+A resumed run continues the sinks from its checkpoint's step: CSV rows and TensorBoard events of
 later steps (written by an invocation killed before its next checkpoint) are dropped first, so
 each step appears once.
 """
@@ -21,7 +25,16 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["CSV_COLUMNS", "CSV_NAME", "LOG_SINKS", "TB_DIR", "MetricsLog", "parse_log_to"]
+__all__ = [
+    "CSV_COLUMNS",
+    "CSV_NAME",
+    "GROUP_COLUMNS",
+    "GROUP_CSV_NAME",
+    "LOG_SINKS",
+    "TB_DIR",
+    "MetricsLog",
+    "parse_log_to",
+]
 
 LOG_SINKS = ("csv", "tensorboard")
 """The sinks ``--log-to`` accepts."""
@@ -29,6 +42,9 @@ CSV_NAME = "metrics.csv"
 TB_DIR = "tensorboard"
 CSV_COLUMNS = ("step", "loss", "val_loss", "lr", "tokens_per_second", "mfu", "elapsed_seconds")
 """The columns of ``metrics.csv``; a value a row does not have is empty."""
+GROUP_CSV_NAME = "metrics-by-group.csv"
+GROUP_COLUMNS = ("step", "split", "group", "loss", "tokens")
+"""The columns of ``metrics-by-group.csv`` (``loss`` empty for a group with no target)."""
 
 
 def parse_log_to(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -68,6 +84,8 @@ class MetricsLog:
         self.csv_path = os.path.join(out, CSV_NAME) if "csv" in self.sinks else None
         self.tb_dir = os.path.join(out, TB_DIR) if "tensorboard" in self.sinks else None
         self._csv = self._writer = self._tb = None
+        self._start_step = start_step
+        self._groups_csv = self._groups_writer = None
         if self.tb_dir is not None:
             from tokenloom.errors import require
 
@@ -106,6 +124,25 @@ class MetricsLog:
         if self._tb is not None:
             self._tb.add_scalar("val/loss", loss, step)
 
+    def groups(self, step: int, split: str, values: dict[str, tuple[float | None, int]]) -> None:
+        """The loss by provenance at ``step``: ``{group: (loss, target tokens)}`` of ``split``
+        (``train`` or ``val``)."""
+        if self.csv_path is not None and values:
+            if self._groups_writer is None:
+                path = os.path.join(os.path.dirname(self.csv_path), GROUP_CSV_NAME)
+                kept = _rows_up_to(path, self._start_step) if self._start_step else []
+                self._groups_csv = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115
+                self._groups_writer = csv.writer(self._groups_csv)
+                self._groups_writer.writerow(GROUP_COLUMNS)
+                self._groups_writer.writerows(kept)
+            for name, (loss, tokens) in values.items():
+                self._groups_writer.writerow([step, split, name, _fmt(loss), tokens])
+            self._groups_csv.flush()
+        if self._tb is not None:
+            for name, (loss, _) in values.items():
+                if loss is not None:
+                    self._tb.add_scalar(f"{split}/loss/{name}", loss, step)
+
     def _row(self, step: int, values: dict[str, Any]) -> None:
         if self._writer is None:
             return
@@ -125,6 +162,9 @@ class MetricsLog:
         if self._csv is not None:
             self._csv.close()
             self._csv = self._writer = None
+        if self._groups_csv is not None:
+            self._groups_csv.close()
+            self._groups_csv = self._groups_writer = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None

@@ -52,6 +52,9 @@ class RunRecord:
     world_size: int = 1
     train_loss: float | None = None
     val_loss: float | None = None
+    val_loss_by: dict[str, Any] = field(default_factory=dict)
+    """The last validation loss of each mixture pool and ``--loss-slice``: ``{"pool/NAME" |
+    "slice/NAME": {"loss", "tokens"}}`` (:mod:`tokenloom.train.provenance_loss`)."""
     pools: list[dict[str, Any]] = field(default_factory=list)
     """Per pool, what the run was fed so far (the ledger's fields: blocks, body tokens, EOS,
     padding, loss positions, overlap, unique documents, repeats)."""
@@ -79,6 +82,7 @@ class RunRecord:
             "world_size": self.world_size,
             "train_loss": self.train_loss,
             "val_loss": self.val_loss,
+            "val_loss_by": self.val_loss_by,
             "loader": self.loader.to_dict(),
             "loader_state": self.loader_state,
             "config": self.config,
@@ -105,6 +109,7 @@ class RunRecord:
                 world_size=int(data.get("world_size", 1)),
                 train_loss=data.get("train_loss"),
                 val_loss=data.get("val_loss"),
+                val_loss_by=dict(data.get("val_loss_by") or {}),
                 loader=LoaderSpec.from_dict(data["loader"]),
                 loader_state=dict(data["loader_state"]),
                 config=dict(data["config"]),
