@@ -557,16 +557,20 @@ class WindowedPlan:
         """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
         return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
 
-    def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
-        """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
-        offsets are ``starts``: ``(pieces, piece_starts)``, in stream order."""
+    def _bounds(self, docs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(ids, n, J, local, j, start, end)`` of the pieces of documents ``docs``: per document
+        its table id, tokens and pieces; per piece its document (index into ``docs``), window
+        number and positions ``[start, end)`` in the row."""
         st = self.stream
         pos = st.order[docs].astype(np.int64)
-        ids = st.source_ids[pos]
         n = np.asarray(st.source_lens.lens[pos], dtype=np.int64)
         t = self.table
         k = t.find(pos)
         long = k >= 0
+        if not long.any():  # whole documents only: one piece each
+            one = np.ones(docs.shape[0], dtype=np.int64)
+            local = np.arange(docs.shape[0], dtype=np.int64)
+            return pos, n, one, local, local * 0, local * 0, n + 1
         kk = np.where(long, k, 0)
         J = np.where(long, t.ptr[np.minimum(kk + 1, t.rows.shape[0])] - t.ptr[kk], 1)
         first_piece = np.cumsum(J) - J
@@ -580,11 +584,25 @@ class WindowedPlan:
         end = np.where(lp, ends_all[np.where(lp, at, 0)].astype(np.int64), P)
         prev = ends_all[np.where(lp & (j > 0), at - 1, 0)].astype(np.int64) - self.overlap
         start = np.where(lp & (j > 0), prev, 0)
+        return pos, n, J, local, j, start, end
+
+    def piece_sizes(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(J, size)``: pieces of each of documents ``docs`` and positions of each piece, in
+        stream order (what :meth:`pieces` computes, without the other fields)."""
+        _, _, J, _, _, start, end = self._bounds(docs)
+        return J, end - start
+
+    def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
+        """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
+        offsets are ``starts``: ``(pieces, piece_starts)``, in stream order."""
+        pos, n, J, local, j, start, end = self._bounds(docs)
+        ids = self.stream.source_ids[pos]
+        first_piece = np.cumsum(J) - J
         size = end - start
         csum = np.cumsum(size)
         offset = csum - size - (csum - size)[first_piece][local]
         piece_starts = np.asarray(starts, dtype=np.int64)[local] + offset
-        v = _pieces(local, ids, n, start, end, j == 0, end == P, self.overlap)
+        v = _pieces(local, ids, n, start, end, j == 0, end == n[local] + 1, self.overlap)
         v = VirtualDocs(
             doc=np.asarray(docs, dtype=np.int64)[local],
             row_id=v.row_id,
@@ -595,7 +613,7 @@ class WindowedPlan:
             ctx_end=v.ctx_end,
             ends_window=v.ends_window,
             size=v.size,
-            has_context=t.has_context,
+            has_context=self.table.has_context,
             context_tokens=v.context_tokens,
         )
         return v, piece_starts
