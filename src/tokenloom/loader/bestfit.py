@@ -242,9 +242,9 @@ def pack_pieces(
     """
     m = int(sizes.shape[0])
     L = int(seq_len)
-    if L >= 1 << 31 or m >= 1 << 62:
-        raise PlanError(f"seq_len={L} is beyond the planner's range (< 2**31 positions)")
-    s = np.asarray(sizes, dtype=np.int32 if L < 1 << 31 else np.int64)
+    if L >= 1 << 31:
+        raise PlanError(f"seq_len={L} is beyond the best-fit planner (< 2**31 positions)")
+    s = np.asarray(sizes, dtype=np.int32)
     ptr = np.asarray(win_ptr, dtype=np.int64)
     block_pieces = np.empty(m, dtype=np.int64)
     count = np.empty(m, dtype=np.int64)
@@ -430,6 +430,8 @@ def plan_bestfit(
         store=store,
     )
     L, F, n = wp.seq_len, int(fit_window), wp.num_docs
+    if L >= 1 << 31:
+        raise PlanError(f"seq_len={L} is beyond the best-fit planner (< 2**31 positions)")
     t = wp.table
     V = n + int(t.ends.shape[0]) - int(t.rows.shape[0])  # pieces: long rows add windows
     nw = -(-n // F)
@@ -444,7 +446,7 @@ def plan_bestfit(
         win_ptr = np.append(first[::F], sizes.shape[0])  # the chunk starts a window
         m = sizes.shape[0]
         scratch = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-        per_window = kernel(sizes.astype(np.int32), win_ptr, L, *scratch)
+        per_window = kernel(sizes, win_ptr, L, *scratch)
         window_blocks[w0 + 1 : w1 + 1] = done + np.cumsum(per_window)
         done += int(per_window.sum())
         del docs, J, sizes, first, win_ptr, scratch

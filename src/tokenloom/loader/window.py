@@ -587,10 +587,26 @@ class WindowedPlan:
         return pos, n, J, local, j, start, end
 
     def piece_sizes(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(J, size)``: pieces of each of documents ``docs`` and positions of each piece, in
-        stream order (what :meth:`pieces` computes, without the other fields)."""
-        _, _, J, _, _, start, end = self._bounds(docs)
-        return J, end - start
+        """``(J, size)``: pieces of each of documents ``docs`` (int64) and positions of each
+        piece (int32), in stream order: what :meth:`pieces` computes, without the other
+        fields (best-fit's planner calls it for every document; the loop is compiled)."""
+        from tokenloom.loader._bestfit_jit import piece_sizes
+
+        st, t = self.stream, self.table
+        pos = st.order[docs]
+        n = np.asarray(st.source_lens.lens[pos])
+        at = np.flatnonzero(n >= t.window)  # n + 1 > W: the table's rows, cut into windows
+        k = np.full(n.shape[0], -1, dtype=np.int64)
+        J = np.ones(n.shape[0], dtype=np.int64)
+        if at.size:
+            k[at] = np.searchsorted(t.rows, pos[at])
+            J[at] = t.ptr[k[at] + 1] - t.ptr[k[at]]
+        first = np.cumsum(J) - J
+        total = int(first[-1] + J[-1]) if J.size else 0
+        sizes = np.empty(total, dtype=np.int32)  # a piece has at most W <= L < 2**31 positions
+        ends = t.ends if t.ends.size else np.zeros(1, dtype=np.int32)
+        piece_sizes(n, k, first, t.ptr, ends, self.overlap, sizes)
+        return J, sizes
 
     def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
         """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
