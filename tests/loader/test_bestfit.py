@@ -276,3 +276,32 @@ def test_padding_by_window_figure_and_throughput() -> None:
     fractions = list(got.values())
     assert fractions == sorted(fractions, reverse=True)
     assert fractions[0] > 0.3 and fractions[-1] < 0.01
+
+
+@pytest.mark.parametrize("fit_window", [1000, 100_000])
+def test_plan_across_chunks_and_from_the_plan_store(tmp_path, fit_window: int) -> None:  # noqa: ANN001
+    """Windows that straddle the planner's chunks of the visiting order (or span several), and a
+    plan whose order is mapped from the plan store (its counts read again), equal the former."""
+    from tokenloom.loader.planstore import PlanStore
+
+    rng = np.random.default_rng(fit_window)
+    n, L = 140_000, 64
+    lens = np.where(rng.random(n) < 0.05, 0, rng.integers(1, 3 * L, n))
+    ids = np.arange(n, dtype=np.int64) * 2
+    docs, pieces, counts = _former_layout(
+        ids, lens, seed=7, epoch=0, L=L, F=fit_window, W=L, ov=0, cuts=None
+    )
+    first, second = PlanStore(str(tmp_path), min_docs=0), PlanStore(str(tmp_path), min_docs=0)
+    for store in (None, first, second):
+        plan = plan_bestfit(
+            ids, lens, seed=7, epoch=0, seq_len=L, fit_window=fit_window, store=store
+        )
+        assert plan.num_blocks == counts.shape[0]
+        assert np.array_equal(
+            np.diff(plan.window_blocks.astype(np.int64)) >= 1,
+            np.ones(plan.window_blocks.shape[0] - 1, dtype=bool),
+        )
+        got_docs, ptr, got_pieces = plan.layout()
+        assert np.array_equal(np.diff(ptr), counts) and np.array_equal(got_pieces, pieces)
+        assert np.array_equal(got_docs.size, docs.size)
+    assert first.built == 1 and second.mapped == 1 and second.built == 0

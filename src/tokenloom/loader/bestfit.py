@@ -36,23 +36,30 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.compact import count_nonzero
 from tokenloom.loader.plan import (
     MARK_EVERY,
     BlockCounts,
     EpochPlan,
     PlanError,
     _readonly,
+    check_selection,
+    check_seq_len,
     clip_range,
 )
 from tokenloom.loader.spans import Spans
 from tokenloom.loader.window import (
     VirtualDocs,
     WindowedPlan,
+    WindowTable,
     check_blocks,
+    check_table,
     check_window,
     empty_spans,
+    piece_sizes,
     piece_stretches,
     plan_windowed_epoch,
+    window_table,
 )
 
 __all__ = [
@@ -418,38 +425,35 @@ def plan_bestfit(
         W, ov = int(seq_len), 0
     else:
         W, ov = check_window(seq_len if window is None else window, overlap, seq_len)
-    wp = plan_windowed_epoch(
-        row_ids,
-        n_tokens,
-        seed=seed,
-        epoch=epoch,
-        seq_len=seq_len,
-        window=W,
-        overlap=ov,
-        cut_points=cut_points,
-        store=store,
-    )
-    L, F, n = wp.seq_len, int(fit_window), wp.num_docs
+    L = check_seq_len(seq_len)
     if L >= 1 << 31:
         raise PlanError(f"seq_len={L} is beyond the best-fit planner (< 2**31 positions)")
-    t = wp.table
-    V = n + int(t.ends.shape[0]) - int(t.rows.shape[0])  # pieces: long rows add windows
-    nw = -(-n // F)
-    window_blocks = np.zeros(nw + 1, dtype=np.uint32 if V < 1 << 32 else np.int64)
-    per_chunk = max(1, _CHUNK_DOCS // F)  # windows packed per pass (small temporaries)
-    kernel, done = pack_kernel(), 0
-    for w0 in range(0, nw, per_chunk):
-        w1 = min(w0 + per_chunk, nw)
-        docs = np.arange(w0 * F, min(w1 * F, n), dtype=np.int64)
-        J, sizes = wp.piece_sizes(docs)
-        first = np.cumsum(J) - J
-        win_ptr = np.append(first[::F], sizes.shape[0])  # the chunk starts a window
-        m = sizes.shape[0]
-        scratch = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-        per_window = kernel(sizes, win_ptr, L, *scratch)
-        window_blocks[w0 + 1 : w1 + 1] = done + np.cumsum(per_window)
-        done += int(per_window.sum())
-        del docs, J, sizes, first, win_ptr, scratch
+    ids, lens = check_selection(row_ids, n_tokens)
+    if isinstance(cut_points, WindowTable):  # cut once for the selection (the same every epoch)
+        table = check_table(cut_points, int(ids.shape[0]), window=W, overlap=ov)
+    else:
+        table = window_table(ids, lens, window=W, overlap=ov, cut_points=cut_points)
+    F, n = int(fit_window), count_nonzero(lens)
+    packer = _Packer(table, fit_window=F, seq_len=L, num_docs=n)
+    wp = plan_windowed_epoch(
+        ids,
+        lens,
+        seed=seed,
+        epoch=epoch,
+        seq_len=L,
+        window=W,
+        overlap=ov,
+        cut_points=table,
+        store=store,
+        visit=packer,
+    )
+    if packer.cursor != n:  # the order was mapped from the plan store: read the counts here
+        packer = _Packer(table, fit_window=F, seq_len=L, num_docs=n)
+        order = wp.stream.order
+        for a in range(0, n, _CHUNK_DOCS):
+            at = order[a : a + _CHUNK_DOCS]
+            packer(a, at, lens[at])
+    window_blocks, done = packer.window_blocks, packer.blocks
     filled = wp.stream_len
     return BestFitPlan(
         seed=wp.seed,
@@ -471,7 +475,53 @@ def plan_bestfit(
     )
 
 
-_CHUNK_DOCS = 1 << 16  # documents packed per pass when planning
+_CHUNK_DOCS = 1 << 16  # documents read per pass when the order comes from the plan store
+
+
+class _Packer:
+    """Best-fit of the visiting order as its chunks go by (a :data:`~tokenloom.loader.plan.Visit`
+    of the pass that computes the marks, so the counts are gathered once): each complete fit
+    window is packed by the compiled loop and only its number of blocks is kept."""
+
+    def __init__(self, table: WindowTable, *, fit_window: int, seq_len: int, num_docs: int):
+        self.table, self.F, self.L, self.n = table, fit_window, seq_len, num_docs
+        pieces = num_docs + int(table.ends.shape[0]) - int(table.rows.shape[0])
+        nw = -(-num_docs // fit_window)
+        self.window_blocks = np.zeros(nw + 1, dtype=np.uint32 if pieces < 1 << 32 else np.int64)
+        self.cursor = 0  # documents seen
+        self.packed = 0  # documents packed (whole windows)
+        self.blocks = 0
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # (J, sizes) not packed yet
+        self.kernel = pack_kernel()
+
+    def __call__(self, k: int, positions: np.ndarray, counts: np.ndarray) -> None:
+        if k != self.cursor:  # chunks come in order: anything else is our bug
+            raise RuntimeError(f"best-fit planner got documents from {k}, expected {self.cursor}")
+        self.pending.append(piece_sizes(self.table, positions, counts))
+        self.cursor += int(positions.shape[0])
+        F = self.F
+        end = self.cursor if self.cursor == self.n else self.cursor // F * F
+        if end == self.packed:
+            return  # a window larger than the chunks: wait for its end
+        if len(self.pending) == 1:
+            J, sizes = self.pending[0]
+        else:
+            J = np.concatenate([p[0] for p in self.pending])
+            sizes = np.concatenate([p[1] for p in self.pending])
+        first = np.cumsum(J) - J
+        d = end - self.packed
+        m = int(first[d]) if d < J.shape[0] else int(sizes.shape[0])
+        win_ptr = np.append(first[:d:F], m)
+        per_window = self.kernel(
+            sizes, win_ptr, self.L, np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        )
+        w0 = self.packed // F
+        self.window_blocks[w0 + 1 : w0 + 1 + per_window.shape[0]] = self.blocks + np.cumsum(
+            per_window
+        )
+        self.blocks += int(per_window.sum())
+        self.packed = end
+        self.pending = [(J[d:], sizes[m:])] if d < J.shape[0] else []
 
 
 def bestfit_spans(plan: BestFitPlan, blocks: np.ndarray) -> Spans:

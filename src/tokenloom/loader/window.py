@@ -42,6 +42,7 @@ from tokenloom.loader.plan import (
     BlockCounts,
     EpochPlan,
     PlanError,
+    Visit,
     _readonly,
     clip_range,
     plan_epoch,
@@ -58,12 +59,14 @@ __all__ = [
     "naive_windowed_layout",
     "WindowedPlan",
     "check_window",
+    "check_table",
     "check_blocks",
     "window_docs",
     "naive_window_docs",
     "plan_windowed_epoch",
     "windowed_spans",
     "piece_stretches",
+    "piece_sizes",
     "empty_spans",
 ]
 
@@ -586,28 +589,6 @@ class WindowedPlan:
         start = np.where(lp & (j > 0), prev, 0)
         return pos, n, J, local, j, start, end
 
-    def piece_sizes(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(J, size)``: pieces of each of documents ``docs`` (int64) and positions of each
-        piece (int32), in stream order: what :meth:`pieces` computes, without the other
-        fields (best-fit's planner calls it for every document; the loop is compiled)."""
-        from tokenloom.loader._bestfit_jit import piece_sizes
-
-        st, t = self.stream, self.table
-        pos = st.order[docs]
-        n = np.asarray(st.source_lens.lens[pos])
-        at = np.flatnonzero(n >= t.window)  # n + 1 > W: the table's rows, cut into windows
-        k = np.full(n.shape[0], -1, dtype=np.int64)
-        J = np.ones(n.shape[0], dtype=np.int64)
-        if at.size:
-            k[at] = np.searchsorted(t.rows, pos[at])
-            J[at] = t.ptr[k[at] + 1] - t.ptr[k[at]]
-        first = np.cumsum(J) - J
-        total = int(first[-1] + J[-1]) if J.size else 0
-        sizes = np.empty(total, dtype=np.int32)  # a piece has at most W <= L < 2**31 positions
-        ends = t.ends if t.ends.size else np.zeros(1, dtype=np.int32)
-        piece_sizes(n, k, first, t.ptr, ends, self.overlap, sizes)
-        return J, sizes
-
     def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
         """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
         offsets are ``starts``: ``(pieces, piece_starts)``, in stream order."""
@@ -635,6 +616,50 @@ class WindowedPlan:
         return v, piece_starts
 
 
+def piece_sizes(
+    table: WindowTable, positions: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(J, size)``: pieces of each document (int64) and positions of each piece (int32), in
+    stream order, for documents at selection ``positions`` with ``counts`` tokens: the sizes
+    :meth:`WindowedPlan.pieces` gives, without its other fields (best-fit's planner reads them
+    for every document; the loop over the long rows' windows is compiled)."""
+    from tokenloom.loader._bestfit_jit import piece_sizes as fill
+
+    n = np.asarray(counts)
+    at = np.flatnonzero(n >= table.window)  # n + 1 > W: the table's rows, cut into windows
+    k = np.full(n.shape[0], -1, dtype=np.int64)
+    J = np.ones(n.shape[0], dtype=np.int64)
+    if at.size:
+        k[at] = np.searchsorted(table.rows, np.asarray(positions)[at])
+        J[at] = table.ptr[k[at] + 1] - table.ptr[k[at]]
+    first = np.cumsum(J) - J
+    total = int(first[-1] + J[-1]) if J.size else 0
+    sizes = np.empty(total, dtype=np.int32)  # a piece has at most W <= L < 2**31 positions
+    ends = table.ends if table.ends.size else np.zeros(1, dtype=np.int32)
+    fill(n, k, first, table.ptr, ends, table.overlap, sizes)
+    return J, sizes
+
+
+def check_table(table: WindowTable, rows: int, *, window: int, overlap: int) -> WindowTable:
+    """``table`` when it was cut for a selection of ``rows`` rows with these window options.
+
+    Raises:
+        PlanError: naming the mismatch and the fix.
+    """
+    if table.bits.shape[0] != -(-rows // 8):
+        raise PlanError(
+            f"the window table was cut for another selection (bitmap of "
+            f"{table.bits.shape[0]} bytes, {rows} rows); cut it again "
+            "with window_table(row_ids, n_tokens, ...)"
+        )
+    if (table.window, table.overlap) != (window, overlap):
+        raise PlanError(
+            f"the window table was cut for window={table.window}, overlap={table.overlap}, "
+            f"not window={window}, overlap={overlap}"
+        )
+    return table
+
+
 def plan_windowed_epoch(
     row_ids: np.ndarray,
     n_tokens: np.ndarray,
@@ -646,6 +671,7 @@ def plan_windowed_epoch(
     overlap: int,
     cut_points: Mapping[int, np.ndarray] | WindowTable | None = None,
     store: Any = None,
+    visit: Visit | None = None,
 ) -> WindowedPlan:
     """Concat packing of windows: rows in epoch order, each expanded into windows in place.
 
@@ -660,26 +686,18 @@ def plan_windowed_epoch(
         cut_points: Optional boundary hook (see :func:`window_docs`), or the selection's
             :class:`WindowTable` already computed (it is the same every epoch).
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
+        visit: Optional hook of :func:`~tokenloom.loader.plan.plan_epoch` (the rows' own counts).
 
     Returns:
         The :class:`WindowedPlan`. With ``W = L, O = 0`` its stream equals
         :func:`~tokenloom.loader.plan.plan_epoch`'s.
     """
     W, ov = check_window(window, overlap, seq_len)
-    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
+    base = plan_epoch(
+        row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store, visit=visit
+    )
     if isinstance(cut_points, WindowTable):
-        table = cut_points
-        if table.bits.shape[0] != -(-int(base.source_ids.shape[0]) // 8):
-            raise PlanError(
-                f"the window table was cut for another selection (bitmap of "
-                f"{table.bits.shape[0]} bytes, {base.source_ids.shape[0]} rows); cut it again "
-                "with window_table(row_ids, n_tokens, ...)"
-            )
-        if (table.window, table.overlap) != (W, ov):
-            raise PlanError(
-                f"the window table was cut for window={table.window}, overlap={table.overlap}, "
-                f"not window={W}, overlap={ov}"
-            )
+        table = check_table(cut_points, int(base.source_ids.shape[0]), window=W, overlap=ov)
     else:
         table = window_table(
             base.source_ids, base.source_lens, window=W, overlap=ov, cut_points=cut_points
