@@ -297,10 +297,7 @@ def test_plan_across_chunks_and_from_the_plan_store(tmp_path, fit_window: int) -
             ids, lens, seed=7, epoch=0, seq_len=L, fit_window=fit_window, store=store
         )
         assert plan.num_blocks == counts.shape[0]
-        assert np.array_equal(
-            np.diff(plan.window_blocks.astype(np.int64)) >= 1,
-            np.ones(plan.window_blocks.shape[0] - 1, dtype=bool),
-        )
+        assert (np.diff(plan.window_blocks.astype(np.int64)) >= 1).all()  # no empty window
         got_docs, ptr, got_pieces = plan.layout()
         assert np.array_equal(np.diff(ptr), counts) and np.array_equal(got_pieces, pieces)
         assert np.array_equal(got_docs.size, docs.size)

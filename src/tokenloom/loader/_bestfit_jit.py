@@ -1,8 +1,9 @@
 """The compiled inner loop of best-fit packing (numba). Imported only when a best-fit plan is
 built or read (:func:`tokenloom.loader.bestfit.pack_kernel`), never by ``import tokenloom``.
 
-Per window, pieces are taken largest first (a stable sort: ties in visiting order) and each goes
-to the open block with the least remaining space that fits, ties to the earliest opened block:
+Per window, pieces are taken largest first (ties in visiting order: a counting sort by size, or
+a stable sort in a window of fewer than ``L / 8`` pieces) and each goes to the open block with
+the least remaining space that fits, ties to the earliest opened block:
 
 * the remaining capacities ``1..L`` that some open block has are bits of a hierarchical bitset
   (32 bits per word, one level above another until a level is one word): the smallest capacity
@@ -188,12 +189,28 @@ def pack_windows(
     cnt = np.empty(most, np.int64)
     start = np.empty(most, np.int64)
     blk_of = np.empty(most, np.int64)
+    order = np.empty(most, np.int64)
+    hist = np.zeros(nbits, np.int64)
     per_window = np.empty(nw, np.int64)
     out_b = 0
     for w in range(nw):
         a = win_ptr[w]
         m = win_ptr[w + 1] - a
-        order = np.argsort(-sizes[a : a + m], kind="mergesort")  # stable: ties in order
+        if 8 * m >= seq_len:  # counting sort by size, O(m + L): largest first, ties in order
+            for x in range(m):
+                hist[sizes[a + x]] += 1
+            run = 0
+            for s in range(seq_len, 0, -1):
+                c = hist[s]
+                hist[s] = run
+                run += c
+            for x in range(m):
+                s = sizes[a + x]
+                order[hist[s]] = x
+                hist[s] += 1
+            hist[:] = 0  # every size's start was written: O(L), as the pass above
+        else:  # a small window: a stable sort, O(m log m), never O(L)
+            order[:m] = np.argsort(-sizes[a : a + m], kind="mergesort")
         nb = 0
         for t in range(m):
             x = order[t]
