@@ -302,3 +302,26 @@ def test_plan_across_chunks_and_from_the_plan_store(tmp_path, fit_window: int) -
         assert np.array_equal(np.diff(ptr), counts) and np.array_equal(got_pieces, pieces)
         assert np.array_equal(got_docs.size, docs.size)
     assert first.built == 1 and second.mapped == 1 and second.built == 0
+
+
+def test_lookups_with_a_small_window_cache_equal_fresh_plans(monkeypatch) -> None:  # noqa: ANN001
+    """Lookups reuse windows packed before and drop the oldest beyond the cache's size; the
+    spans and counts stay those of a plan that packs everything afresh."""
+    import tokenloom.loader.bestfit as bf
+
+    monkeypatch.setattr(bf, "_CACHE_PIECES", 40)
+    rng = np.random.default_rng(5)
+    lens = rng.integers(0, 40, 3000)
+    ids = np.arange(3000, dtype=np.int64)
+    kw = {"seed": 3, "epoch": 0, "seq_len": 32, "fit_window": 7}
+    plan = plan_bestfit(ids, lens, **kw)
+    for _ in range(60):
+        blocks = rng.integers(-1, plan.num_blocks, int(rng.integers(1, 30)))
+        fresh = plan_bestfit(ids, lens, **kw)
+        got, want = plan.spans(blocks), fresh.spans(blocks)
+        for name in ("block", "pos", "doc", "row_id", "doc_len", "tok_start", "tok_end", "has_eos"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+        lo = int(rng.integers(0, plan.num_blocks))
+        assert plan.counts(lo, lo + 5) == fresh.counts(lo, lo + 5)
+        kept = plan._cache[0]
+        assert sum(x.size.shape[0] for x in kept.values()) <= 40 or len(kept) <= len(set(blocks))

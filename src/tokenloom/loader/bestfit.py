@@ -83,14 +83,34 @@ BESTFIT_ALGORITHM = "bfd-window-close-v1"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class _Window:
+    """The blocks of one fit window, its pieces in block order (about 21 bytes per piece):
+    what a lookup reads, kept between lookups."""
+
+    block_ptr: np.ndarray
+    """``(nb + 1,)`` block ``k`` is entries ``[block_ptr[k], block_ptr[k + 1])`` below."""
+    doc: np.ndarray
+    """``(m,)`` int32 document of each piece, counted from the window's first."""
+    j: np.ndarray
+    """``(m,)`` int32 its piece number within the document."""
+    size: np.ndarray
+    """``(m,)`` int32 its positions."""
+    last: np.ndarray
+    """``(m,)`` bool: it is its document's last piece (with the EOS)."""
+
+
+_CACHE_PIECES = 1 << 20  # pieces of the windows a plan keeps packed between lookups (~21 MB)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class BestFitPlan:
     """One epoch packed best-fit. Same duck-typed surface as the concat plan for the loader.
 
     Held: the windowed plan's visiting order and window table (:class:`WindowedPlan`, about 4
     bytes per document) and the first block of each fit window (``window_blocks``). The blocks
     of a window are a pure function of its pieces, so a lookup packs again the windows it
-    touches (:func:`pack_pieces`, compiled: ~0.1 µs per piece) instead of holding ~66 bytes per
-    piece; the last lookup's windows are kept for the next one."""
+    touches (:func:`pack_pieces`, compiled: ~0.05 µs per piece) instead of holding ~66 bytes
+    per piece; the windows of the last lookups are kept (up to ``_CACHE_PIECES`` pieces)."""
 
     seed: int
     epoch: int
@@ -116,8 +136,9 @@ class BestFitPlan:
     num_blocks: int
     padding_positions: int
     """``num_blocks * seq_len - filled_positions``."""
-    _last: list = field(default_factory=lambda: [None], repr=False)
-    """``[(windows, layout)]`` of the last lookup (the next one often needs the same)."""
+    _cache: list = field(default_factory=lambda: [{}], repr=False)
+    """``[{window: _Window}]``: the windows packed for the last lookups (the next steps read
+    the same windows: consecutive blocks, or with ``interleave`` the next block of each)."""
 
     @property
     def padding_fraction(self) -> float:
@@ -135,40 +156,68 @@ class BestFitPlan:
         """``(docs, block_ptr, block_pieces)`` of the whole epoch, built on each call (for
         references and tests): block ``b`` holds pieces
         ``block_pieces[block_ptr[b]:block_ptr[b + 1]]`` of ``docs``, in position order."""
+        docs = self.docs
         nw = self.window_blocks.shape[0] - 1
-        docs, pieces, ptr, _ = self.windows_layout(np.arange(nw, dtype=np.int64))
-        return docs, ptr, pieces
+        wins = self._pack(np.arange(nw, dtype=np.int64))
+        first = np.searchsorted(docs.doc, np.arange(self.num_docs))  # first piece of each doc
+        pieces = [first[x.doc + w * self.fit_window] + x.j for w, x in wins.items()]
+        counts = [np.diff(x.block_ptr) for x in wins.values()]
+        ptr = np.zeros(self.num_blocks + 1, dtype=np.int64)
+        np.cumsum(np.concatenate([np.zeros(0, np.int64), *counts]), out=ptr[1:])
+        return docs, ptr, np.concatenate([np.zeros(0, np.int64), *pieces])
 
-    def windows_layout(
-        self, windows: np.ndarray
-    ) -> tuple[VirtualDocs, np.ndarray, np.ndarray, np.ndarray]:
-        """The blocks of fit windows ``windows`` (ascending, distinct), packed again.
+    def windows(self, ws: list[int]) -> dict[int, _Window]:
+        """The blocks of fit windows ``ws``: packed again, or kept from the last lookups."""
+        known = self._cache[0]
+        todo = sorted({w for w in ws if w not in known})
+        if not todo:
+            return known
+        fresh = self._pack(np.asarray(todo, dtype=np.int64))
+        kept, wanted = {**known, **fresh}, set(ws)
+        total = sum(x.size.shape[0] for x in kept.values())
+        for w in list(kept):  # oldest first; the windows asked for stay
+            if total <= _CACHE_PIECES:
+                break
+            if w not in wanted:
+                total -= kept.pop(w).size.shape[0]
+        self._cache[0] = kept  # replaced whole: a concurrent lookup sees one or the other
+        return kept
 
-        Returns:
-            ``(docs, block_pieces, block_ptr, base)``: the windows' pieces in visiting order,
-            their blocks as :func:`pack_pieces` returns them (indices into ``docs``), and the
-            first of those blocks of each window.
-        """
-        ws = np.asarray(windows, dtype=np.int64)
-        last = self._last[0]
-        if last is not None and np.array_equal(last[0], ws):
-            return last[1]
-        F, n = self.fit_window, self.num_docs
+    def _pack(self, ws: np.ndarray) -> dict[int, _Window]:
+        """Each fit window of ``ws`` (ascending) packed, by one compiled call for all."""
+        st, F, n = self.stream.stream, self.fit_window, self.num_docs
         lo = ws * F
         cnt = np.minimum(lo + F, n) - lo
-        first = np.cumsum(cnt) - cnt
+        first_doc = np.cumsum(cnt) - cnt
         total = int(cnt.sum())
-        docs_idx = np.repeat(lo - first, cnt) + np.arange(total, dtype=np.int64)
-        docs, _ = self.stream.pieces(docs_idx, np.zeros(total, dtype=np.int64))
-        win_ptr = np.append(np.searchsorted(docs.doc, lo), len(docs))
-        pieces, ptr, per_window = pack_pieces(docs.size, win_ptr, seq_len=self.seq_len)
+        docs = np.repeat(lo - first_doc, cnt) + np.arange(total, dtype=np.int64)
+        pos = st.order[docs]
+        J, sizes = piece_sizes(self.stream.table, pos, st.source_lens.lens[pos])
+        first = np.cumsum(J) - J
+        win_ptr = np.append(first[first_doc], sizes.shape[0])
+        pieces, ptr, per_window = pack_pieces(sizes, win_ptr, seq_len=self.seq_len)
         if not np.array_equal(per_window, np.diff(self.window_blocks.astype(np.int64))[ws]):
             raise RuntimeError(  # the plan and its lookup disagree: our bug
                 f"best-fit windows {ws[:4].tolist()} packed again into {per_window[:4].tolist()} "
                 "blocks, not the plan's; this is a bug in tokenloom, please report it"
             )
-        out = (docs, pieces, ptr, np.cumsum(per_window) - per_window)
-        self._last[0] = (ws, out)
+        doc = np.repeat(np.arange(total, dtype=np.int64), J)  # document of each piece
+        j = np.arange(sizes.shape[0], dtype=np.int64) - first[doc]
+        last = (j == J[doc] - 1)[pieces]
+        doc = (doc - np.repeat(first_doc, np.diff(win_ptr)))[pieces].astype(np.int32)
+        j, sizes = j[pieces].astype(np.int32), sizes[pieces]
+        out, b0 = {}, 0
+        for i, w in enumerate(ws.tolist()):
+            p0, p1 = int(win_ptr[i]), int(win_ptr[i + 1])
+            b1 = b0 + int(per_window[i])
+            out[w] = _Window(
+                block_ptr=ptr[b0 : b1 + 1] - p0,
+                doc=doc[p0:p1],
+                j=j[p0:p1],
+                size=sizes[p0:p1],
+                last=last[p0:p1],
+            )
+            b0 = b1
         return out
 
     def spans(self, blocks: np.ndarray) -> Spans:
@@ -184,10 +233,10 @@ class BestFitPlan:
         filled, eos = _doc_offset(self.stream.stream, d), d
         first = int(self.window_blocks[w])
         if b > first:
-            docs, pieces, ptr, _ = self.windows_layout(np.array([w]))
-            mine = pieces[: ptr[b - first]]
-            filled += int(docs.size[mine].sum())
-            eos += int(docs.has_eos[mine].sum())
+            x = self.windows([w])[w]
+            upto = int(x.block_ptr[b - first])
+            filled += int(x.size[:upto].sum())
+            eos += int(x.last[:upto].sum())
         return filled, eos
 
     def counts(self, lo: int, hi: int) -> BlockCounts:
@@ -544,20 +593,37 @@ def bestfit_spans(plan: BestFitPlan, blocks: np.ndarray) -> Spans:
         return empty_spans(req, plan.seq_len, windowed=plan.stream.table.has_context)
     b = req[real]
     w = np.searchsorted(plan.window_blocks, b, side="right") - 1
-    ws, inv = np.unique(w, return_inverse=True)
-    docs, block_pieces, block_ptr, base = plan.windows_layout(ws)
-    k = base[inv] + (b - plan.window_blocks[w].astype(np.int64))
-    lo, hi = block_ptr[k], block_ptr[k + 1]
-    counts = hi - lo
-    total = int(counts.sum())
+    wins = plan.windows(np.unique(w).tolist())
+    k = b - plan.window_blocks[w].astype(np.int64)  # block within its window
+    by_window = np.argsort(w, kind="stable")
+    cut = np.flatnonzero(np.diff(w[by_window])) + 1
+    groups = [(int(w[g[0]]), g) for g in np.split(by_window, cut)]
+    counts = np.empty(b.shape[0], dtype=np.int64)
+    for wi, g in groups:
+        ptr = wins[wi].block_ptr
+        counts[g] = ptr[k[g] + 1] - ptr[k[g]]
     offsets = np.cumsum(counts) - counts
-    within = np.arange(total) - np.repeat(offsets, counts)
-    piece = block_pieces[np.repeat(lo, counts) + within]
-    size = docs.size[piece]
+    total = int(counts.sum())
+    doc = np.empty(total, dtype=np.int64)
+    j = np.empty(total, dtype=np.int64)
+    size = np.empty(total, dtype=np.int64)
+    F = plan.fit_window
+    for wi, g in groups:  # one window's blocks at a time (a step reads one or two windows)
+        x, c = wins[wi], counts[g]
+        within = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
+        src = np.repeat(x.block_ptr[k[g]], c) + within
+        dst = np.repeat(offsets[g], c) + within
+        doc[dst] = x.doc[src] + wi * F
+        j[dst] = x.j[src]
+        size[dst] = x.size[src]
+    # Only the documents of the requested blocks are expanded into their pieces' fields.
+    udocs, at = np.unique(doc, return_inverse=True)
+    pieces, _ = plan.stream.pieces(udocs, np.zeros(udocs.shape[0], dtype=np.int64))
+    piece = np.searchsorted(pieces.doc, udocs)[at] + j
     ends = np.cumsum(size)
     pos = ends - size - np.repeat(ends[offsets] - size[offsets], counts)  # exclusive, per block
     return piece_stretches(
-        docs,
+        pieces,
         req,
         plan.seq_len,
         np.repeat(real, counts),
