@@ -608,8 +608,17 @@ def bestfit_spans(plan: BestFitPlan, blocks: np.ndarray) -> Spans:
     j = np.empty(total, dtype=np.int64)
     size = np.empty(total, dtype=np.int64)
     F = plan.fit_window
-    for wi, g in groups:  # one window's blocks at a time (a step reads one or two windows)
-        x, c = wins[wi], counts[g]
+    for wi, g in groups:
+        x = wins[wi]
+        if g.shape[0] < 8:  # a few blocks of this window (interleave): slices
+            for i in g.tolist():
+                a0, o, c = int(x.block_ptr[k[i]]), int(offsets[i]), int(counts[i])
+                doc[o : o + c] = x.doc[a0 : a0 + c]
+                doc[o : o + c] += wi * F
+                j[o : o + c] = x.j[a0 : a0 + c]
+                size[o : o + c] = x.size[a0 : a0 + c]
+            continue
+        c = counts[g]  # many blocks of one window (sequential): gathers
         within = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
         src = np.repeat(x.block_ptr[k[g]], c) + within
         dst = np.repeat(offsets[g], c) + within
