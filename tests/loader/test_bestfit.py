@@ -60,7 +60,8 @@ def test_best_fit_blocks_match_the_loop(L: int, data: st.DataObject) -> None:
 
 def _random_case(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
     """Pieces for the compiled planner: small ``L``, many windows, many ties, sizes ``L`` and 1."""
-    L = int(rng.choice([1, 2, 3, 5, 8, 16, 33, 64, 100]))
+    # up to 4 levels of the capacity bitset (32 bits a word); counting sort and merge sort
+    L = int(rng.choice([1, 2, 3, 5, 8, 16, 31, 32, 33, 64, 100, 1023, 1024, 4096, 70_000]))
     V = int(rng.integers(0, 120))
     kind = int(rng.integers(0, 5))
     if kind == 0:  # few distinct sizes: ties everywhere

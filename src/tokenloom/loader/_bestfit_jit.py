@@ -146,6 +146,45 @@ def _merge_pairs(first: int, child: np.ndarray, sib: np.ndarray) -> int:
 
 
 @_jit
+def _sort_desc(sizes: np.ndarray, a: int, m: int, order: np.ndarray, tmp: np.ndarray) -> None:
+    """``order[:m]``: ``0..m-1`` by ``sizes[a + x]`` descending, ties ascending (a bottom-up
+    merge sort: stable, and quick to compile)."""
+    for x in range(m):
+        order[x] = x
+    width = 1
+    src, dst = order, tmp
+    swapped = False
+    while width < m:
+        lo = 0
+        while lo < m:
+            mid = min(lo + width, m)
+            hi = min(lo + 2 * width, m)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if sizes[a + src[j]] > sizes[a + src[i]]:  # strictly larger: ties keep order
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+            lo = hi
+        src, dst = dst, src
+        swapped = not swapped
+        width *= 2
+    if swapped:  # the sorted run is in tmp
+        order[:m] = tmp[:m]
+
+
+@_jit
 def pack_windows(
     sizes: np.ndarray,
     win_ptr: np.ndarray,
@@ -190,6 +229,7 @@ def pack_windows(
     start = np.empty(most, np.int64)
     blk_of = np.empty(most, np.int64)
     order = np.empty(most, np.int64)
+    tmp = np.empty(most, np.int64)
     hist = np.zeros(nbits, np.int64)
     per_window = np.empty(nw, np.int64)
     out_b = 0
@@ -209,8 +249,8 @@ def pack_windows(
                 order[hist[s]] = x
                 hist[s] += 1
             hist[:] = 0  # every size's start was written: O(L), as the pass above
-        else:  # a small window: a stable sort, O(m log m), never O(L)
-            order[:m] = np.argsort(-sizes[a : a + m], kind="mergesort")
+        else:  # a small window: a merge sort, O(m log m), never O(L)
+            _sort_desc(sizes, a, m, order, tmp)
         nb = 0
         for t in range(m):
             x = order[t]
