@@ -86,6 +86,12 @@ def test_compiled_best_fit_equals_the_former_loop() -> None:
         want, nb_want = best_fit_blocks_reference(sizes, window_of, seq_len=L)
         assert nb == nb_want
         assert np.array_equal(got, want), (L, sizes.tolist(), window_of.tolist())
+    for L in (1024, 2048, 5000):  # windows of hundreds of pieces at a large L: counting sort
+        sizes = np.minimum(rng.lognormal(np.log(L / 4), 1.0, 3000).astype(np.int64) + 1, L)
+        window_of = np.sort(rng.integers(0, 4, 3000))
+        got, nb = best_fit_blocks(sizes, window_of, seq_len=L)
+        want, nb_want = best_fit_blocks_reference(sizes, window_of, seq_len=L)
+        assert nb == nb_want and np.array_equal(got, want)
     # empty input, one piece, one window of equal pieces (ties to the earliest opened block)
     for sizes, L in (([], 4), ([4], 4), ([1], 4), ([2] * 9, 4), ([3, 1, 1, 3, 2, 2], 4)):
         a, w = np.array(sizes, np.int64), np.zeros(len(sizes), np.int64)
