@@ -201,6 +201,7 @@ def pack_windows(
         block_pieces: ``(m,)`` out: piece indices, block by block (windows in order, blocks in
             opening order), ascending within a block.
         block_count: ``(m,)`` out: pieces of each block (the first ``sum(result)`` entries).
+            Both empty: only the blocks per window are counted.
 
     Returns:
         ``(nw,)`` int64 blocks of each window.
@@ -282,6 +283,9 @@ def pack_windows(
             if r > 0 and root[r] >= 0:
                 root[r] = -1
                 _bits_clear(bits, offs, nlev, r)
+        per_window[w] = nb
+        if block_pieces.shape[0] == 0:  # the number of blocks only (planning)
+            continue
         run = a
         for k in range(nb):
             block_count[out_b + k] = cnt[k]
@@ -292,7 +296,6 @@ def pack_windows(
             block_pieces[start[k]] = a + x
             start[k] += 1
         out_b += nb
-        per_window[w] = nb
     return per_window
 
 

@@ -536,6 +536,7 @@ def plan_bestfit(
     )
 
 
+_NO_OUT = np.zeros(0, dtype=np.int64)
 _CHUNK_DOCS = 1 << 16  # documents read per pass when the order comes from the plan store
 
 
@@ -573,9 +574,7 @@ class _Packer:
         d = end - self.packed
         m = int(first[d]) if d < J.shape[0] else int(sizes.shape[0])
         win_ptr = np.append(first[:d:F], m)
-        per_window = self.kernel(
-            sizes, win_ptr, self.L, np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-        )
+        per_window = self.kernel(sizes, win_ptr, self.L, _NO_OUT, _NO_OUT)  # counts only
         w0 = self.packed // F
         self.window_blocks[w0 + 1 : w0 + 1 + per_window.shape[0]] = self.blocks + np.cumsum(
             per_window
