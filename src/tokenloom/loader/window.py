@@ -392,14 +392,17 @@ def window_table(
         blocks = ((lo, lengths[lo : lo + _SCAN]) for lo in range(0, N, _SCAN))
     else:
         blocks = lengths.blocks(_SCAN)
-    parts = [lo + np.flatnonzero(v >= W) for lo, v in blocks]  # n + 1 > W
-    long = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    # Held as the table's rows (4 bytes each below 2**32 rows): no int64 copy to free later, whose
+    # hole in the heap would stay resident while the epoch is planned.
+    rows_dtype = order_dtype(N)
+    parts = [(lo + np.flatnonzero(v >= W)).astype(rows_dtype) for lo, v in blocks]  # n + 1 > W
+    long = np.concatenate(parts) if parts else np.zeros(0, dtype=rows_dtype)
     del parts
     M = long.shape[0]
     cuts: Any = cut_points
     if cut_points is not None and M and not (isinstance(cuts, CutPoints) or callable(cuts)):
         cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
-    counts = np.zeros(M, dtype=np.int64)
+    ptr = np.zeros(M + 1, dtype=np.int64)  # windows per row, then summed in place
     chunks: list[np.ndarray] = []
     for a in range(0, M, _ROWS):
         at = long[a : a + _ROWS]
@@ -410,17 +413,14 @@ def window_table(
             ids = np.asarray(row_ids[at], dtype=np.int64)
             mine = CutPoints.from_mapping(cuts(at), ids) if callable(cuts) else cuts
             J, ends = _snapped_windows(P, ids, mine, W, ov)
-        counts[a : a + at.shape[0]] = J
+        ptr[a + 1 : a + 1 + at.shape[0]] = J
         chunks.append(ends.astype(np.int32 if int(P.max()) < 1 << 31 else np.int64))
-    ptr = np.zeros(M + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    del counts
+    np.cumsum(ptr, out=ptr)
     dtype = np.int64 if any(c.dtype == np.int64 for c in chunks) else np.int32
     ends = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, np.int32)
-    rows = long.astype(order_dtype(N))
     bits = np.zeros(-(-N // 8), dtype=np.uint8)
     np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
-    return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends, bits=bits)
+    return WindowTable(window=W, overlap=ov, rows=long, ptr=ptr, ends=ends, bits=bits)
 
 
 _ROWS = 1 << 13  # long rows cut per batch in window_table (their cut points read at once)
