@@ -332,3 +332,15 @@ def test_lookups_with_a_small_window_cache_equal_fresh_plans(monkeypatch) -> Non
         assert plan.counts(lo, lo + 5) == fresh.counts(lo, lo + 5)
         kept = plan._cache[0]
         assert sum(x.size.shape[0] for x in kept.values()) <= 40 or len(kept) <= len(set(blocks))
+
+
+def test_compiled_planner_refuses_pieces_that_do_not_fit() -> None:
+    """The loop indexes by size: a size outside ``1..L`` or windows out of order are refused."""
+    with pytest.raises(PlanError, match="a piece of 0 positions does not fit a block of 4"):
+        best_fit_blocks(np.array([0, 1]), np.zeros(2, np.int64), seq_len=4)
+    with pytest.raises(PlanError, match="a piece of 5 positions does not fit a block of 4"):
+        best_fit_blocks(np.array([5, 1]), np.zeros(2, np.int64), seq_len=4)
+    with pytest.raises(PlanError, match="non-decreasing"):
+        best_fit_blocks(np.array([1, 1]), np.array([1, 0]), seq_len=4)
+    with pytest.raises(PlanError, match="win_ptr must ascend from 0 to 2"):
+        pack_pieces(np.array([1, 2]), np.array([0, 3]), seq_len=4)

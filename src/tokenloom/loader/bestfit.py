@@ -309,11 +309,16 @@ def pack_pieces(
         ``(nw,)`` int64 blocks of each window.
     """
     m = int(sizes.shape[0])
-    L = int(seq_len)
+    L = check_seq_len(seq_len)
     if L >= 1 << 31:
         raise PlanError(f"seq_len={L} is beyond the best-fit planner (< 2**31 positions)")
+    _check_sizes(np.asarray(sizes), L)
     s = np.asarray(sizes, dtype=np.int32)
     ptr = np.asarray(win_ptr, dtype=np.int64)
+    if ptr.ndim != 1 or ptr.shape[0] < 1 or ptr[0] != 0 or ptr[-1] != m or (np.diff(ptr) < 0).any():
+        raise PlanError(
+            f"win_ptr must ascend from 0 to {m} (the pieces), got {ptr[:8].tolist()}..."
+        )
     block_pieces = np.empty(m, dtype=np.int64)
     count = np.empty(m, dtype=np.int64)
     per_window = pack_kernel()(s, ptr, L, block_pieces, count)
@@ -321,6 +326,13 @@ def pack_pieces(
     block_ptr = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(count[:nb], out=block_ptr[1:])
     return block_pieces, block_ptr, per_window
+
+
+def _check_sizes(sizes: np.ndarray, L: int) -> None:
+    """Every size in ``[1, L]`` (the compiled loop indexes by size: anything else is refused)."""
+    if sizes.size and (int(sizes.min()) < 1 or int(sizes.max()) > L):
+        bad = sizes[(sizes < 1) | (sizes > L)][0]
+        raise PlanError(f"a piece of {bad} positions does not fit a block of {L} (need 1..{L})")
 
 
 def best_fit_blocks(
@@ -343,6 +355,8 @@ def best_fit_blocks(
     if V == 0:
         return np.zeros(0, dtype=np.int64), 0
     w = np.asarray(window_of)
+    if w.shape != (V,) or (np.diff(w) < 0).any():
+        raise PlanError("window_of must give each piece its window, non-decreasing")
     win_ptr = np.concatenate([[0], np.flatnonzero(np.diff(w)) + 1, [V]])
     pieces, ptr, _ = pack_pieces(np.asarray(sizes), win_ptr, seq_len=seq_len)
     nb = ptr.shape[0] - 1
@@ -449,7 +463,7 @@ def plan_bestfit(
     cut_points: Mapping[int, np.ndarray] | None = None,
     store: Any = None,
 ) -> BestFitPlan:
-    """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log V).
+    """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log L).
 
     Args:
         row_ids: ``(n,)`` strictly ascending table ids of the selected rows.
@@ -574,6 +588,7 @@ class _Packer:
         d = end - self.packed
         m = int(first[d]) if d < J.shape[0] else int(sizes.shape[0])
         win_ptr = np.append(first[:d:F], m)
+        _check_sizes(sizes, self.L)  # the table's windows fit (the loop indexes by size)
         per_window = self.kernel(sizes, win_ptr, self.L, _NO_OUT, _NO_OUT)  # counts only
         w0 = self.packed // F
         self.window_blocks[w0 + 1 : w0 + 1 + per_window.shape[0]] = self.blocks + np.cumsum(
