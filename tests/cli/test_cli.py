@@ -81,7 +81,7 @@ def test_ingest_of_nothing_readable_exits_non_zero(tmp_path):
 def test_import_tokenloom_stays_light():
     code = (
         "import sys, tokenloom, tokenloom.table, tokenloom.ingest, tokenloom.cli.main; "
-        "print(sorted(m for m in ('torch', 'ray', 'lancedb') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'ray', 'lancedb', 'numba') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

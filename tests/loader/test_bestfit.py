@@ -21,12 +21,17 @@ from tests.loader.recipe_ref import (
 )
 from tokenloom.loader import PlanError
 from tokenloom.loader.bestfit import (
+    BESTFIT_ALGORITHM,
     best_fit_blocks,
+    best_fit_blocks_reference,
     bestfit_spans,
     naive_best_fit_blocks,
+    pack_pieces,
     padding_by_window,
     plan_bestfit,
 )
+from tokenloom.loader.plan import plan_epoch
+from tokenloom.loader.window import window_docs
 
 
 def realistic_lengths(n: int, seed: int = 0) -> np.ndarray:
@@ -51,6 +56,118 @@ def test_best_fit_blocks_match_the_loop(L: int, data: st.DataObject) -> None:
     assert fast == naive_best_fit_blocks(sizes, window_of, seq_len=L)
     fill = np.bincount(block, weights=sizes, minlength=nb) if sizes else np.zeros(0)
     assert (fill <= L).all()
+
+
+def _random_case(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, int]:
+    """Pieces for the compiled planner: small ``L``, many windows, many ties, sizes ``L`` and 1."""
+    # up to 4 levels of the capacity bitset (32 bits a word); counting sort and merge sort
+    L = int(rng.choice([1, 2, 3, 5, 8, 16, 31, 32, 33, 64, 100, 1023, 1024, 4096, 70_000]))
+    V = int(rng.integers(0, 120))
+    kind = int(rng.integers(0, 5))
+    if kind == 0:  # few distinct sizes: ties everywhere
+        sizes = rng.choice(np.unique(rng.integers(1, L + 1, 3)), V)
+    elif kind == 1:  # the extremes only
+        sizes = rng.choice([1, L], V)
+    elif kind == 2:  # halves and thirds: blocks fill exactly and classes refill
+        sizes = rng.choice(np.unique(np.maximum([L // 2, L // 3, L - L // 3, 1], 1)), V)
+    else:
+        sizes = rng.integers(1, L + 1, V)
+    windows = int(rng.choice([1, 2, 5, max(V, 1)]))
+    window_of = np.sort(rng.integers(0, windows, V))
+    return sizes.astype(np.int64), window_of, L
+
+
+def test_compiled_best_fit_equals_the_former_loop() -> None:
+    """The compiled planner gives exactly the blocks (and their order) of the Python loop."""
+    rng = np.random.default_rng(20261202)
+    for _ in range(3000):
+        sizes, window_of, L = _random_case(rng)
+        got, nb = best_fit_blocks(sizes, window_of, seq_len=L)
+        want, nb_want = best_fit_blocks_reference(sizes, window_of, seq_len=L)
+        assert nb == nb_want
+        assert np.array_equal(got, want), (L, sizes.tolist(), window_of.tolist())
+    for L in (1024, 2048, 5000):  # windows of hundreds of pieces at a large L: counting sort
+        sizes = np.minimum(rng.lognormal(np.log(L / 4), 1.0, 3000).astype(np.int64) + 1, L)
+        window_of = np.sort(rng.integers(0, 4, 3000))
+        got, nb = best_fit_blocks(sizes, window_of, seq_len=L)
+        want, nb_want = best_fit_blocks_reference(sizes, window_of, seq_len=L)
+        assert nb == nb_want and np.array_equal(got, want)
+    # empty input, one piece, one window of equal pieces (ties to the earliest opened block)
+    for sizes, L in (([], 4), ([4], 4), ([1], 4), ([2] * 9, 4), ([3, 1, 1, 3, 2, 2], 4)):
+        a, w = np.array(sizes, np.int64), np.zeros(len(sizes), np.int64)
+        got, nb = best_fit_blocks(a, w, seq_len=L)
+        want, nb_want = best_fit_blocks_reference(a, w, seq_len=L)
+        assert nb == nb_want and np.array_equal(got, want)
+
+
+def test_compiled_best_fit_breaks_ties_by_smallest_block_id() -> None:
+    # L = 10: 6, 6, 6 open blocks 0, 1, 2 (4 left each); 4 goes to block 0 (now full), 3 to block 1
+    # (1 left), 3 to block 2 (1 left): class 1 got block 1 then 2; 1 goes to block 1 first.
+    sizes = np.array([6, 6, 6, 4, 3, 3, 1, 1])
+    block, nb = best_fit_blocks(sizes, np.zeros(8, np.int64), seq_len=10)
+    assert nb == 3 and block.tolist() == [0, 1, 2, 0, 1, 2, 1, 2]
+    # A class filled out of opening order: block 2 reaches 3 left before block 0 does.
+    sizes = np.array([7, 5, 5, 2, 2, 3, 3])  # L = 10
+    got, _ = best_fit_blocks(sizes, np.zeros(7, np.int64), seq_len=10)
+    want, _ = best_fit_blocks_reference(sizes, np.zeros(7, np.int64), seq_len=10)
+    assert got.tolist() == want.tolist()
+
+
+def test_pack_pieces_lists_each_block_in_visiting_order() -> None:
+    sizes = np.array([3, 5, 2, 1, 4], np.int32)
+    pieces, ptr, per_window = pack_pieces(sizes, np.array([0, 3, 5]), seq_len=8)
+    block, nb = best_fit_blocks_reference(sizes, np.array([0, 0, 0, 1, 1]), seq_len=8)
+    assert per_window.tolist() == [2, 1] and ptr.shape == (nb + 1,)
+    assert [pieces[ptr[b] : ptr[b + 1]].tolist() for b in range(nb)] == [
+        np.flatnonzero(block == b).tolist() for b in range(nb)
+    ]
+
+
+def _former_layout(ids, lens, *, seed, epoch, L, F, W, ov, cuts):  # noqa: ANN001, ANN202
+    """The former plan_bestfit: every piece as arrays, then the Python best-fit loop."""
+    base = plan_epoch(ids, lens, seed=seed, epoch=epoch, seq_len=L)
+    docs = window_docs(base.row_ids, base.lengths, window=W, overlap=ov, cut_points=cuts)
+    block, nb = best_fit_blocks_reference(docs.size, docs.doc // F, seq_len=L)
+    return docs, np.argsort(block, kind="stable"), np.bincount(block, minlength=nb)
+
+
+@pytest.mark.parametrize("policy", ["split", "window", "cuts"])
+def test_plan_equals_the_former_plan(policy: str) -> None:
+    """The whole epoch (pieces, blocks, their order) equals the former planner's, long documents
+    split, cut into overlapping windows, or cut at boundaries."""
+    rng = np.random.default_rng({"split": 1, "window": 2, "cuts": 3}[policy])
+    for trial in range(40):
+        L = int(rng.choice([4, 16, 64]))
+        n = int(rng.integers(0, 300))
+        lens = np.where(rng.random(n) < 0.1, 0, rng.integers(1, 3 * L, n))
+        ids = np.cumsum(rng.integers(1, 4, n))
+        F = int(rng.choice([1, 3, 16, 1000]))
+        W, ov, cuts, kw = L, 0, None, {}
+        if policy != "split":
+            W = int(rng.integers(2, L + 1))
+            ov = int(rng.integers(0, W))
+            kw = {"long_docs": "window", "window": W, "overlap": ov}
+        if policy == "cuts":
+            cuts = {int(i): np.sort(rng.choice(np.arange(1, 3 * L), 5)) for i in ids}
+            kw["cut_points"] = cuts
+        plan = plan_bestfit(ids, lens, seed=trial, epoch=1, seq_len=L, fit_window=F, **kw)
+        docs, pieces, counts = _former_layout(
+            ids, lens, seed=trial, epoch=1, L=L, F=F, W=W, ov=ov, cuts=cuts
+        )
+        got_docs, ptr, got_pieces = plan.layout()
+        assert plan.num_blocks == counts.shape[0]
+        assert np.array_equal(np.diff(ptr), counts)
+        assert np.array_equal(got_pieces, pieces)
+        for name in ("doc", "row_id", "tok_start", "tok_end", "has_eos", "ctx_end", "size"):
+            assert np.array_equal(getattr(got_docs, name), getattr(docs, name)), name
+        assert plan.filled_positions == int(docs.size.sum())
+        for lo, hi in ((0, plan.num_blocks), (1, max(plan.num_blocks - 1, 1)), (2, 3)):
+            c = plan.counts(lo, hi)
+            lo_, hi_ = min(lo, plan.num_blocks), min(max(hi, lo), plan.num_blocks)
+            mine = pieces[counts[:lo_].sum() : counts[:hi_].sum()]
+            assert c.filled == int(docs.size[mine].sum())
+            assert c.eos == int(docs.has_eos[mine].sum())
+    assert BESTFIT_ALGORITHM == "bfd-window-close-v1"  # the same plan: the same identity
 
 
 @settings(derandomize=True, max_examples=300, deadline=None)
@@ -166,3 +283,64 @@ def test_padding_by_window_figure_and_throughput() -> None:
     fractions = list(got.values())
     assert fractions == sorted(fractions, reverse=True)
     assert fractions[0] > 0.3 and fractions[-1] < 0.01
+
+
+@pytest.mark.parametrize("fit_window", [1000, 100_000])
+def test_plan_across_chunks_and_from_the_plan_store(tmp_path, fit_window: int) -> None:  # noqa: ANN001
+    """Windows that straddle the planner's chunks of the visiting order (or span several), and a
+    plan whose order is mapped from the plan store (its counts read again), equal the former."""
+    from tokenloom.loader.planstore import PlanStore
+
+    rng = np.random.default_rng(fit_window)
+    n, L = 140_000, 64
+    lens = np.where(rng.random(n) < 0.05, 0, rng.integers(1, 3 * L, n))
+    ids = np.arange(n, dtype=np.int64) * 2
+    docs, pieces, counts = _former_layout(
+        ids, lens, seed=7, epoch=0, L=L, F=fit_window, W=L, ov=0, cuts=None
+    )
+    first, second = PlanStore(str(tmp_path), min_docs=0), PlanStore(str(tmp_path), min_docs=0)
+    for store in (None, first, second):
+        plan = plan_bestfit(
+            ids, lens, seed=7, epoch=0, seq_len=L, fit_window=fit_window, store=store
+        )
+        assert plan.num_blocks == counts.shape[0]
+        assert (np.diff(plan.window_blocks.astype(np.int64)) >= 1).all()  # no empty window
+        got_docs, ptr, got_pieces = plan.layout()
+        assert np.array_equal(np.diff(ptr), counts) and np.array_equal(got_pieces, pieces)
+        assert np.array_equal(got_docs.size, docs.size)
+    assert first.built == 1 and second.mapped == 1 and second.built == 0
+
+
+def test_lookups_with_a_small_window_cache_equal_fresh_plans(monkeypatch) -> None:  # noqa: ANN001
+    """Lookups reuse windows packed before and drop the oldest beyond the cache's size; the
+    spans and counts stay those of a plan that packs everything afresh."""
+    import tokenloom.loader.bestfit as bf
+
+    monkeypatch.setattr(bf, "_CACHE_PIECES", 40)
+    rng = np.random.default_rng(5)
+    lens = rng.integers(0, 40, 3000)
+    ids = np.arange(3000, dtype=np.int64)
+    kw = {"seed": 3, "epoch": 0, "seq_len": 32, "fit_window": 7}
+    plan = plan_bestfit(ids, lens, **kw)
+    for _ in range(60):
+        blocks = rng.integers(-1, plan.num_blocks, int(rng.integers(1, 30)))
+        fresh = plan_bestfit(ids, lens, **kw)
+        got, want = plan.spans(blocks), fresh.spans(blocks)
+        for name in ("block", "pos", "doc", "row_id", "doc_len", "tok_start", "tok_end", "has_eos"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+        lo = int(rng.integers(0, plan.num_blocks))
+        assert plan.counts(lo, lo + 5) == fresh.counts(lo, lo + 5)
+        kept = plan._cache[0]
+        assert sum(x.size.shape[0] for x in kept.values()) <= 40 or len(kept) <= len(set(blocks))
+
+
+def test_compiled_planner_refuses_pieces_that_do_not_fit() -> None:
+    """The loop indexes by size: a size outside ``1..L`` or windows out of order are refused."""
+    with pytest.raises(PlanError, match="a piece of 0 positions does not fit a block of 4"):
+        best_fit_blocks(np.array([0, 1]), np.zeros(2, np.int64), seq_len=4)
+    with pytest.raises(PlanError, match="a piece of 5 positions does not fit a block of 4"):
+        best_fit_blocks(np.array([5, 1]), np.zeros(2, np.int64), seq_len=4)
+    with pytest.raises(PlanError, match="non-decreasing"):
+        best_fit_blocks(np.array([1, 1]), np.array([1, 0]), seq_len=4)
+    with pytest.raises(PlanError, match="win_ptr must ascend from 0 to 2"):
+        pack_pieces(np.array([1, 2]), np.array([0, 3]), seq_len=4)

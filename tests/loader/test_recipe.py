@@ -179,7 +179,7 @@ def test_recipe_modules_import_no_torch_and_no_lance() -> None:
         "import sys\n"
         "import tokenloom.loader.window, tokenloom.loader.bestfit\n"
         "import tokenloom.loader.mixture, tokenloom.loader.recipe\n"
-        "print(sorted(m for m in ('torch', 'lance', 'pyarrow') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'lance', 'pyarrow', 'numba') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -19,31 +19,57 @@ cut. The plan, deterministic from ``(seed, epoch)`` and the stored counts:
 
 Closing every block at the window's end keeps the algorithm simple and the windows independent; it
 costs at most a few part-filled blocks per window (see :func:`padding_by_window` and
-``docs/recipes.md``). The contents are stored CSR-style (``block_ptr``, ``block_pieces``), so
-:func:`bestfit_spans` is O(stretches in the requested blocks). Planning is one Python loop over the
-pieces (a bisect over the distinct remaining capacities, a heap of block ids per capacity), about
-1-2 µs per piece.
+``docs/recipes.md``).
+
+Planning is compiled (numba, :mod:`~tokenloom.loader._bestfit_jit`, imported on first use): each
+window's pieces are sorted by size with a counting sort, and the open blocks are found through a
+bitset over the remaining capacities with a min-heap of block ids per capacity, so a piece costs
+O(log L), about 0.05 µs. The windows are packed as the pass that computes the concat plan's marks
+reads the counts (:data:`~tokenloom.loader.plan.Visit`), so nothing per piece is built for the
+whole epoch; the plan keeps the visiting order (:class:`~tokenloom.loader.window.WindowedPlan`,
+shared through the plan store) and the first block of each window. A lookup packs the windows
+of the requested blocks again (the same pieces give the same blocks) and keeps them for the next
+lookups. :func:`best_fit_blocks_reference` is the former planner (a Python loop, ~1 µs per
+piece), the reference the compiled one is tested against. The first call on a machine compiles
+the loop (seconds) and caches it on disk (numba's ``cache=True``: beside the module, else the
+user's cache directory, else in memory for the process).
 """
 
 from __future__ import annotations
 
 import heapq
+import threading
 from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.plan import BlockCounts, PlanError, clip_range, plan_epoch
+from tokenloom.loader.compact import count_nonzero
+from tokenloom.loader.plan import (
+    MARK_EVERY,
+    BlockCounts,
+    EpochPlan,
+    PlanError,
+    _readonly,
+    check_selection,
+    check_seq_len,
+    clip_range,
+)
 from tokenloom.loader.spans import Spans
 from tokenloom.loader.window import (
     VirtualDocs,
+    WindowedPlan,
+    WindowTable,
     check_blocks,
+    check_table,
     check_window,
     empty_spans,
+    piece_sizes,
     piece_stretches,
-    window_docs,
+    plan_windowed_epoch,
+    window_table,
 )
 
 __all__ = [
@@ -53,6 +79,8 @@ __all__ = [
     "plan_bestfit",
     "bestfit_spans",
     "best_fit_blocks",
+    "best_fit_blocks_reference",
+    "pack_pieces",
     "naive_best_fit_blocks",
     "padding_by_window",
 ]
@@ -65,8 +93,34 @@ BESTFIT_ALGORITHM = "bfd-window-close-v1"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class _Window:
+    """The blocks of one fit window, its pieces in block order (about 21 bytes per piece):
+    what a lookup reads, kept between lookups."""
+
+    block_ptr: np.ndarray
+    """``(nb + 1,)`` block ``k`` is entries ``[block_ptr[k], block_ptr[k + 1])`` below."""
+    doc: np.ndarray
+    """``(m,)`` int32 document of each piece, counted from the window's first."""
+    j: np.ndarray
+    """``(m,)`` int32 its piece number within the document."""
+    size: np.ndarray
+    """``(m,)`` int32 its positions."""
+    last: np.ndarray
+    """``(m,)`` bool: it is its document's last piece (with the EOS)."""
+
+
+_CACHE_PIECES = 1 << 20  # pieces of the windows a plan keeps packed between lookups (~21 MB)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class BestFitPlan:
-    """One epoch packed best-fit. Same duck-typed surface as the concat plan for the loader."""
+    """One epoch packed best-fit. Same duck-typed surface as the concat plan for the loader.
+
+    Held: the windowed plan's visiting order and window table (:class:`WindowedPlan`, about 4
+    bytes per document) and the first block of each fit window (``window_blocks``). The blocks
+    of a window are a pure function of its pieces, so a lookup packs again the windows it
+    touches (:func:`pack_pieces`, compiled: ~0.05 µs per piece) instead of holding ~66 bytes
+    per piece; the windows of the last lookups are kept (up to ``_CACHE_PIECES`` pieces)."""
 
     seed: int
     epoch: int
@@ -77,13 +131,11 @@ class BestFitPlan:
     window: int
     """Piece size limit for long documents (``seq_len`` with ``long_docs="split"``)."""
     overlap: int
-    docs: VirtualDocs
-    """The pieces, in visiting order."""
-    block_ptr: np.ndarray
-    """``(num_blocks + 1,)`` int64: block ``b`` holds pieces
-    ``block_pieces[block_ptr[b]:block_ptr[b + 1]]``."""
-    block_pieces: np.ndarray
-    """``(V,)`` int64: piece indices, block by block, in position order."""
+    stream: WindowedPlan
+    """The documents in visiting order and their pieces (:meth:`WindowedPlan.pieces`)."""
+    window_blocks: np.ndarray
+    """``(num_windows + 1,)`` uint32 (int64 from ``2**32`` pieces): first block of each fit
+    window (documents ``[w * fit_window, (w + 1) * fit_window)``), then ``num_blocks``."""
     empty_rows: int
     num_docs: int
     num_tokens: int
@@ -94,6 +146,9 @@ class BestFitPlan:
     num_blocks: int
     padding_positions: int
     """``num_blocks * seq_len - filled_positions``."""
+    _cache: list = field(default_factory=lambda: [{}], repr=False)
+    """``[{window: _Window}]``: the windows packed for the last lookups (the next steps read
+    the same windows: consecutive blocks, or with ``interleave`` the next block of each)."""
 
     @property
     def padding_fraction(self) -> float:
@@ -101,28 +156,221 @@ class BestFitPlan:
         total = self.num_blocks * self.seq_len
         return self.padding_positions / total if total else 0.0
 
+    @property
+    def docs(self) -> VirtualDocs:
+        """Every piece of the epoch in visiting order. Built on each call (about 66 bytes per
+        piece): for references and tests."""
+        return self.stream.docs
+
+    def layout(self) -> tuple[VirtualDocs, np.ndarray, np.ndarray]:
+        """``(docs, block_ptr, block_pieces)`` of the whole epoch, built on each call (for
+        references and tests): block ``b`` holds pieces
+        ``block_pieces[block_ptr[b]:block_ptr[b + 1]]`` of ``docs``, in position order."""
+        docs = self.docs
+        nw = self.window_blocks.shape[0] - 1
+        wins = self._pack(np.arange(nw, dtype=np.int64))
+        first = np.searchsorted(docs.doc, np.arange(self.num_docs))  # first piece of each doc
+        pieces = [
+            first[x.doc.astype(np.int64) + w * self.fit_window] + x.j for w, x in wins.items()
+        ]
+        counts = [np.diff(x.block_ptr) for x in wins.values()]
+        ptr = np.zeros(self.num_blocks + 1, dtype=np.int64)
+        np.cumsum(np.concatenate([np.zeros(0, np.int64), *counts]), out=ptr[1:])
+        return docs, ptr, np.concatenate([np.zeros(0, np.int64), *pieces])
+
+    def windows(self, ws: list[int]) -> dict[int, _Window]:
+        """The blocks of fit windows ``ws``: packed again, or kept from the last lookups."""
+        known = self._cache[0]
+        todo = sorted({w for w in ws if w not in known})
+        if not todo:
+            return known
+        fresh = self._pack(np.asarray(todo, dtype=np.int64))
+        kept, wanted = {**known, **fresh}, set(ws)
+        total = sum(x.size.shape[0] for x in kept.values())
+        for w in list(kept):  # oldest first; the windows asked for stay
+            if total <= _CACHE_PIECES:
+                break
+            if w not in wanted:
+                total -= kept.pop(w).size.shape[0]
+        self._cache[0] = kept  # replaced whole: a concurrent lookup sees one or the other
+        return kept
+
+    def _pack(self, ws: np.ndarray) -> dict[int, _Window]:
+        """Each fit window of ``ws`` (ascending) packed, by one compiled call for all."""
+        st, F, n = self.stream.stream, self.fit_window, self.num_docs
+        lo = ws * F
+        cnt = np.minimum(lo + F, n) - lo
+        first_doc = np.cumsum(cnt) - cnt
+        total = int(cnt.sum())
+        docs = np.repeat(lo - first_doc, cnt) + np.arange(total, dtype=np.int64)
+        pos = st.order[docs]
+        J, sizes = piece_sizes(self.stream.table, pos, st.source_lens.lens[pos])
+        first = np.cumsum(J) - J
+        win_ptr = np.append(first[first_doc], sizes.shape[0])
+        pieces, ptr, per_window = pack_pieces(sizes, win_ptr, seq_len=self.seq_len)
+        if not np.array_equal(per_window, np.diff(self.window_blocks.astype(np.int64))[ws]):
+            raise RuntimeError(  # the plan and its lookup disagree: our bug
+                f"best-fit windows {ws[:4].tolist()} packed again into {per_window[:4].tolist()} "
+                "blocks, not the plan's; this is a bug in tokenloom, please report it"
+            )
+        doc = np.repeat(np.arange(total, dtype=np.int64), J)  # document of each piece
+        j = np.arange(sizes.shape[0], dtype=np.int64) - first[doc]
+        last = (j == J[doc] - 1)[pieces]
+        doc = (doc - np.repeat(first_doc, np.diff(win_ptr)))[pieces].astype(np.int32)
+        j, sizes = j[pieces].astype(np.int32), sizes[pieces]
+        out, b0 = {}, 0
+        for i, w in enumerate(ws.tolist()):
+            p0, p1 = int(win_ptr[i]), int(win_ptr[i + 1])
+            b1 = b0 + int(per_window[i])
+            out[w] = _Window(
+                block_ptr=ptr[b0 : b1 + 1] - p0,
+                doc=doc[p0:p1],
+                j=j[p0:p1],
+                size=sizes[p0:p1],
+                last=last[p0:p1],
+            )
+            b0 = b1
+        return out
+
     def spans(self, blocks: np.ndarray) -> Spans:
         """:func:`bestfit_spans` of this plan."""
         return bestfit_spans(self, blocks)
 
+    def _before(self, b: int) -> tuple[int, int]:
+        """``(filled, eos)`` of blocks ``[0, b)``."""
+        if b >= self.num_blocks:
+            return self.filled_positions, self.num_docs
+        w = int(np.searchsorted(self.window_blocks, b, side="right")) - 1
+        d = w * self.fit_window
+        filled, eos = _doc_offset(self.stream.stream, d), d
+        first = int(self.window_blocks[w])
+        if b > first:
+            x = self.windows([w])[w]
+            upto = int(x.block_ptr[b - first])
+            filled += int(x.size[:upto].sum())
+            eos += int(x.last[:upto].sum())
+        return filled, eos
+
     def counts(self, lo: int, hi: int) -> BlockCounts:
-        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(pieces in range)."""
+        """What blocks ``[lo, hi)`` hold (clipped to the epoch). O(pieces of two windows)."""
         lo, hi = clip_range(lo, hi, self.num_blocks)
-        pieces = self.block_pieces[self.block_ptr[lo] : self.block_ptr[hi]]
-        d = self.docs
-        tokens = int((d.tok_end[pieces] - d.tok_start[pieces]).sum())
-        eos = int(d.has_eos[pieces].sum())
-        return BlockCounts(tokens=tokens, eos=eos, filled=tokens + eos)
+        f0, e0 = self._before(lo)
+        f1, e1 = self._before(hi)
+        filled, eos = f1 - f0, e1 - e0
+        return BlockCounts(tokens=filled - eos, eos=eos, filled=filled)
 
     def block_pools(self, blocks: np.ndarray) -> np.ndarray:
         """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
         return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
 
 
+def _doc_offset(stream: EpochPlan, d: int) -> int:
+    """Stream offset of document ``d`` (``0 <= d <= n``): its mark plus the sizes since."""
+    K = MARK_EVERY
+    m = d // K
+    out = int(stream.marks[m])
+    if d > m * K:
+        lens = stream.source_lens[stream.order[m * K : d]]
+        out += int(np.add(lens, 1, dtype=np.int64).sum())
+    return out
+
+
+def pack_kernel() -> Any:
+    """The compiled planner (:func:`tokenloom.loader._bestfit_jit.pack_windows`), imported on
+    first use: numba is loaded by best-fit plans only, never by ``import tokenloom``."""
+    global _KERNEL
+    if _KERNEL is None:
+        with _KERNEL_LOCK:
+            if _KERNEL is None:
+                from tokenloom.loader._bestfit_jit import pack_windows
+
+                _KERNEL = pack_windows
+    return _KERNEL
+
+
+_KERNEL: Any = None
+_KERNEL_LOCK = threading.Lock()
+
+
+def pack_pieces(
+    sizes: np.ndarray, win_ptr: np.ndarray, *, seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Best-fit-decreasing of consecutive windows of pieces (module docstring, 3-4), compiled.
+
+    Args:
+        sizes: ``(m,)`` positions of each piece, ``1 <= size <= seq_len``, in visiting order.
+        win_ptr: ``(nw + 1,)`` ascending: window ``w`` holds pieces ``[win_ptr[w], win_ptr[w+1])``.
+        seq_len: ``L``.
+
+    Returns:
+        ``(block_pieces, block_ptr, per_window)``: ``(m,)`` int64 piece indices block by block
+        (windows in order, each window's blocks in opening order, pieces in visiting order
+        within a block), ``(num_blocks + 1,)`` int64 offsets of each block's pieces in it, and
+        ``(nw,)`` int64 blocks of each window.
+    """
+    m = int(sizes.shape[0])
+    L = check_seq_len(seq_len)
+    if L >= 1 << 31:
+        raise PlanError(f"seq_len={L} is beyond the best-fit planner (< 2**31 positions)")
+    _check_sizes(np.asarray(sizes), L)
+    s = np.asarray(sizes, dtype=np.int32)
+    ptr = np.asarray(win_ptr, dtype=np.int64)
+    if ptr.ndim != 1 or ptr.shape[0] < 1 or ptr[0] != 0 or ptr[-1] != m or (np.diff(ptr) < 0).any():
+        raise PlanError(
+            f"win_ptr must ascend from 0 to {m} (the pieces), got {ptr[:8].tolist()}..."
+        )
+    block_pieces = np.empty(m, dtype=np.int64)
+    count = np.empty(m, dtype=np.int64)
+    per_window = pack_kernel()(s, ptr, L, block_pieces, count)
+    nb = int(per_window.sum())
+    block_ptr = np.zeros(nb + 1, dtype=np.int64)
+    np.cumsum(count[:nb], out=block_ptr[1:])
+    return block_pieces, block_ptr, per_window
+
+
+def _check_sizes(sizes: np.ndarray, L: int) -> None:
+    """Every size in ``[1, L]`` (the compiled loop indexes by size: anything else is refused)."""
+    if sizes.size and (int(sizes.min()) < 1 or int(sizes.max()) > L):
+        bad = sizes[(sizes < 1) | (sizes > L)][0]
+        raise PlanError(f"a piece of {bad} positions does not fit a block of {L} (need 1..{L})")
+
+
 def best_fit_blocks(
     sizes: np.ndarray, window_of: np.ndarray, *, seq_len: int
 ) -> tuple[np.ndarray, int]:
     """Assign pieces to blocks best-fit-decreasing within each window (module docstring, 3-4).
+
+    The same blocks as :func:`best_fit_blocks_reference`, planned by :func:`pack_pieces`.
+
+    Args:
+        sizes: ``(V,)`` positions of each piece, ``1 <= size <= seq_len``, in visiting order.
+        window_of: ``(V,)`` non-decreasing window index of each piece.
+        seq_len: ``L``.
+
+    Returns:
+        ``(block, num_blocks)``: ``(V,)`` int64 block of each piece (blocks numbered window by
+        window in opening order) and the number of blocks.
+    """
+    V = int(sizes.shape[0])
+    if V == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    w = np.asarray(window_of)
+    if w.shape != (V,) or (np.diff(w) < 0).any():
+        raise PlanError("window_of must give each piece its window, non-decreasing")
+    win_ptr = np.concatenate([[0], np.flatnonzero(np.diff(w)) + 1, [V]])
+    pieces, ptr, _ = pack_pieces(np.asarray(sizes), win_ptr, seq_len=seq_len)
+    nb = ptr.shape[0] - 1
+    block = np.empty(V, dtype=np.int64)
+    block[pieces] = np.repeat(np.arange(nb, dtype=np.int64), np.diff(ptr))
+    return block, nb
+
+
+def best_fit_blocks_reference(
+    sizes: np.ndarray, window_of: np.ndarray, *, seq_len: int
+) -> tuple[np.ndarray, int]:
+    """The former planner of :func:`best_fit_blocks`, one Python loop over the pieces (a bisect
+    over the distinct remaining capacities, a heap of block ids per capacity; ~1 µs per piece):
+    the reference the compiled planner is tested against.
 
     Args:
         sizes: ``(V,)`` positions of each piece, ``1 <= size <= seq_len``, in visiting order.
@@ -215,7 +463,7 @@ def plan_bestfit(
     cut_points: Mapping[int, np.ndarray] | None = None,
     store: Any = None,
 ) -> BestFitPlan:
-    """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log V).
+    """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log L).
 
     Args:
         row_ids: ``(n,)`` strictly ascending table ids of the selected rows.
@@ -252,38 +500,107 @@ def plan_bestfit(
         W, ov = int(seq_len), 0
     else:
         W, ov = check_window(seq_len if window is None else window, overlap, seq_len)
-    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
-    L = base.seq_len
-    docs = window_docs(base.row_ids, base.lengths, window=W, overlap=ov, cut_points=cut_points)
-    sizes = docs.size
-    block, num_blocks = best_fit_blocks(sizes, docs.doc // int(fit_window), seq_len=L)
-    block_pieces = np.argsort(block, kind="stable")  # by block, then visiting order
-    block_ptr = np.zeros(num_blocks + 1, dtype=np.int64)
-    np.cumsum(np.bincount(block, minlength=num_blocks), out=block_ptr[1:])
-    filled = int(sizes.sum())
-    return BestFitPlan(
-        seed=base.seed,
-        epoch=base.epoch,
+    L = check_seq_len(seq_len)
+    if L >= 1 << 31:
+        raise PlanError(f"seq_len={L} is beyond the best-fit planner (< 2**31 positions)")
+    ids, lens = check_selection(row_ids, n_tokens)
+    if isinstance(cut_points, WindowTable):  # cut once for the selection (the same every epoch)
+        table = check_table(cut_points, int(ids.shape[0]), window=W, overlap=ov)
+    else:
+        table = window_table(ids, lens, window=W, overlap=ov, cut_points=cut_points)
+    F, n = int(fit_window), count_nonzero(lens)
+    packer = _Packer(table, fit_window=F, seq_len=L, num_docs=n)
+    wp = plan_windowed_epoch(
+        ids,
+        lens,
+        seed=seed,
+        epoch=epoch,
         seq_len=L,
-        fit_window=int(fit_window),
+        window=W,
+        overlap=ov,
+        cut_points=table,
+        store=store,
+        visit=packer,
+    )
+    if packer.cursor != n:  # the order was mapped from the plan store: read the counts here
+        packer = _Packer(table, fit_window=F, seq_len=L, num_docs=n)
+        order = wp.stream.order
+        for a in range(0, n, _CHUNK_DOCS):
+            at = order[a : a + _CHUNK_DOCS]
+            packer(a, at, lens[at])
+    window_blocks, done = packer.window_blocks, packer.blocks
+    filled = wp.stream_len
+    return BestFitPlan(
+        seed=wp.seed,
+        epoch=wp.epoch,
+        seq_len=L,
+        fit_window=F,
         long_docs=long_docs,
         window=W,
         overlap=ov,
-        docs=docs,
-        block_ptr=block_ptr,
-        block_pieces=block_pieces.astype(np.int64, copy=False),
-        empty_rows=base.empty_rows,
-        num_docs=base.num_docs,
-        num_tokens=base.num_tokens,
-        context_tokens=docs.context_tokens,
+        stream=wp,
+        window_blocks=_readonly(window_blocks),
+        empty_rows=wp.empty_rows,
+        num_docs=n,
+        num_tokens=wp.num_tokens,
+        context_tokens=wp.context_tokens,
         filled_positions=filled,
-        num_blocks=num_blocks,
-        padding_positions=num_blocks * L - filled,
+        num_blocks=done,
+        padding_positions=done * L - filled,
     )
 
 
+_NO_OUT = np.zeros(0, dtype=np.int64)
+_CHUNK_DOCS = 1 << 16  # documents read per pass when the order comes from the plan store
+
+
+class _Packer:
+    """Best-fit of the visiting order as its chunks go by (a :data:`~tokenloom.loader.plan.Visit`
+    of the pass that computes the marks, so the counts are gathered once): each complete fit
+    window is packed by the compiled loop and only its number of blocks is kept."""
+
+    def __init__(self, table: WindowTable, *, fit_window: int, seq_len: int, num_docs: int):
+        self.table, self.F, self.L, self.n = table, fit_window, seq_len, num_docs
+        pieces = num_docs + int(table.ends.shape[0]) - int(table.rows.shape[0])
+        nw = -(-num_docs // fit_window)
+        self.window_blocks = np.zeros(nw + 1, dtype=np.uint32 if pieces < 1 << 32 else np.int64)
+        self.cursor = 0  # documents seen
+        self.packed = 0  # documents packed (whole windows)
+        self.blocks = 0
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # (J, sizes) not packed yet
+        self.kernel = pack_kernel()
+
+    def __call__(self, k: int, positions: np.ndarray, counts: np.ndarray) -> None:
+        if k != self.cursor:  # chunks come in order: anything else is our bug
+            raise RuntimeError(f"best-fit planner got documents from {k}, expected {self.cursor}")
+        self.pending.append(piece_sizes(self.table, positions, counts))
+        self.cursor += int(positions.shape[0])
+        F = self.F
+        end = self.cursor if self.cursor == self.n else self.cursor // F * F
+        if end == self.packed:
+            return  # a window larger than the chunks: wait for its end
+        if len(self.pending) == 1:
+            J, sizes = self.pending[0]
+        else:
+            J = np.concatenate([p[0] for p in self.pending])
+            sizes = np.concatenate([p[1] for p in self.pending])
+        first = np.cumsum(J) - J
+        d = end - self.packed
+        m = int(first[d]) if d < J.shape[0] else int(sizes.shape[0])
+        win_ptr = np.append(first[:d:F], m)
+        _check_sizes(sizes, self.L)  # the table's windows fit (the loop indexes by size)
+        per_window = self.kernel(sizes, win_ptr, self.L, _NO_OUT, _NO_OUT)  # counts only
+        w0 = self.packed // F
+        self.window_blocks[w0 + 1 : w0 + 1 + per_window.shape[0]] = self.blocks + np.cumsum(
+            per_window
+        )
+        self.blocks += int(per_window.sum())
+        self.packed = end
+        self.pending = [(J[d:], sizes[m:])] if d < J.shape[0] else []
+
+
 def bestfit_spans(plan: BestFitPlan, blocks: np.ndarray) -> Spans:
-    """The stretches (whole pieces) of the requested blocks. O(m + S).
+    """The stretches (whole pieces) of the requested blocks. O(m + pieces of their windows).
 
     Args:
         plan: The best-fit plan.
@@ -298,20 +615,50 @@ def bestfit_spans(plan: BestFitPlan, blocks: np.ndarray) -> Spans:
     """
     req = check_blocks(blocks, plan.num_blocks)
     real = np.flatnonzero(req >= 0)
+    if real.size == 0:
+        return empty_spans(req, plan.seq_len, windowed=plan.stream.table.has_context)
     b = req[real]
-    lo, hi = plan.block_ptr[b], plan.block_ptr[b + 1]
-    counts = hi - lo
-    total = int(counts.sum())
-    if total == 0:
-        return empty_spans(req, plan.seq_len, windowed=plan.docs.has_context)
+    w = np.searchsorted(plan.window_blocks, b, side="right") - 1
+    wins = plan.windows(np.unique(w).tolist())
+    k = b - plan.window_blocks[w].astype(np.int64)  # block within its window
+    by_window = np.argsort(w, kind="stable")
+    cut = np.flatnonzero(np.diff(w[by_window])) + 1
+    groups = [(int(w[g[0]]), g) for g in np.split(by_window, cut)]
+    counts = np.empty(b.shape[0], dtype=np.int64)
+    for wi, g in groups:
+        ptr = wins[wi].block_ptr
+        counts[g] = ptr[k[g] + 1] - ptr[k[g]]
     offsets = np.cumsum(counts) - counts
-    within = np.arange(total) - np.repeat(offsets, counts)
-    piece = plan.block_pieces[np.repeat(lo, counts) + within]
-    size = plan.docs.size[piece]
+    total = int(counts.sum())
+    doc = np.empty(total, dtype=np.int64)
+    j = np.empty(total, dtype=np.int64)
+    size = np.empty(total, dtype=np.int64)
+    F = plan.fit_window
+    for wi, g in groups:
+        x = wins[wi]
+        if g.shape[0] < 8:  # a few blocks of this window (interleave): slices
+            for i in g.tolist():
+                a0, o, c = int(x.block_ptr[k[i]]), int(offsets[i]), int(counts[i])
+                doc[o : o + c] = x.doc[a0 : a0 + c]
+                doc[o : o + c] += wi * F
+                j[o : o + c] = x.j[a0 : a0 + c]
+                size[o : o + c] = x.size[a0 : a0 + c]
+            continue
+        c = counts[g]  # many blocks of one window (sequential): gathers
+        within = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
+        src = np.repeat(x.block_ptr[k[g]], c) + within
+        dst = np.repeat(offsets[g], c) + within
+        doc[dst] = x.doc[src] + wi * F
+        j[dst] = x.j[src]
+        size[dst] = x.size[src]
+    # Only the documents of the requested blocks are expanded into their pieces' fields.
+    udocs, at = np.unique(doc, return_inverse=True)
+    pieces, _ = plan.stream.pieces(udocs, np.zeros(udocs.shape[0], dtype=np.int64))
+    piece = np.searchsorted(pieces.doc, udocs)[at] + j
     ends = np.cumsum(size)
     pos = ends - size - np.repeat(ends[offsets] - size[offsets], counts)  # exclusive, per block
     return piece_stretches(
-        plan.docs,
+        pieces,
         req,
         plan.seq_len,
         np.repeat(real, counts),

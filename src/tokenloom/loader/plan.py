@@ -19,6 +19,7 @@ The plan is computed from the stored ``n_tokens`` column alone, never from the t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,9 @@ __all__ = [
     "EpochPlan",
     "EpochSteps",
     "plan_epoch",
+    "check_selection",
+    "check_seq_len",
+    "Visit",
     "narrow_counts",
     "visiting_order",
     "stream_marks",
@@ -304,12 +308,13 @@ def visiting_order(
     return out
 
 
-def stream_marks(order: np.ndarray, lens: np.ndarray) -> np.ndarray:
+def stream_marks(order: np.ndarray, lens: np.ndarray, *, visit: Visit | None = None) -> np.ndarray:
     """The stream offset of every :data:`MARK_EVERY`-th document, then the stream's length.
 
     Args:
         order: ``(n,)`` positions into ``lens``, in visiting order.
         lens: ``(N,)`` int64 token counts.
+        visit: Optional :data:`Visit` called with each chunk of ``order`` and its counts.
 
     Returns:
         ``(ceil(n / MARK_EVERY) + 1,)`` int64: ``starts[0::MARK_EVERY]`` and ``starts[n]``
@@ -319,12 +324,50 @@ def stream_marks(order: np.ndarray, lens: np.ndarray) -> np.ndarray:
     marks = np.empty(-(-n // K) + 1, dtype=np.int64)
     base = 0
     for a in range(0, n, _MARK_CHUNK):
-        sizes = np.add(lens[order[a : a + _MARK_CHUNK]], 1, dtype=np.int64)
+        at = order[a : a + _MARK_CHUNK]
+        counts = lens[at]
+        if visit is not None:
+            visit(a, at, counts)
+        sizes = np.add(counts, 1, dtype=np.int64)
         ends = np.cumsum(sizes)
         marks[a // K : a // K + -(-sizes.shape[0] // K)] = base + (ends - sizes)[::K]
         base += int(ends[-1])
     marks[-1] = base
     return marks
+
+
+def check_selection(row_ids: Any, n_tokens: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, lens)`` of a selection as the planners read them (see :func:`plan_epoch`).
+
+    Raises:
+        PlanError: Shapes differ, ids are not strictly ascending or a count is negative.
+    """
+    ids = _as_int64_1d("row_ids", row_ids)
+    lens = _as_counts_1d(n_tokens)
+    if ids.shape != lens.shape:
+        raise PlanError(f"row_ids has {ids.shape[0]} rows but n_tokens has {lens.shape[0]}")
+    bad = _first_not_ascending(ids)
+    if bad is not None:
+        raise PlanError(
+            f"row_ids must be strictly ascending (row_ids[{bad}]={ids[bad]}, "
+            f"row_ids[{bad + 1}]={ids[bad + 1]}); sort the filtered rows by id first"
+        )
+    if lens.size and int(lens.min()) < 0:
+        bad = int(np.argmin(lens))
+        raise PlanError(f"n_tokens must be >= 0, got {lens[bad]} for row id {ids[bad]}")
+    return ids, lens
+
+
+def check_seq_len(seq_len: Any) -> int:
+    """``seq_len`` as an int, or :class:`PlanError` unless it is an integer ``>= 1``."""
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
+        raise PlanError(f"seq_len must be an integer >= 1, got {seq_len!r}")
+    return int(seq_len)
+
+
+Visit = Callable[[int, np.ndarray, np.ndarray], None]
+"""``visit(k, positions, counts)``: documents ``k, k + 1, ...`` of the visiting order are
+selection positions ``positions`` with ``counts`` tokens (a chunk at a time, in order)."""
 
 
 def plan_epoch(
@@ -335,6 +378,7 @@ def plan_epoch(
     epoch: int,
     seq_len: int,
     store: Any = None,
+    visit: Visit | None = None,
 ) -> EpochPlan:
     """Lay out one epoch of the filtered rows as a token stream cut into blocks. O(n log n).
 
@@ -347,6 +391,9 @@ def plan_epoch(
         seq_len: Positions per block, ``>= 1``.
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore`: the layout is built once
             per node and memory-mapped by every process (large selections only).
+        visit: Optional :data:`Visit`, called with each chunk of the visiting order and its
+            counts while the layout is built here (not when it is mapped from ``store``): a
+            planner that needs every count in visiting order reads them once, with the marks.
 
     Returns:
         The :class:`EpochPlan`.
@@ -355,28 +402,15 @@ def plan_epoch(
         PlanError: Shapes differ, ids are not strictly ascending, a count is negative or
             ``seq_len < 1``.
     """
-    ids = _as_int64_1d("row_ids", row_ids)
-    lens = _as_counts_1d(n_tokens)
-    if ids.shape != lens.shape:
-        raise PlanError(f"row_ids has {ids.shape[0]} rows but n_tokens has {lens.shape[0]}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
-        raise PlanError(f"seq_len must be an integer >= 1, got {seq_len!r}")
-    bad = _first_not_ascending(ids)
-    if bad is not None:
-        raise PlanError(
-            f"row_ids must be strictly ascending (row_ids[{bad}]={ids[bad]}, "
-            f"row_ids[{bad + 1}]={ids[bad + 1]}); sort the filtered rows by id first"
-        )
-    if lens.size and int(lens.min()) < 0:
-        bad = int(np.argmin(lens))
-        raise PlanError(f"n_tokens must be >= 0, got {lens[bad]} for row id {ids[bad]}")
+    ids, lens = check_selection(row_ids, n_tokens)
+    check_seq_len(seq_len)
 
     def build(alloc: Any = None) -> tuple[np.ndarray, np.ndarray]:
         out = None
         if alloc is not None:  # the store's file for the order, mapped for writing
             out = alloc(count_nonzero(lens), order_dtype(lens.shape[0]))
         order = visiting_order(lens, seed=int(seed), epoch=int(epoch), out=out)
-        return order, stream_marks(order, lens)
+        return order, stream_marks(order, lens, visit=visit)
 
     if store is not None:
         order, marks = store.layout(ids, lens, seed=int(seed), epoch=int(epoch), build=build)

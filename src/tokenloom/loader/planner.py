@@ -156,9 +156,10 @@ class Planner:
             )
         recipe = spec.recipe
         self.cuts: Any
-        if recipe.packing == "concat" and recipe.long_docs == "window" and not spec.mixture:
-            # The windows do not depend on the epoch: cut them once, reading the cut points a
-            # batch of long rows at a time, and keep only the windows.
+        if (recipe.long_docs == "window" or recipe.packing == "best_fit") and not spec.mixture:
+            # The windows (best-fit's pieces of long rows too) do not depend on the epoch: cut
+            # them once, reading the cut points a batch of long rows at a time, and keep only
+            # the windows.
             column, inputs = recipe.cut_column, self.inputs
             reader = None
             if column is not None:

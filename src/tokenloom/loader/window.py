@@ -42,6 +42,7 @@ from tokenloom.loader.plan import (
     BlockCounts,
     EpochPlan,
     PlanError,
+    Visit,
     _readonly,
     clip_range,
     plan_epoch,
@@ -58,12 +59,14 @@ __all__ = [
     "naive_windowed_layout",
     "WindowedPlan",
     "check_window",
+    "check_table",
     "check_blocks",
     "window_docs",
     "naive_window_docs",
     "plan_windowed_epoch",
     "windowed_spans",
     "piece_stretches",
+    "piece_sizes",
     "empty_spans",
 ]
 
@@ -389,14 +392,17 @@ def window_table(
         blocks = ((lo, lengths[lo : lo + _SCAN]) for lo in range(0, N, _SCAN))
     else:
         blocks = lengths.blocks(_SCAN)
-    parts = [lo + np.flatnonzero(v >= W) for lo, v in blocks]  # n + 1 > W
-    long = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    # Held as the table's rows (4 bytes each below 2**32 rows): no int64 copy to free later, whose
+    # hole in the heap would stay resident while the epoch is planned.
+    rows_dtype = order_dtype(N)
+    parts = [(lo + np.flatnonzero(v >= W)).astype(rows_dtype) for lo, v in blocks]  # n + 1 > W
+    long = np.concatenate(parts) if parts else np.zeros(0, dtype=rows_dtype)
     del parts
     M = long.shape[0]
     cuts: Any = cut_points
     if cut_points is not None and M and not (isinstance(cuts, CutPoints) or callable(cuts)):
         cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
-    counts = np.zeros(M, dtype=np.int64)
+    ptr = np.zeros(M + 1, dtype=np.int64)  # windows per row, then summed in place
     chunks: list[np.ndarray] = []
     for a in range(0, M, _ROWS):
         at = long[a : a + _ROWS]
@@ -407,17 +413,14 @@ def window_table(
             ids = np.asarray(row_ids[at], dtype=np.int64)
             mine = CutPoints.from_mapping(cuts(at), ids) if callable(cuts) else cuts
             J, ends = _snapped_windows(P, ids, mine, W, ov)
-        counts[a : a + at.shape[0]] = J
+        ptr[a + 1 : a + 1 + at.shape[0]] = J
         chunks.append(ends.astype(np.int32 if int(P.max()) < 1 << 31 else np.int64))
-    ptr = np.zeros(M + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    del counts
+    np.cumsum(ptr, out=ptr)
     dtype = np.int64 if any(c.dtype == np.int64 for c in chunks) else np.int32
     ends = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, np.int32)
-    rows = long.astype(order_dtype(N))
     bits = np.zeros(-(-N // 8), dtype=np.uint8)
     np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
-    return WindowTable(window=W, overlap=ov, rows=rows, ptr=ptr, ends=ends, bits=bits)
+    return WindowTable(window=W, overlap=ov, rows=long, ptr=ptr, ends=ends, bits=bits)
 
 
 _ROWS = 1 << 13  # long rows cut per batch in window_table (their cut points read at once)
@@ -557,16 +560,20 @@ class WindowedPlan:
         """``(m,)`` pool of each block: 0, or -1 for a padding block (``-1``)."""
         return np.where(np.asarray(blocks) >= 0, 0, -1).astype(np.int64)
 
-    def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
-        """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
-        offsets are ``starts``: ``(pieces, piece_starts)``, in stream order."""
+    def _bounds(self, docs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(ids, n, J, local, j, start, end)`` of the pieces of documents ``docs``: per document
+        its table id, tokens and pieces; per piece its document (index into ``docs``), window
+        number and positions ``[start, end)`` in the row."""
         st = self.stream
         pos = st.order[docs].astype(np.int64)
-        ids = st.source_ids[pos]
         n = np.asarray(st.source_lens.lens[pos], dtype=np.int64)
         t = self.table
         k = t.find(pos)
         long = k >= 0
+        if not long.any():  # whole documents only: one piece each
+            one = np.ones(docs.shape[0], dtype=np.int64)
+            local = np.arange(docs.shape[0], dtype=np.int64)
+            return pos, n, one, local, local * 0, local * 0, n + 1
         kk = np.where(long, k, 0)
         J = np.where(long, t.ptr[np.minimum(kk + 1, t.rows.shape[0])] - t.ptr[kk], 1)
         first_piece = np.cumsum(J) - J
@@ -580,11 +587,19 @@ class WindowedPlan:
         end = np.where(lp, ends_all[np.where(lp, at, 0)].astype(np.int64), P)
         prev = ends_all[np.where(lp & (j > 0), at - 1, 0)].astype(np.int64) - self.overlap
         start = np.where(lp & (j > 0), prev, 0)
+        return pos, n, J, local, j, start, end
+
+    def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
+        """The pieces of documents ``docs`` (visiting indices, ascending) whose windowed stream
+        offsets are ``starts``: ``(pieces, piece_starts)``, in stream order."""
+        pos, n, J, local, j, start, end = self._bounds(docs)
+        ids = self.stream.source_ids[pos]
+        first_piece = np.cumsum(J) - J
         size = end - start
         csum = np.cumsum(size)
         offset = csum - size - (csum - size)[first_piece][local]
         piece_starts = np.asarray(starts, dtype=np.int64)[local] + offset
-        v = _pieces(local, ids, n, start, end, j == 0, end == P, self.overlap)
+        v = _pieces(local, ids, n, start, end, j == 0, end == n[local] + 1, self.overlap)
         v = VirtualDocs(
             doc=np.asarray(docs, dtype=np.int64)[local],
             row_id=v.row_id,
@@ -595,10 +610,54 @@ class WindowedPlan:
             ctx_end=v.ctx_end,
             ends_window=v.ends_window,
             size=v.size,
-            has_context=t.has_context,
+            has_context=self.table.has_context,
             context_tokens=v.context_tokens,
         )
         return v, piece_starts
+
+
+def piece_sizes(
+    table: WindowTable, positions: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(J, size)``: pieces of each document (int64) and positions of each piece (int32), in
+    stream order, for documents at selection ``positions`` with ``counts`` tokens: the sizes
+    :meth:`WindowedPlan.pieces` gives, without its other fields (best-fit's planner reads them
+    for every document; the loop over the long rows' windows is compiled)."""
+    from tokenloom.loader._bestfit_jit import piece_sizes as fill
+
+    n = np.asarray(counts)
+    at = np.flatnonzero(n >= table.window)  # n + 1 > W: the table's rows, cut into windows
+    k = np.full(n.shape[0], -1, dtype=np.int64)
+    J = np.ones(n.shape[0], dtype=np.int64)
+    if at.size:
+        k[at] = np.searchsorted(table.rows, np.asarray(positions)[at])
+        J[at] = table.ptr[k[at] + 1] - table.ptr[k[at]]
+    first = np.cumsum(J) - J
+    total = int(first[-1] + J[-1]) if J.size else 0
+    sizes = np.empty(total, dtype=np.int32)  # a piece has at most W <= L < 2**31 positions
+    ends = table.ends if table.ends.size else np.zeros(1, dtype=np.int32)
+    fill(n, k, first, table.ptr, ends, table.overlap, sizes)
+    return J, sizes
+
+
+def check_table(table: WindowTable, rows: int, *, window: int, overlap: int) -> WindowTable:
+    """``table`` when it was cut for a selection of ``rows`` rows with these window options.
+
+    Raises:
+        PlanError: naming the mismatch and the fix.
+    """
+    if table.bits.shape[0] != -(-rows // 8):
+        raise PlanError(
+            f"the window table was cut for another selection (bitmap of "
+            f"{table.bits.shape[0]} bytes, {rows} rows); cut it again "
+            "with window_table(row_ids, n_tokens, ...)"
+        )
+    if (table.window, table.overlap) != (window, overlap):
+        raise PlanError(
+            f"the window table was cut for window={table.window}, overlap={table.overlap}, "
+            f"not window={window}, overlap={overlap}"
+        )
+    return table
 
 
 def plan_windowed_epoch(
@@ -612,6 +671,7 @@ def plan_windowed_epoch(
     overlap: int,
     cut_points: Mapping[int, np.ndarray] | WindowTable | None = None,
     store: Any = None,
+    visit: Visit | None = None,
 ) -> WindowedPlan:
     """Concat packing of windows: rows in epoch order, each expanded into windows in place.
 
@@ -626,26 +686,18 @@ def plan_windowed_epoch(
         cut_points: Optional boundary hook (see :func:`window_docs`), or the selection's
             :class:`WindowTable` already computed (it is the same every epoch).
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
+        visit: Optional hook of :func:`~tokenloom.loader.plan.plan_epoch` (the rows' own counts).
 
     Returns:
         The :class:`WindowedPlan`. With ``W = L, O = 0`` its stream equals
         :func:`~tokenloom.loader.plan.plan_epoch`'s.
     """
     W, ov = check_window(window, overlap, seq_len)
-    base = plan_epoch(row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store)
+    base = plan_epoch(
+        row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store, visit=visit
+    )
     if isinstance(cut_points, WindowTable):
-        table = cut_points
-        if table.bits.shape[0] != -(-int(base.source_ids.shape[0]) // 8):
-            raise PlanError(
-                f"the window table was cut for another selection (bitmap of "
-                f"{table.bits.shape[0]} bytes, {base.source_ids.shape[0]} rows); cut it again "
-                "with window_table(row_ids, n_tokens, ...)"
-            )
-        if (table.window, table.overlap) != (W, ov):
-            raise PlanError(
-                f"the window table was cut for window={table.window}, overlap={table.overlap}, "
-                f"not window={W}, overlap={ov}"
-            )
+        table = check_table(cut_points, int(base.source_ids.shape[0]), window=W, overlap=ov)
     else:
         table = window_table(
             base.source_ids, base.source_lens, window=W, overlap=ov, cut_points=cut_points
