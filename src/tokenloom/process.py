@@ -19,7 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["defined_in_main", "die_with_parent", "env_topology", "main_not_rerun"]
+__all__ = [
+    "defined_in_main",
+    "die_with_parent",
+    "env_topology",
+    "main_not_rerun",
+    "release_arrow_memory",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -126,3 +132,15 @@ def env_topology(rank: int | None = None, world_size: int | None = None) -> tupl
         env("RANK", 0) if rank is None else int(rank),
         env("WORLD_SIZE", 1) if world_size is None else int(world_size),
     )
+
+
+def release_arrow_memory() -> None:
+    """Give the pages Arrow's allocator keeps after a large scan back to the system.
+
+    Arrow's pool (mimalloc or jemalloc) keeps freed pages for reuse: a process that scanned a
+    column of every row would otherwise hold that scan's peak (tens of bytes a row) for the rest
+    of its life, and the next stage's peak would stack on it.
+    """
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()

@@ -308,9 +308,15 @@ def _run_stage(
     src_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     src_root = os.path.dirname(src_root)  # the folder holding the tokenloom package
     path = os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "TOKENLOOM_QUIET": "1"}
+    # A plan store of the run's own: a stage builds its plan inputs (no earlier run's cache).
+    plans = os.path.join(os.path.dirname(os.path.abspath(grows)), "plan-store")
+    env = {**os.environ, "PYTHONPATH": path, "TOKENLOOM_QUIET": "1", "TOKENLOOM_PLAN_CACHE": plans}
     cmd = [sys.executable, "-m", "tokenloom.cli.main", *args, "--json"]
-    log(f"[{stage}] {docs:,} docs: tokenloom {' '.join(args)}")
+    shown = [a for a in args if not a.endswith(".jsonl")]
+    files = len(args) - len(shown)
+    if files:  # the corpus's files, counted rather than listed
+        shown.insert(1, f"<{files} JSONL files>")
+    log(f"[{stage}] {docs:,} docs: tokenloom {' '.join(shown)}")
     before = allocated_bytes(grows) if os.path.exists(grows) else 0
     cpu0, read0 = _children_usage()
     started = time.perf_counter()
@@ -323,7 +329,7 @@ def _run_stage(
         tail = "\n".join(err.strip().splitlines()[-8:])
         raise ScaleStageError(
             f"stage {stage} at {docs:,} docs failed with exit status {proc.returncode}: "
-            f"tokenloom {' '.join(args)}\n{tail}\n"
+            f"tokenloom {' '.join(shown)}\n{tail}\n"
             "rerun that command to see the whole output"
         )
     try:
@@ -340,6 +346,11 @@ def _run_stage(
         written_bytes=max(allocated_bytes(grows) - before, 0) if os.path.exists(grows) else 0,
         disk_read_bytes=read1 - read0,
         load_average=tuple(round(x, 2) for x in os.getloadavg()),  # type: ignore[arg-type]
+    )
+    log(
+        f"[{stage}] {docs:,} docs: wall {run.wall_seconds:.1f} s, CPU {run.cpu_seconds:.1f} s, "
+        f"peak RSS {_mib(run.peak_rss_bytes)} ({run.peak_processes} processes), "
+        f"load {run.load_average[0]:.2f}"
     )
     return run, result
 
@@ -379,18 +390,11 @@ def _with_detail(run: StageRun, detail: dict[str, Any]) -> StageRun:
 
 
 def _stats_detail(result: dict[str, Any]) -> dict[str, Any]:
-    """Tokens and tokens per document, wherever ``stats --json`` puts them."""
-    found: dict[str, Any] = {}
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                if k in ("rows", "tokens", "mean") and isinstance(v, (int, float)):
-                    found.setdefault(k, v)
-                walk(v)
-
-    walk(result)
-    return found
+    """Documents and tokens as ``stats --json`` counted them."""
+    docs, tokens = result.get("documents"), result.get("tokens")
+    if not docs or tokens is None:
+        return {}
+    return {"documents": docs, "tokens": tokens, "tokens/doc": round(tokens / docs, 1)}
 
 
 def _plan_stage(config: ScaleConfig, root: str, log: Callable[[str], None]) -> StageRun:
@@ -454,6 +458,12 @@ def run_scale_bench(config: ScaleConfig, *, log: Callable[[str], None] = print) 
 # -- the report ----------------------------------------------------------------------------------
 
 
+def _num(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.4g}"
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
@@ -492,22 +502,23 @@ def format_scale_report(bench: ScaleBench) -> str:
         )
     head = (
         f"  {'stage':<11}{'docs':>12}{'wall s':>9}{'CPU s':>9}{'docs/CPU-s':>12}"
-        f"{'peak RSS':>12}{'B/doc':>9}{'written':>11}{'disk read':>11}  load"
+        f"{'peak RSS':>12}{'B/doc':>10}{'written':>11}{'disk read':>11}  load"
     )
     lines.append(head)
     for r in bench.runs:
         lines.append(
             f"  {r.stage:<11}{r.docs:>12,}{r.wall_seconds:>9.1f}{r.cpu_seconds:>9.1f}"
             f"{r.docs_per_cpu_second:>12,.0f}{_mib(r.peak_rss_bytes):>12}"
-            f"{r.peak_bytes_per_doc:>9,.0f}{r.written_bytes / 1e6:>9,.1f}MB"
+            f"{r.peak_bytes_per_doc:>10,.0f}{r.written_bytes / 1e6:>9,.1f}MB"
             f"{r.disk_read_bytes / 1e6:>9,.1f}MB  {r.load_average[0]:.2f}"
             f"   ({_seed_note(r, bench)})"
         )
+        plain = {k: v for k, v in r.detail.items() if not isinstance(v, dict)}
+        if plain:
+            lines.append("      " + ", ".join(f"{k} {_num(v)}" for k, v in plain.items()))
         for name, d in r.detail.items():
             if isinstance(d, dict):
-                lines.append(f"      {name}: " + ", ".join(f"{k} {v}" for k, v in d.items()))
-            else:
-                lines.append(f"      {name}: {d}")
+                lines.append(f"      {name}: " + ", ".join(f"{k} {_num(v)}" for k, v in d.items()))
     for stage, (lo, hi, ratio) in bench.ratios().items():
         verdict = "PASS" if ratio <= RSS_GOAL else "MISS"
         lines.append(

@@ -163,6 +163,16 @@ def source_codes(sources: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         _check_sources(len(sources), n)
         import pyarrow.compute as pc
 
+        if pa.types.is_dictionary(sources.type) and not sources.null_count:
+            arr = sources.combine_chunks() if isinstance(sources, pa.ChunkedArray) else sources
+            names = np.asarray(arr.dictionary.cast(pa.large_string()).to_pylist(), dtype=str)
+            uniq, inv = np.unique(names, return_inverse=True)  # (k,) a few labels
+            codes = inv[arr.indices.to_numpy(zero_copy_only=False)]
+            present = np.flatnonzero(np.bincount(codes, minlength=uniq.size))
+            rank = np.zeros(uniq.size, dtype=np.int64)
+            rank[present] = np.arange(present.size)
+            return uniq[present], rank[codes]
+
         col = pc.fill_null(sources.cast(pa.large_string()), "None")
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks() if col.num_chunks else pa.array([], pa.large_string())
