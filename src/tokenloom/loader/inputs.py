@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from tokenloom.loader.compact import COMPACT_FORMAT, CompactInts, encode
 from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.read import LoaderError
-from tokenloom.process import release_arrow_memory
+from tokenloom.process import release_memory
 from tokenloom.table.filters import validate_filter
 
 __all__ = [
@@ -317,7 +317,7 @@ def _scan_plan_inputs(
         del order
     columns = compact_inputs(ids, n_tokens, rowids)
     del ids, n_tokens, rowids
-    release_arrow_memory()
+    release_memory()
     return PlanInputs(
         version=ds.version,
         **columns,
