@@ -81,7 +81,7 @@ class ScaleConfig:
     stages: tuple[str, ...] = STAGES
     """Stages to run, a subset of :data:`STAGES` (the pipeline stages need those before them)."""
     workers: int = 2
-    """Workers of the backfills (dedup, tokenize) and of the loader."""
+    """Workers of the backfills (dedup, tokenize); 0 runs them in the stage's own process."""
     tokenizer: str = "gpt2"
     """Tokenizer of the ``tokenize`` stage."""
     plan_docs: int = 17_500_000
@@ -112,6 +112,8 @@ class ScaleConfig:
             raise ValueError(f"{wanted[-1]} needs the stages before it: add {','.join(missing)}")
         if not math.isfinite(self.mean_tokens) or self.mean_tokens < 2:
             raise ValueError(f"mean_tokens must be a number >= 2, got {self.mean_tokens}")
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
         if self.store not in ("local", "s3"):
             raise ValueError(f"store must be local or s3, got {self.store!r}")
 

@@ -636,7 +636,13 @@ with several --docs, each stage's peak RSS at the largest size over the smallest
     metavar="LIST",
     help="Stages to run: " + ", ".join(_SCALE_STAGES) + ".",
 )
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--workers",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Workers of the dedup and tokenize backfills (0: in their own process).",
+)
 @click.option("--tokenizer", "spec", default="gpt2", show_default=True)
 @click.option(
     "--plan-docs",
