@@ -607,7 +607,7 @@ Examples:
   tokenloom bench scale                                  # 2M docs of ~1,030 tokens, every stage
   tokenloom bench scale --docs 200000,2000000 --mean-tokens 40 \\
       --stages ingest,dedup,dedup-near,tokenize,stats     # peak RSS flat as the count grows
-  tokenloom bench scale --docs 20000 --stages plan,loader --plan-docs 17500000 --store s3
+  tokenloom bench scale --stages plan,loader --plan-docs 17500000 --store s3
 A synthetic JSONL corpus (words of the bundled corpus by frequency, lognormal lengths, planted
 exact and near copies) goes through the real commands, each in its own process: ingest, dedup,
 dedup --near, tokenize, stats; then bench plan (every recipe) and bench loader. Per stage: wall,
@@ -643,7 +643,13 @@ with several --docs, each stage's peak RSS at the largest size over the smallest
     type=click.IntRange(min=0),
     help="Workers of the dedup and tokenize backfills (0: in their own process).",
 )
-@click.option("--tokenizer", "spec", default="gpt2", show_default=True)
+@click.option(
+    "--tokenizer",
+    "spec",
+    default="gpt2",
+    show_default=True,
+    help="Tokenizer of the tokenize stage.",
+)
 @click.option(
     "--plan-docs",
     default=17_500_000,
@@ -678,7 +684,7 @@ with several --docs, each stage's peak RSS at the largest size over the smallest
     metavar="DIR",
     type=existing_dir,
     help="Local directory (it must exist) for the corpus and tables [default: a temporary "
-    "directory]; removed after the run.",
+    "directory]; the run's own folder in it is removed at the end.",
 )
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @json_option
