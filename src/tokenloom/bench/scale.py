@@ -424,10 +424,16 @@ def _loader_stage(config: ScaleConfig, root: str, log: Callable[[str], None]) ->
         args += ["--store", "s3", "--latency-ms", "20"]
     run, result = _run_stage("loader", config.loader_docs, args, work, log)
     detail: dict[str, Any] = {}
-    for g in result.get("goals", []):  # local: the loader bench's goals
-        detail[g["name"]] = {"value": g.get("value"), "status": g.get("status")}
+    for g in result.get("goals", []):  # local: the loader bench's goals it could judge
+        if g.get("value") is not None:
+            detail[g["name"]] = {"value": g["value"], "status": g.get("status")}
     for r in result.get("ratios", []):  # s3: ratios against their goals
-        detail[f"{r['name']} ({r['store']})"] = {"value": r["value"], "goal": r["goal"]}
+        if r.get("value") is not None:
+            detail[f"{r['name']} ({r['store']})"] = {"value": r["value"], "goal": r["goal"]}
+    for label, row in result.get("io", {}).items():  # s3: bytes fetched from the store
+        for name, io in row.items():
+            if isinstance(io, dict) and io.get("body_bytes"):
+                detail[f"{name} {label} bytes fetched"] = {"value": io["body_bytes"]}
     for label, res in result.get("results", {}).items() if config.store == "s3" else ():
         for name, case in res.items():
             if isinstance(case, dict) and "tokens_per_s" in case:
