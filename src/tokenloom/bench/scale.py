@@ -407,7 +407,8 @@ def _plan_stage(config: ScaleConfig, root: str, log: Callable[[str], None]) -> S
     run, result = _run_stage("plan", config.plan_docs, args, work, log)
     detail = {
         r["name"]: {
-            "seconds": r["seconds"],
+            "wall_s": round(r["seconds"], 1),
+            "cpu_s": round(r["cpu_seconds"], 1),
             "peak_bytes_per_doc": round(r["peak_bytes_per_doc"], 1),
             "status": "PASS" if r["passed"] else "MISS",
         }
@@ -493,12 +494,15 @@ def format_scale_report(bench: ScaleBench) -> str:
     """Per stage and size: wall, CPU, docs per CPU second, peak RSS, B/doc, bytes written and
     read, load; then the peak RSS ratio per stage with PASS/MISS."""
     c = bench.config
+    pipeline = any(s in c.stages for s in PIPELINE_STAGES)
+    sizes = ", ".join(f"{d:,}" for d in sorted(set(c.docs)))
     lines = [
-        f"bench scale: {', '.join(f'{d:,}' for d in sorted(set(c.docs)))} docs, mean "
-        f"~{c.mean_tokens:g} tokens/doc (lognormal), {c.workers} workers; every stage in its own "
-        "process tree, peak RSS sampled over the tree",
+        f"bench scale: {sizes} docs, mean ~{c.mean_tokens:g} tokens/doc (lognormal), {c.workers} "
+        "workers; every stage in its own process tree, peak RSS sampled over the tree"
+        if pipeline
+        else "bench scale: every stage in its own process tree, peak RSS sampled over the tree",
     ]
-    if c.mean_tokens < 200:
+    if pipeline and c.mean_tokens < 200:
         lines.append(
             "  short documents: the document COUNT grows, not the bytes of text; the flatness "
             "check measures per-document memory"
