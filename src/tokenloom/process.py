@@ -19,7 +19,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["defined_in_main", "die_with_parent", "env_topology", "main_not_rerun"]
+__all__ = [
+    "defined_in_main",
+    "die_with_parent",
+    "env_topology",
+    "main_not_rerun",
+    "release_arrow_memory",
+    "release_memory",
+]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -126,3 +133,28 @@ def env_topology(rank: int | None = None, world_size: int | None = None) -> tupl
         env("RANK", 0) if rank is None else int(rank),
         env("WORLD_SIZE", 1) if world_size is None else int(world_size),
     )
+
+
+def release_arrow_memory() -> None:
+    """Give the pages Arrow's allocator keeps after a large scan back to the system.
+
+    Arrow's pool (mimalloc or jemalloc) keeps freed pages for reuse: a process that scanned a
+    column of every row would otherwise hold that scan's peak (tens of bytes a row) for the rest
+    of its life, and the next stage's peak would stack on it.
+    """
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
+def release_memory() -> None:
+    """Give freed memory back to the system after a step over every row: Arrow's pool
+    (:func:`release_arrow_memory`) and the C heap (glibc's ``malloc_trim``; numpy's arrays of a
+    few MiB come from the heap, whose freed pages glibc otherwise keeps)."""
+    release_arrow_memory()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass

@@ -169,14 +169,12 @@ class TreeSampler:
 
 
 def trim_heap() -> None:
-    """Give the heap's free pages back to the system (glibc), so that a process's growth of
-    anonymous memory counts what it allocates, not pages freed earlier that it reuses."""
-    try:
-        import ctypes
+    """Give the heap's free pages (glibc's, and Arrow's pool's) back to the system, so that a
+    process's growth of anonymous memory counts what it allocates, not pages freed earlier that
+    it reuses."""
+    from tokenloom.process import release_memory
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        pass
+    release_memory()
 
 
 def anon_bytes(pid: int | str = "self") -> int:

@@ -12,6 +12,9 @@ from tokenloom.cli.options import emit_json, existing_dir, json_option
 
 __all__ = ["command"]
 
+# The stage names of ``bench scale`` (kept here so --help does not import the bench module).
+_SCALE_STAGES = ("ingest", "dedup", "dedup-near", "tokenize", "stats", "plan", "loader")
+
 
 @click.group(
     "bench",
@@ -23,6 +26,7 @@ Examples:
   tokenloom bench loader
   tokenloom bench near-dedup
   tokenloom bench plan
+  tokenloom bench scale --docs 200000,2000000 --mean-tokens 40
   tokenloom bench search""",
 )
 def command() -> None:
@@ -594,6 +598,144 @@ def plan_bench(
         emit_json(bench.to_json())
         return
     click.echo(format_plan_report(bench))
+
+
+@command.command(
+    "scale",
+    epilog="""\b
+Examples:
+  tokenloom bench scale                                  # 2M docs of ~1,030 tokens, every stage
+  tokenloom bench scale --docs 200000,2000000 --mean-tokens 40 \\
+      --stages ingest,dedup,dedup-near,tokenize,stats     # peak RSS flat as the count grows
+  tokenloom bench scale --stages plan,loader --plan-docs 17500000 --store s3
+A synthetic JSONL corpus (words of the bundled corpus by frequency, lognormal lengths, planted
+exact and near copies) goes through the real commands, each in its own process: ingest, dedup,
+dedup --near, tokenize, stats; then bench plan (every recipe) and bench loader. Per stage: wall,
+CPU, documents per CPU second, peak RSS (process tree, sampled), B/doc, bytes written and read;
+with several --docs, each stage's peak RSS at the largest size over the smallest (<= 1.5x).""",
+)
+@click.option(
+    "--docs",
+    default="2000000",
+    show_default=True,
+    metavar="LIST",
+    help="Comma-separated corpus sizes (documents); the pipeline runs at each.",
+)
+@click.option(
+    "--mean-tokens",
+    default=1030.0,
+    show_default=True,
+    type=click.FloatRange(min=2),
+    help="Mean document length in tokens (lognormal; seed 000: ~1,030). Short documents "
+    "(30-60) make the document count grow without gigabytes of text.",
+)
+@click.option(
+    "--stages",
+    default=",".join(_SCALE_STAGES),
+    show_default=True,
+    metavar="LIST",
+    help="Stages to run: " + ", ".join(_SCALE_STAGES) + ".",
+)
+@click.option(
+    "--workers",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Workers of the dedup and tokenize backfills (0: in their own process).",
+)
+@click.option(
+    "--tokenizer",
+    "spec",
+    default="gpt2",
+    show_default=True,
+    help="Tokenizer of the tokenize stage.",
+)
+@click.option(
+    "--plan-docs",
+    default=17_500_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Documents of the plan stage (bench plan --recipe-docs).",
+)
+@click.option(
+    "--loader-docs",
+    default=2_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Documents of the loader stage (bench loader --docs).",
+)
+@click.option(
+    "--seconds",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Measuring budget per loader in the loader stage.",
+)
+@click.option(
+    "--store",
+    type=click.Choice(["local", "s3"]),
+    default="local",
+    show_default=True,
+    help="s3: the loader stage reads from a local S3 server at 20 ms latency.",
+)
+@click.option(
+    "--workdir",
+    default=None,
+    metavar="DIR",
+    type=existing_dir,
+    help="Local directory (it must exist) for the corpus and tables [default: a temporary "
+    "directory]; the run's own folder in it is removed at the end.",
+)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
+@json_option
+def scale_bench(
+    docs: str,
+    mean_tokens: float,
+    stages: str,
+    workers: int,
+    spec: str,
+    plan_docs: int,
+    loader_docs: int,
+    seconds: float,
+    store: str,
+    workdir: str | None,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """The pipeline stage by stage on a synthetic corpus: time, CPU, peak RSS, bytes, B/doc."""
+    from tokenloom.bench.scale import ScaleConfig, format_scale_report, run_scale_bench
+
+    try:
+        sizes = tuple(int(d.replace("_", "")) for d in docs.split(",") if d.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 2:
+        raise click.BadParameter(
+            f"{docs!r} is not a comma-separated list of sizes >= 2, e.g. 200000,2000000",
+            param_hint="--docs",
+        )
+    names = tuple(s.strip() for s in stages.split(",") if s.strip())
+    try:
+        config = ScaleConfig(
+            docs=sizes,
+            mean_tokens=mean_tokens,
+            stages=names,
+            workers=workers,
+            tokenizer=spec,
+            plan_docs=plan_docs,
+            loader_docs=loader_docs,
+            loader_seconds=seconds,
+            store=store,
+            workdir=workdir,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(f"{stages!r}: {exc}", param_hint="--stages") from None
+    bench = run_scale_bench(config, log=lambda msg: click.echo(msg, err=True))
+    if as_json:
+        emit_json(bench.to_json())
+        return
+    click.echo(format_scale_report(bench))
 
 
 @command.command(

@@ -35,10 +35,9 @@ def command(  # noqa: ANN003 - the loader options
 ) -> None:
     """Length statistics of a token column, and the exact epoch of the loader options given,
     from the stored counts only."""
-    import pyarrow.compute as pc
-
     from tokenloom.loader.planner import Planner
     from tokenloom.stats import length_stats
+    from tokenloom.stats.read import read_lengths
     from tokenloom.table import Table
     from tokenloom.table.filters import validate_filter
 
@@ -62,9 +61,7 @@ def command(  # noqa: ANN003 - the loader options
             "computes them",
             err=True,
         )
-    data = ds.to_table(columns=[count, "source"], filter=filter)
-    n_tokens = pc.fill_null(data.column(count), 0).to_numpy()
-    sources = data.column("source").to_numpy(zero_copy_only=False)
+    n_tokens, sources = read_lengths(ds, count, filter)  # no Python string per document
     if len(n_tokens) == 0:
         raise click.UsageError(f"the filter {filter!r} selects no rows")
     stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)

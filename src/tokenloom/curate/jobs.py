@@ -25,6 +25,7 @@ from tokenloom.curate.inputs import CurateError
 from tokenloom.curate.keep import KeepPolicy, keep_representatives
 from tokenloom.curate.lsh import DEFAULT_THRESHOLD
 from tokenloom.curate.udfs import ExactLookup, MinHash, NearLookup, Quality, TextHash, write_lookup
+from tokenloom.process import release_memory
 from tokenloom.progress import progress as show_progress
 from tokenloom.table import Table
 from tokenloom.table.storage import delete, is_remote, join
@@ -133,6 +134,9 @@ def dedup_exact(
     data = table.dataset.to_table(columns=["id", "source", "text_hash"])
     ids = data.column("id").to_numpy()
     is_dup, dup_of = exact_duplicates(ids, data.column("text_hash"))
+    by_source = _flagged_by_source(data.column("source"), is_dup)
+    del data  # the hashes and sources are not needed while the flags are written
+    release_memory()
     path = _lookup_path(table, "exact")
     so = table.storage_options or None
     write_lookup(path, ids, {"is_dup": is_dup, "dup_of": dup_of}, storage_options=so)
@@ -144,7 +148,7 @@ def dedup_exact(
     res.versions = [v for v in (r1.version, r2.version) if v is not None]
     res.rows, res.flagged = len(ids), int(is_dup.sum())
     res.groups = len(np.unique(dup_of[is_dup]))
-    res.by_source = _flagged_by_source(data.column("source"), is_dup)
+    res.by_source = by_source
     res.examples = _examples(table, dup_of, ids)
     res.seconds = time.perf_counter() - started
     return res
@@ -229,6 +233,7 @@ def dedup_near(
     )
     by_source = _flagged_by_source(data.column("source"), is_near)
     del data, values, labels, kept_before
+    release_memory()
     # `first` is left out of the identity: columns made before policies existed still match.
     chosen = {"keep": policy.spec()} if policy.kind != "first" else {}
     lookup = NearLookup.bind(

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from tokenloom.loader.compact import COMPACT_FORMAT, CompactInts, encode
 from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.read import LoaderError
+from tokenloom.process import release_memory
 from tokenloom.table.filters import validate_filter
 
 __all__ = [
@@ -284,29 +285,39 @@ def _scan_plan_inputs(
                 f"{', '.join(ds.schema.names)}); tokenize first: "
                 f"`tokenloom tokenize --table {ds.uri} --tokenizer gpt2`"
             )
+    # Batch by batch into plain arrays: a whole-table scan and its to_numpy copies held about
+    # twice the bytes of the three columns at the peak.
+    parts: dict[str, list[np.ndarray]] = {"id": [], "count": [], "rowid": []}
+    null_rows = 0
     try:
-        table = ds.scanner(columns=["id", count_column], filter=filter, with_row_id=True).to_table()
+        scanner = ds.scanner(columns=["id", count_column], filter=filter, with_row_id=True)
+        for batch in scanner.to_batches():
+            counts = batch.column(count_column)
+            null_rows += counts.null_count
+            # Copies: a view would keep the scan's buffers (and what they share) alive.
+            parts["id"].append(batch.column("id").to_numpy().copy())
+            parts["count"].append(pc.fill_null(counts, 0).to_numpy().copy())
+            parts["rowid"].append(batch.column("_rowid").to_numpy().copy())
     except (ValueError, OSError, RuntimeError) as exc:
         raise LoaderError(f"filter {filter!r} does not work on this table: {exc}") from exc
-    order = pc.sort_indices(table.column("id"))
-    table = table.take(order)
-    counts = table.column(count_column)
-    null_rows = counts.null_count
+    ids, n_tokens, rowids = (_concat(parts.pop(k)) for k in ("id", "count", "rowid"))
     if null_rows and not allow_missing:
         tok = tokenizer_identity(ds, token_column).get("name", "SPEC")
         raise LoaderError(
             f"column {count_column!r} is not computed for {null_rows:,} of the "
-            f"{len(counts):,} selected rows (version {ds.version}; rows appended after "
+            f"{len(ids):,} selected rows (version {ds.version}; rows appended after "
             f"tokenizing?); run `tokenloom refresh --table {ds.uri}` (or `tokenloom tokenize "
             f"--table {ds.uri} --tokenizer {tok} --column {token_column}`), or pass "
             "--allow-missing to plan them as empty"
         )
-    columns = compact_inputs(
-        table.column("id").to_numpy(),
-        pc.fill_null(counts, 0).to_numpy(),
-        table.column("_rowid").to_numpy(),
-    )
-    del table, counts
+    if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+        # A table written in id order (every ingest) scans in id order; sort only otherwise.
+        order = np.argsort(ids, kind="stable")
+        ids, n_tokens, rowids = ids[order], n_tokens[order], rowids[order]
+        del order
+    columns = compact_inputs(ids, n_tokens, rowids)
+    del ids, n_tokens, rowids
+    release_memory()
     return PlanInputs(
         version=ds.version,
         **columns,
@@ -315,6 +326,15 @@ def _scan_plan_inputs(
         filter_null_columns=null_columns,
         tokenizer=tokenizer_identity(ds, token_column),
     )
+
+
+def _concat(chunks: list[np.ndarray]) -> np.ndarray:
+    """One array of the chunks (emptied as they are copied, so they are not held twice)."""
+    if not chunks:
+        return np.zeros(0, dtype=np.int64)
+    out = np.concatenate(chunks)
+    chunks.clear()
+    return out
 
 
 def _filter_nulls(

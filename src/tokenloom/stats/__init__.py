@@ -10,6 +10,7 @@ from tokenloom.stats.lengths import (
     Percentiles,
     SourceLengths,
     length_stats,
+    source_codes,
 )
 from tokenloom.stats.plot import plot_length_histogram
 
@@ -19,5 +20,6 @@ __all__ = [
     "Percentiles",
     "SourceLengths",
     "length_stats",
+    "source_codes",
     "plot_length_histogram",
 ]

@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LengthStats", "Percentiles", "SourceLengths", "length_stats", "PERCENTILES"]
+__all__ = [
+    "LengthStats",
+    "Percentiles",
+    "SourceLengths",
+    "length_stats",
+    "source_codes",
+    "PERCENTILES",
+]
 
 PERCENTILES = (5, 25, 50, 75, 95, 99)
 """Percentiles reported, besides the maximum."""
@@ -125,14 +132,63 @@ def _as_counts(n_tokens: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _by_source(counts: np.ndarray, kept: np.ndarray, long: np.ndarray, sources: Any) -> tuple:
-    labels = np.asarray(sources)
-    if labels.shape != counts.shape:
+def _check_sources(got: object, n: int) -> None:
+    shape = got if isinstance(got, tuple) else (got,)
+    if shape != (n,):
         raise ValueError(
-            f"sources has shape {labels.shape} but n_tokens has {counts.shape}; "
-            "pass one per document"
+            f"sources must hold one per document: got shape {shape} for {n} counts in "
+            "n_tokens; pass one label per document"
         )
-    names, inverse = np.unique(labels.astype(str), return_inverse=True)
+
+
+def source_codes(sources: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct source labels, sorted, and each document's index into them.
+
+    Args:
+        sources: One label per document: a numpy array or sequence, or an Arrow (chunked)
+            string column, which is dictionary-encoded without a Python object per document.
+        n: The number of documents ``sources`` must cover.
+
+    Returns:
+        ``(names, codes)``: ``(k,)`` str labels in sorted order and ``(n,) int64`` with
+        ``names[codes[i]]`` the label of document ``i`` (as ``np.unique(labels.astype(str),
+        return_inverse=True)``; a null label reads ``"None"``).
+
+    Raises:
+        ValueError: ``sources`` does not hold ``n`` labels.
+    """
+    import pyarrow as pa
+
+    if isinstance(sources, (pa.Array, pa.ChunkedArray)):
+        _check_sources(len(sources), n)
+        import pyarrow.compute as pc
+
+        if pa.types.is_dictionary(sources.type) and not sources.null_count:
+            arr = sources.combine_chunks() if isinstance(sources, pa.ChunkedArray) else sources
+            names = np.asarray(arr.dictionary.cast(pa.large_string()).to_pylist(), dtype=str)
+            uniq, inv = np.unique(names, return_inverse=True)  # (k,) a few labels
+            codes = inv[arr.indices.to_numpy(zero_copy_only=False)]
+            present = np.flatnonzero(np.bincount(codes, minlength=uniq.size))
+            rank = np.zeros(uniq.size, dtype=np.int64)
+            rank[present] = np.arange(present.size)
+            return uniq[present], rank[codes]
+
+        col = pc.fill_null(sources.cast(pa.large_string()), "None")
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks else pa.array([], pa.large_string())
+        encoded = pc.dictionary_encode(col)
+        found = np.asarray(encoded.dictionary.to_pylist(), dtype=str)  # (k,) a few labels
+        order = np.argsort(found, kind="stable")
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        return found[order], rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    labels = np.asarray(sources)
+    _check_sources(labels.shape, n)
+    return np.unique(labels.astype(str), return_inverse=True)
+
+
+def _by_source(counts: np.ndarray, kept: np.ndarray, long: np.ndarray, sources: Any) -> tuple:
+    names, inverse = source_codes(sources, counts.size)
     k = len(names)
     docs = np.bincount(inverse, minlength=k)
     # sums in int64 (np.bincount's weights would go through float64)
@@ -161,7 +217,8 @@ def length_stats(
     Args:
         n_tokens: Tokens per document, shape ``(docs,)``, integers >= 0 (no EOS counted).
         seq_len: Block length, >= 1.
-        sources: Optional source label per document, shape ``(docs,)``.
+        sources: Optional source label per document, shape ``(docs,)``, or the Arrow ``source``
+            column (read without a Python string per document).
 
     Returns:
         The statistics; see :class:`LengthStats` for each figure's formula.

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from tokenloom.errors import require
+from tokenloom.stats.lengths import source_codes
 
 __all__ = ["plot_length_histogram", "log_bins"]
 
@@ -69,14 +70,8 @@ def plot_length_histogram(
     if sources is None:
         ax.hist(counts[positive], bins=edges, color="tab:blue", label="documents")
     else:
-        labels = np.asarray(sources).astype(str)
-        if labels.shape != counts.shape:
-            raise ValueError(
-                f"sources has shape {labels.shape} but n_tokens has {counts.shape}; "
-                "pass one label per document"
-            )
-        names = np.unique(labels)
-        groups = [counts[positive & (labels == name)] for name in names]
+        names, codes = source_codes(sources, counts.size)
+        groups = [counts[positive & (codes == i)] for i in range(len(names))]
         ax.hist(groups, bins=edges, stacked=True, label=[str(n) for n in names])
     if seq_len is not None:
         longer = float((counts > seq_len).mean())
