@@ -24,8 +24,8 @@ from tokenloom.cli.main import cli  # noqa: E402
 from tokenloom.ingest import ingest  # noqa: E402
 from tokenloom.loader import LoaderSpec, Planner, ledger  # noqa: E402
 from tokenloom.search.trace import open_run  # noqa: E402
-from tokenloom.train.loop import TrainConfig, train  # noqa: E402
 from tokenloom.train.checkpoint import load_checkpoint  # noqa: E402
+from tokenloom.train.loop import TrainConfig, train  # noqa: E402
 from tokenloom.train.record import read_record  # noqa: E402
 
 MIX = {

@@ -232,8 +232,9 @@ them back out)."""
 
 RUN_HELP = (
     "Read every loader option from this training run's record (RUN/last.json, written by "
-    "`tokenloom train --out RUN`, or RUN/step-N's): table, pinned version, filter, column, block length, batch, "
-    "seed, recipe, mixture. A loader option given beside --run must equal the recorded value."
+    "`tokenloom train --out RUN`, or RUN/step-N's): table, pinned version, filter, column, "
+    "block length, batch, seed, recipe, mixture. A loader option given beside --run must "
+    "equal the recorded value."
 )
 
 

@@ -75,7 +75,21 @@ def _device_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callb
     return None if value is None else _device(value)
 
 
-_CALLBACKS = {"val_filter": check_filter_option, "device": _device_option}
+def _init_from_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callback
+    """``--init-from``: a ``transformers`` folder, or ``RUN`` / ``RUN/step-N`` (resolved as
+    every command resolves a checkpoint: a missing one is a usage error listing those kept)."""
+    from tokenloom.train.hf import is_hf_folder
+
+    if value is not None and not is_hf_folder(value):
+        run_record(value, option="--init-from")
+    return value
+
+
+_CALLBACKS = {
+    "val_filter": check_filter_option,
+    "device": _device_option,
+    "init_from": _init_from_option,
+}
 """Checks of a knob's value that need the CLI (a malformed SQL filter, a device name): exit 2."""
 
 
@@ -213,9 +227,8 @@ def _device(value: str) -> str:
 
 def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
     """``train --json``: the run, this invocation's figures and the files it wrote."""
-    from tokenloom.train.metrics import CSV_NAME, TB_DIR
-
     from tokenloom.train.layout import step_name
+    from tokenloom.train.metrics import CSV_NAME, TB_DIR
 
     files = {"checkpoint": os.path.join(cfg.out, step_name(result.step))}
     if "csv" in cfg.log_to:

@@ -258,7 +258,7 @@ class _Trainer:
     def __init__(self, cfg: TrainConfig, dist: Dist, stop: StopRequest, *, log, warn) -> None:  # noqa: ANN001
         self.cfg, self.dist, self.stop = cfg, dist, stop
         self.log, self.warn = log, warn
-        self.run_ = _Run(cfg, dist, log)
+        self.compute = _Run(cfg, dist, log)
         self.step = 0
         self.history: dict[str, list] = {"train": [], "val": []}
         self.parent: dict | None = None
@@ -270,28 +270,47 @@ class _Trainer:
     def setup(self, resume: bool, reschedule: bool, allow_data_change: bool) -> None:
         """Open the data, build the model and the optimizer, and restore the checkpoint (on
         ``resume``) or the parent's weights (``init_from``)."""
-        cfg, dist = self.cfg, self.dist
+        cfg = self.cfg
         state = load_checkpoint(cfg.out) if resume else None
         source = parent_run(cfg) if state is None else None
-        spec = cfg.loader
         if state is not None:
             check_resume(cfg, state.config, reschedule)
             self.parent = state.record.parent
-            if spec.version is None:  # the pinned version of the checkpoint, after later backfills
-                spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
         elif source is not None:
             self.parent = source.entry
-        ds = _dataset(spec, dist, cfg.storage_options, allow_data_change)
+        self._open_data(state, allow_data_change)
+        if source is not None:
+            _check_parent_tokenizer(cfg, source, self.ds)
+        self._build(state, source)
+        self._announce(resumed=state is not None)
+        # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
+        self.history.setdefault("topology", []).append(
+            {
+                "from_step": self.step + 1,
+                "world_size": self.dist.world_size,
+                "blocks_per_rank": self.ds.blocks_per_rank,
+            }
+        )
+
+    def _open_data(self, state: RunState | None, allow_data_change: bool) -> None:
+        """The dataset (at the checkpoint's cursor and pinned version on resume) and the
+        schedule's length."""
+        cfg, spec = self.cfg, self.cfg.loader
+        if state is not None and spec.version is None:  # the checkpoint's, after later backfills
+            spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
+        ds = _dataset(spec, self.dist, cfg.storage_options, allow_data_change)
         if state is not None:
             ds.load_state_dict(state.record.loader_state)  # refuses another table/filter/batch
         ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
         self.ds, self.spec = ds, ds.spec  # version pinned
-        if source is not None:
-            _check_parent_tokenizer(cfg, source, ds)
         self.total = cfg.steps
         if cfg.epochs is not None:
             self.total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
         self.vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
+
+    def _build(self, state: RunState | None, source: Parent | None) -> None:
+        """Model, optimizer and loader; then the checkpoint's state or the parent's weights."""
+        cfg, dist, ds = self.cfg, self.dist, self.ds
         torch.manual_seed(self.spec.seed)  # the same initial weights on every rank
         block = self.spec.seq_len
         if source is not None:
@@ -313,15 +332,6 @@ class _Trainer:
                 for group in self.opt.param_groups:
                     group["lr"] = cfg.lr
         self.model = self._wrap(raw)
-        self._announce(resumed=state is not None)
-        # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
-        self.history.setdefault("topology", []).append(
-            {
-                "from_step": self.step + 1,
-                "world_size": dist.world_size,
-                "blocks_per_rank": ds.blocks_per_rank,
-            }
-        )
 
     def _restore(self, state: RunState) -> None:
         """Continue ``state`` exactly: weights, optimizer, RNG, step, history, fed counts."""
@@ -346,7 +356,7 @@ class _Trainer:
         return model
 
     def _announce(self, resumed: bool) -> None:
-        cfg, dist, run, spec, raw = self.cfg, self.dist, self.run_, self.spec, self.raw
+        cfg, dist, run, spec, raw = self.cfg, self.dist, self.compute, self.spec, self.raw
         if resumed:
             self.log(
                 f"resuming at step {self.step} of {self.total} on {dist.world_size} process(es)"
@@ -436,7 +446,7 @@ class _Trainer:
 
     def one_step(self, batch: dict, waited: float) -> float:
         """One optimizer step on one global batch; returns its loss (mean per target token)."""
-        cfg, dist, run, model, opt = self.cfg, self.dist, self.run_, self.model, self.opt
+        cfg, dist, run, model, opt = self.cfg, self.dist, self.compute, self.model, self.opt
         if cfg.provenance_log:
             _log_provenance(cfg.out, dist.rank, self.step + 1, batch["spans"])
         micro = _split(batch, run.accum, dist.device)
@@ -527,7 +537,7 @@ class _Trainer:
         return best_step(self.history["val"]) == step and math.isfinite(val)
 
     def _eval(self, before: bool = False) -> float:
-        val = evaluate(self.run_, self.raw, self.spec)
+        val = evaluate(self.compute, self.raw, self.spec)
         self.result.val_losses.append((self.step, val))
         self.history["val"].append((self.step, val))
         self.metrics.val(self.step, val)
