@@ -173,6 +173,14 @@ def _moment(out) -> str | None:
     return None
 
 
+MOMENTS = (
+    "temporary directory",
+    "renamed, record not yet switched",
+    "record switching",
+    "deleting an older checkpoint",
+)
+
+
 def test_kill_9_at_any_moment_of_a_save_leaves_a_loadable_checkpoint(table, tmp_path):
     out = tmp_path / "killed"
     start = [
@@ -185,17 +193,20 @@ def test_kill_9_at_any_moment_of_a_save_leaves_a_loadable_checkpoint(table, tmp_
         "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
     }
     caught = []
-    for attempt in range(4):
+    for attempt in range(len(MOMENTS)):
         args = start if attempt == 0 else [*start[:4], "--out", str(out), "--resume"]
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         seen = last_step(out) or 0
         deadline = time.time() + 120
         moment = None
+        wanted, settle = MOMENTS[attempt], None
         while time.time() < deadline and proc.poll() is None:
-            # from the second checkpoint of this invocation on, kill at the first save moment seen
+            # from the second checkpoint of this invocation on: kill at the moment this attempt
+            # wants, or (the narrow ones may slip by) at any moment of a save after 10 s
             if (last_step(out) or 0) > seen + 1:
+                settle = settle or time.time() + 10
                 moment = _moment(out)
-                if moment:
+                if moment == wanted or (moment and time.time() > settle):
                     break
             time.sleep(0.001)
         proc.send_signal(signal.SIGKILL)

@@ -101,6 +101,8 @@ Examples:
       --steps 300 --filter "NOT is_dup AND id % 100 != 0" --val-filter "id % 100 = 0" \\
       --out runs/tiny
   tokenloom train --out runs/tiny --resume                 # every option from the record
+  tokenloom train --table corpus.lance --out runs/long --steps 5000 --keep-every 1000 \
+      --keep-last 3 --val-filter "id % 100 = 0" --keep-best   # runs/long/step-1000, ...
   tokenloom train --table corpus.lance --out runs/bf --packing best_fit --fit-window 256
   tokenloom train --table corpus.lance --out runs/win --long-docs window --window 256 \\
       --overlap 32 --cut-column cut_points
