@@ -224,3 +224,18 @@ def test_kill_9_at_any_moment_of_a_save_leaves_a_loadable_checkpoint(table, tmp_
     assert not [n for n in os.listdir(out) if ".tmp-" in n or ".trash-" in n]
     kept = list_steps(out)
     assert kept[-1] == step + 2 and all(s % 5 == 0 for s in kept[:-1])
+
+
+def test_a_kept_step_survives_a_resume_with_other_rules(table, tmp_path):
+    from tokenloom.loader import LoaderSpec
+    from tokenloom.train.loop import TrainConfig, train
+
+    spec = LoaderSpec(table=table, seq_len=64, global_batch=4)
+    cfg = TrainConfig(loader=spec, out=str(tmp_path / "r"), steps=4, log_every=100,
+                      checkpoint_every=1, keep_every=2)  # fmt: skip
+    train(cfg, log=lambda *_: None)
+    assert list_steps(tmp_path / "r") == [2, 4]
+    longer = TrainConfig(loader=spec, out=str(tmp_path / "r"), steps=7, log_every=100,
+                         checkpoint_every=1)  # fmt: skip
+    train(longer, resume=True, reschedule=True, log=lambda *_: None)
+    assert list_steps(tmp_path / "r") == [2, 4, 7]  # immutable, whatever the later rules

@@ -89,3 +89,11 @@ def test_a_run_of_the_single_file_layout_resolves_to_its_last_pt(tmp_path):
     where = resolve_checkpoint(run)
     assert where.legacy and where.state_path == str(run / "last.pt") and where.step == 6
     assert where.record_path == str(run / "last.json")
+
+
+def test_a_step_spelled_with_zeros_or_a_file_inside_names_the_checkpoint(tmp_path):
+    run = _run(tmp_path, [4, 8], last=8)
+    for spelled in ("step-04", "step-4/record.json", "step-0004/state.pt"):
+        where = resolve_checkpoint(f"{run}/{spelled}")
+        assert (where.step, where.path) == (4, str(run / "step-4")), spelled
+    assert resolve_checkpoint(run / "last.json").path == str(run / "step-8")

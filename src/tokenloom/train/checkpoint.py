@@ -26,9 +26,11 @@ import torch
 
 from tokenloom.errors import TokenloomError
 from tokenloom.train.layout import (
+    KEPT_MARKER,
     LEGACY_STATE,
     RECORD_FILE,
     STATE_FILE,
+    kept_steps,
     list_steps,
     resolve_checkpoint,
     step_name,
@@ -155,7 +157,8 @@ def save_checkpoint(
     keep_best: bool = False,
 ) -> str:
     """Write ``state`` as ``RUN/step-N``, switch ``RUN/last.json`` to it, then delete the step
-    checkpoints no rule keeps (:func:`~tokenloom.train.retention.steps_to_keep`).
+    checkpoints no rule keeps (:func:`~tokenloom.train.retention.steps_to_keep`; a checkpoint
+    written for ``keep_every`` is marked and never deleted, even by a resume with other rules).
 
     Atomic at every moment: the files go to a hidden temporary directory (fsynced), which is
     renamed to ``step-N``; ``last.json`` (the commit point) is replaced by rename after that, and
@@ -175,6 +178,9 @@ def save_checkpoint(
     _write_synced(os.path.join(tmp, STATE_FILE), lambda fh: torch.save(state.payload(), fh))
     text = json.dumps(state.record.to_dict(), indent=1).encode()
     _write_synced(os.path.join(tmp, RECORD_FILE), lambda fh: fh.write(text))
+    if keep_every and state.step % keep_every == 0:  # immutable: no later save deletes it
+        note = f"kept by --keep-every {keep_every}\n".encode()
+        _write_synced(os.path.join(tmp, KEPT_MARKER), lambda fh: fh.write(note))
     _fsync_dir(tmp)
     if os.path.exists(final):  # left by a save killed before last.json named it: redone now
         _discard(final)
@@ -186,6 +192,7 @@ def save_checkpoint(
     keep = steps_to_keep(
         list_steps(run), latest=state.step, keep_every=keep_every, keep_last=keep_last, best=best
     )
+    keep |= {s for s in kept_steps(run) if s <= state.step}  # kept by an earlier --keep-every
     for step in list_steps(run):
         if step not in keep:
             _discard(os.path.join(run, step_name(step)))
@@ -239,10 +246,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> RunState:
             plain values (e.g. a pickled object: refused, never executed).
         RecordError: The checkpoint's record cannot be read.
     """
-    text = os.fspath(path)
-    if os.path.basename(text) == LEGACY_STATE:
-        text = os.path.dirname(text) or "."
-    where = resolve_checkpoint(text)
+    where = resolve_checkpoint(path)
     record = read_record(where.record_path)
     payload = _torch_load(where.state_path)
     if where.legacy:

@@ -31,11 +31,13 @@ __all__ = [
     "LEGACY_STATE",
     "STATE_FILE",
     "RECORD_FILE",
+    "KEPT_MARKER",
     "CheckpointNotFoundError",
     "Checkpoint",
     "step_name",
     "parse_step",
     "list_steps",
+    "kept_steps",
     "last_step",
     "resolve_checkpoint",
 ]
@@ -45,6 +47,9 @@ LEGACY_STATE = "last.pt"
 """The single-file checkpoint of runs written before step directories."""
 STATE_FILE = "state.pt"
 RECORD_FILE = "record.json"
+KEPT_MARKER = "KEPT"
+"""In a checkpoint written for ``--keep-every``: it is never deleted by a later save, whatever
+the options of later invocations."""
 _STEP = re.compile(r"step-(\d+)")
 
 
@@ -61,6 +66,13 @@ def parse_step(name: str) -> int | None:
     """``N`` of a ``step-N`` directory name, else ``None``."""
     m = _STEP.fullmatch(name)
     return int(m.group(1)) if m else None
+
+
+def kept_steps(run: str | os.PathLike[str]) -> set[int]:
+    """The steps of ``run``'s checkpoints marked as kept for good (:data:`KEPT_MARKER`)."""
+    return {
+        s for s in list_steps(run) if os.path.exists(os.path.join(run, step_name(s), KEPT_MARKER))
+    }
 
 
 def list_steps(run: str | os.PathLike[str]) -> list[int]:
@@ -134,9 +146,12 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """
     given = os.fspath(path)
     text = os.path.abspath(given)
+    if os.path.basename(text) in (STATE_FILE, RECORD_FILE, LAST_RECORD, LEGACY_STATE):
+        text = os.path.dirname(text)  # a file of a checkpoint names its checkpoint
     step = parse_step(os.path.basename(text))
     if step is not None:
         run = os.path.dirname(text)
+        text = os.path.join(run, step_name(step))  # step-0450 is step-450
         if os.path.isfile(os.path.join(text, RECORD_FILE)):
             return Checkpoint(run=run, path=text, step=step, latest=False)
         if not os.path.isfile(os.path.join(run, LAST_RECORD)):
