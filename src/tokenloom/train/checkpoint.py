@@ -48,6 +48,7 @@ __all__ = [
     "set_rng_state",
     "load_run_model",
     "remove_stale_temporaries",
+    "discard_checkpoint",
 ]
 
 
@@ -140,7 +141,7 @@ def _write_synced(path: str, write: Any) -> None:
         os.fsync(fh.fileno())
 
 
-def _discard(path: str) -> None:
+def discard_checkpoint(path: str) -> None:
     """Delete a checkpoint directory; renamed away first, so a kill midway never leaves a torn
     directory under a checkpoint's name (the hidden rest goes at the next start)."""
     trash = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.trash-{os.getpid()}")
@@ -183,7 +184,7 @@ def save_checkpoint(
         _write_synced(os.path.join(tmp, KEPT_MARKER), lambda fh: fh.write(note))
     _fsync_dir(tmp)
     if os.path.exists(final):  # left by a save killed before last.json named it: redone now
-        _discard(final)
+        discard_checkpoint(final)
     os.rename(tmp, final)
     _fsync_dir(run)
     write_record(state.record)  # last.json: from here on the new checkpoint is the run's
@@ -195,7 +196,7 @@ def save_checkpoint(
     keep |= {s for s in kept_steps(run) if s <= state.step}  # kept by an earlier --keep-every
     for step in list_steps(run):
         if step not in keep:
-            _discard(os.path.join(run, step_name(step)))
+            discard_checkpoint(os.path.join(run, step_name(step)))
     legacy = os.path.join(run, LEGACY_STATE)  # a run continued from the single-file layout
     with contextlib.suppress(FileNotFoundError):
         os.remove(legacy)

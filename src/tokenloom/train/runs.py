@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 from dataclasses import dataclass
 from typing import Any
 
-from tokenloom.train.checkpoint import load_checkpoint, remove_stale_temporaries
+from tokenloom.train.checkpoint import (
+    discard_checkpoint,
+    load_checkpoint,
+    remove_stale_temporaries,
+)
 from tokenloom.train.config import MODEL_KEYS, SCHEDULE_KEYS, TrainConfig, TrainError
 from tokenloom.train.dist import Dist
 from tokenloom.train.layout import (
@@ -81,12 +84,12 @@ def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> 
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(out, name))
             for step in list_steps(out):
-                shutil.rmtree(os.path.join(out, step_name(step)))
+                discard_checkpoint(os.path.join(out, step_name(step)))
         if resume:  # a save killed after its rename, before last.json named it: redone
             last = last_step(out)
             for step in list_steps(out):
                 if last is not None and step > last:
-                    shutil.rmtree(os.path.join(out, step_name(step)))
+                    discard_checkpoint(os.path.join(out, step_name(step)))
     dist.barrier()
 
 
