@@ -33,3 +33,8 @@ def test_demo_trains_below_the_unigram_entropy(tmp_path):
         want = 16 * shares[name]
         assert int(want) <= lo <= hi <= int(want) + 1, (name, lo, hi)
     assert "every one of the" in result.output
+    # a kept mid-run checkpoint beside the last one, and the model exported for transformers
+    run = workdir / "run"
+    assert summary["checkpoints_kept"] == [str(run / "step-450"), str(run / "step-900")]
+    assert summary["hf_export"] == str(workdir / "hf")
+    assert (workdir / "hf" / "config.json").is_file()

@@ -66,10 +66,10 @@ def test_torchrun_from_s3_killed_resumes_on_one_process(s3_server, s3_prefix, tm
         stderr=subprocess.STDOUT,
     )
     kill_launcher_at(proc, out, step=6, timeout=180)
-    state = load_checkpoint(os.path.join(out, "last.pt"))
-    k = state["step"]
-    assert 6 <= k < STEPS and state["world_size"] == 2
-    killed = [loss for _, loss in state["history"]["train"]]
+    state = load_checkpoint(out)
+    k = state.step
+    assert 6 <= k < STEPS and state.record.world_size == 2
+    killed = [loss for _, loss in state.history["train"]]
     assert len(killed) == k
 
     # an uninterrupted run on one process, the same global batch of 4 blocks: the same losses
@@ -98,9 +98,9 @@ def test_torchrun_from_s3_killed_resumes_on_one_process(s3_server, s3_prefix, tm
         resume, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    state = load_checkpoint(os.path.join(out, "last.pt"))
-    assert state["step"] == k + 4 and state["world_size"] == 1
-    resumed = [loss for _, loss in state["history"]["train"]]
+    state = load_checkpoint(out)
+    assert state.step == k + 4 and state.record.world_size == 1
+    resumed = [loss for _, loss in state.history["train"]]
     assert resumed[:k] == killed
     assert resumed[k:] == pytest.approx(ref.losses[k:], rel=1e-4)
     assert "aws_secret_access_key" not in (out / "last.json").read_text()

@@ -57,10 +57,10 @@ def test_two_processes_match_one_and_resume_elastically(table, tmp_path):
     out = tmp_path / "ddp"
     proc = _torchrun(table, out)
     kill_launcher_at(proc, out, step=6, timeout=120)
-    state = load_checkpoint(os.path.join(out, "last.pt"))
-    k = state["step"]
-    assert 6 <= k < STEPS and state["world_size"] == 2
-    killed = [loss for _, loss in state["history"]["train"]]
+    state = load_checkpoint(out)
+    k = state.step
+    assert 6 <= k < STEPS and state.record.world_size == 2
+    killed = [loss for _, loss in state.history["train"]]
     assert len(killed) == k
 
     # one process, the same global batch of 4 blocks (B=4, K=1): the same losses

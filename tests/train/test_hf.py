@@ -117,7 +117,8 @@ def test_init_from_refuses_a_folder_whose_tokenizer_differs(exported, tmp_path):
     assert done.returncode == 1, done.stderr
     assert "not the column's tokenizer 'gpt2'" in done.stderr and str(bad) in done.stderr
     assert "decodes to" in done.stderr  # the first difference, shown
-    assert not (tmp_path / "r1" / "last.pt").exists()
+    assert not (tmp_path / "r1" / "last.json").exists()
+    assert not list((tmp_path / "r1").glob("step-*"))
     bare = tmp_path / "bare"  # no tokenizer files and no tokenloom.json: nothing to check
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):

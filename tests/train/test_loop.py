@@ -51,8 +51,8 @@ def test_resume_continues_exactly(table, tmp_path):
     assert first.losses == full.losses[:3]
     rest = train(_cfg(table, tmp_path / "b"), resume=True, log=lambda *_: None)
     assert rest.losses == full.losses[3:]  # bit-identical on CPU fp32
-    ckpt = load_checkpoint(os.path.join(tmp_path / "b", "last.pt"))
-    assert ckpt["step"] == 6 and ckpt["loader"]["step"] == 6
+    ckpt = load_checkpoint(tmp_path / "b")
+    assert ckpt.step == 6 and ckpt.record.loader_state["step"] == 6
     record = read_record(tmp_path / "b")
     assert record.tokenizer["eos_id"] == 256 and record.loader.table == os.path.abspath(table)
     assert record.pools == full.pools

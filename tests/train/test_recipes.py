@@ -24,6 +24,7 @@ from tokenloom.cli.main import cli  # noqa: E402
 from tokenloom.ingest import ingest  # noqa: E402
 from tokenloom.loader import LoaderSpec, Planner, ledger  # noqa: E402
 from tokenloom.search.trace import open_run  # noqa: E402
+from tokenloom.train.checkpoint import load_checkpoint  # noqa: E402
 from tokenloom.train.loop import TrainConfig, train  # noqa: E402
 from tokenloom.train.record import read_record  # noqa: E402
 
@@ -143,8 +144,8 @@ def test_stage_two_starts_from_the_parents_weights(table, runs, tmp_path):
     record = read_record(tmp_path / "s2")
     assert record.parent["out"] == os.path.abspath(parent) and record.parent["step"] == STEPS
     assert record.loader.seq_len == 128 and [p["name"] for p in record.pools] == ["prose", "long"]
-    state = torch.load(tmp_path / "s2" / "last.pt", weights_only=True)
-    assert state["model"]["wpe.weight"].shape[0] == 128  # positions grown for the longer block
+    state = load_checkpoint(tmp_path / "s2")
+    assert state.model["wpe.weight"].shape[0] == 128  # positions grown for the longer block
 
 
 def test_resume_from_the_record_alone_through_the_cli(table, tmp_path):
@@ -209,7 +210,7 @@ def test_a_crafted_checkpoint_is_refused_without_running_code(table, runs, tmp_p
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    with open(out / "last.pt", "wb") as fh:
+    with open(out / f"step-{STEPS}" / "state.pt", "wb") as fh:
         pickle.dump({"model": Evil()}, fh)
     res = subprocess.run(
         [sys.executable, "-m", "tokenloom.cli.main", "train", "--out", str(out), "--resume"],

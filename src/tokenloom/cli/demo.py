@@ -2,7 +2,8 @@
 
 Build the bundled corpus → ingest → exact and near dedup → quality scores → GPT-2 tokens →
 length statistics → a small BPE trained on the selection, as a second token column → train the
-tiny GPT on it (validation loss before/after against the unigram entropy, a sample, loss curves)
+tiny GPT on it (validation loss before/after against the unigram entropy, a sample, loss curves,
+a kept mid-run checkpoint ``run/step-N``, the model exported as a ``transformers`` folder ``hf/``)
 → full-text index and a search for a phrase of the sample → the trace of one training step; then
 the table's version history with the bytes each stage added. A summary is written to
 ``WORKDIR/summary.json``.
@@ -264,6 +265,8 @@ def _train_search_trace(
     from tokenloom.tokenize.column import tokenize_table
     from tokenloom.tokenize.train import train_bpe
     from tokenloom.train.checkpoint import load_run_model
+    from tokenloom.train.hf import export_hf
+    from tokenloom.train.layout import list_steps, step_name
     from tokenloom.train.loop import TrainConfig, train
     from tokenloom.train.model import generate
     from tokenloom.train.plot import plot_losses
@@ -304,6 +307,7 @@ def _train_search_trace(
         eval_every=max(1, steps // 3),
         eval_batches=8,
         checkpoint_every=max(1, steps // 3),
+        keep_every=max(1, steps // 2),  # an immutable mid-run checkpoint, RUN/step-N
         log_every=max(1, steps // 6),
     )
     _step(
@@ -355,6 +359,18 @@ def _train_search_trace(
     )
     continuation = bpe.decode(ids)
     click.echo(f"      sample: {prompt + continuation!r}")
+    kept = [os.path.join(run_dir, step_name(s)) for s in list_steps(run_dir)]
+    click.echo(
+        f"      checkpoints kept: {', '.join(os.path.basename(k) for k in kept)} in {run_dir} "
+        f"(`tokenloom sample --run {kept[0]} --prompt ...` reads one)"
+    )
+    hf_dir = os.path.join(workdir, "hf")
+    exported = export_hf(run_dir, hf_dir)
+    click.echo(
+        f"      exported as a transformers GPT-2 folder: {hf_dir} ({', '.join(exported['files'])})"
+    )
+    if not exported["tokenizer_files"]:
+        click.echo(f"      (no tokenizer files: {exported['tokenizer_note']})")
 
     _step(10, total, "full-text index (BM25) and a search for the sample's words")
     built = build_indexes(uri, fts="text", vector=None)
@@ -388,6 +404,8 @@ def _train_search_trace(
         "val_loss_after": after,
         "unigram_entropy": entropy,
         "sample": prompt + continuation,
+        "checkpoints_kept": kept,
+        "hf_export": exported["out"],
         "search_query": query,
         "search_hits": [h.id for h in hits.hits],
         "trace_step": step,

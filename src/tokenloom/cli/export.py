@@ -23,6 +23,7 @@ __all__ = ["commands"]
     epilog="""\b
 Examples:
   tokenloom export --checkpoint runs/tiny --format hf --out hf/tiny
+  tokenloom export --checkpoint runs/tiny/step-200 --out hf/tiny-200
   python -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/tiny')"
   tokenloom train --table corpus.lance --out runs/next --init-from hf/tiny
 
@@ -33,7 +34,7 @@ tokenizer.json; a tokenizer.json is copied), and tokenloom.json (the run).""",
 )
 @click.option(
     "--checkpoint", "--run", "checkpoint", required=True, metavar="RUN",
-    help="The run's --out directory (its last checkpoint).",
+    help="The run's --out directory (its latest checkpoint) or RUN/step-N.",
 )  # fmt: skip
 @click.option(
     "--format", "fmt", type=click.Choice(["hf"]), default="hf", show_default=True,

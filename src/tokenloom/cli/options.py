@@ -231,9 +231,10 @@ them back out)."""
 
 
 RUN_HELP = (
-    "Read every loader option from this training run's record (DIR/last.json, written by "
-    "`tokenloom train --out DIR`): table, pinned version, filter, column, block length, batch, "
-    "seed, recipe, mixture. A loader option given beside --run must equal the recorded value."
+    "Read every loader option from this training run's record (RUN/last.json, written by "
+    "`tokenloom train --out RUN`, or RUN/step-N's): table, pinned version, filter, column, "
+    "block length, batch, seed, recipe, mixture. A loader option given beside --run must "
+    "equal the recorded value."
 )
 
 
@@ -362,7 +363,7 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
             click.option("--epoch", type=click.IntRange(min=0), default=0, show_default=True)
         )
     if run:
-        opts.insert(0, click.option("--run", "run", default=None, metavar="DIR", help=RUN_HELP))
+        opts.insert(0, click.option("--run", "run", default=None, metavar="RUN", help=RUN_HELP))
     for opt in reversed(opts):
         func = opt(func)
     return func
@@ -420,21 +421,26 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
 
 
 def run_record(run: str, *, option: str = "--run") -> Any:
-    """The :class:`~tokenloom.train.record.RunRecord` of the run directory ``run`` named by
-    ``option``.
+    """The :class:`~tokenloom.train.record.RunRecord` of the checkpoint ``run`` named by
+    ``option``: a run directory (its latest checkpoint) or ``RUN/step-N``.
 
     Raises:
-        click.BadParameter: ``run`` holds no record (exit 2, naming ``option``).
+        click.BadParameter: ``run`` holds no record, or names a step the run did not keep (exit
+            2, naming ``option`` and the steps kept).
         RecordError: The record is there but unreadable (exit 1, naming its path).
     """
+    from tokenloom.train.layout import CheckpointNotFoundError
     from tokenloom.train.record import read_record, record_path
 
-    path = record_path(run)
+    try:
+        path = record_path(run)
+    except CheckpointNotFoundError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
     if not os.path.isfile(path):
         what = "does not exist" if not os.path.exists(run) else f"holds no run record ({path})"
         raise click.BadParameter(
             f"{run!r} {what}; pass the --out directory of a `tokenloom train` run that has "
-            "written a checkpoint (its last.json)",
+            "written a checkpoint (its last.json), or RUN/step-N",
             param_hint=f"'{option}'",
         )
     return read_record(run)

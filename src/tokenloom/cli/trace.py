@@ -73,8 +73,9 @@ Examples:
     "--checkpoint",
     "checkpoint",
     required=True,
-    metavar="DIR",
-    help="The run's --out directory (--checkpoint is the same option).",
+    metavar="RUN",
+    help="The run's --out directory (its latest checkpoint) or RUN/step-N (--checkpoint is the "
+    "same option).",
 )
 @storage_options_option
 @click.option("--step", type=click.IntRange(min=1), default=None, help="Optimizer step (1-based).")

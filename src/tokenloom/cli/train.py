@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import typing
+from typing import Any
 
 import click
 
@@ -25,6 +27,86 @@ from tokenloom.cli.options import (
 __all__ = ["commands"]
 
 
+def _option_type(f, hint) -> tuple[dict, str]:  # noqa: ANN001
+    """click keywords for knob ``f`` whose annotation is ``hint`` (``X | None`` unwrapped)."""
+    meta = f.metadata
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    base = typing.get_origin(args[0]) or args[0]
+    if base is bool:
+        return {"is_flag": True, "default": None}, ""
+    if meta.get("multiple"):  # repeatable, each value a string the config parses
+        return {"type": str, "default": None, "multiple": True}, ""
+    if meta["choices"] is not None:
+        kind: Any = click.Choice(list(meta["choices"]))
+    elif base is int:
+        kind = click.IntRange(min=meta["min"], max=meta["max"], min_open=meta["min_open"])
+    elif base is float:
+        kind = click.FloatRange(min=meta["min"], max=meta["max"], min_open=meta["min_open"])
+    else:  # str, and tuples given as one comma-separated string (the config parses them)
+        kind = str
+    shown = f.default if f.default not in (None, ()) else ""
+    return {"type": kind, "default": None}, str(shown)
+
+
+def trainer_options(cls: type | None = None, callbacks: dict | None = None):  # noqa: ANN201
+    """The ``--name`` options of every :func:`~tokenloom.train.config.knob` of ``cls``
+    (:class:`~tokenloom.train.config.TrainConfig`): help, choices, range and the default shown
+    come from the field, so a new trainer knob is one field. Every option defaults to ``None``
+    (not given): the config's own default applies, and a resume tells what was given again."""
+    from tokenloom.train.config import TrainConfig, knobs
+
+    cls = cls or TrainConfig
+    hints = typing.get_type_hints(cls)
+    checks = _CALLBACKS if callbacks is None else callbacks
+
+    def decorate(func):  # noqa: ANN001, ANN202
+        for f in reversed(knobs(cls)):
+            kw, shown = _option_type(f, hints[f.name])
+            if f.metadata["metavar"]:
+                kw["metavar"] = f.metadata["metavar"]
+            if f.name in checks:
+                kw["callback"] = checks[f.name]
+            help_text = f.metadata["help"] + (f" [default: {shown}]" if shown else "")
+            flag = f.metadata.get("flag") or f"--{f.name.replace('_', '-')}"
+            func = click.option(flag, f.name, help=help_text, **kw)(func)
+        return func
+
+    return decorate
+
+
+def _device_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callback
+    return None if value is None else _device(value)
+
+
+def _init_from_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callback
+    """``--init-from``: a ``transformers`` folder, or ``RUN`` / ``RUN/step-N`` (resolved as
+    every command resolves a checkpoint: a missing one is a usage error listing those kept)."""
+    from tokenloom.train.hf import is_hf_folder
+
+    if value is not None and not is_hf_folder(value):
+        run_record(value, option="--init-from")
+    return value
+
+
+def _loss_slices_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callback
+    """``--loss-slice NAME=SQL`` (repeatable) as ``(name, sql)`` pairs, well formed."""
+    from tokenloom.train.slices import SliceError, parse_loss_slices
+
+    try:
+        return parse_loss_slices(value)
+    except SliceError as exc:
+        raise click.BadParameter(str(exc), param_hint="--loss-slice") from exc
+
+
+_CALLBACKS = {
+    "val_filter": check_filter_option,
+    "device": _device_option,
+    "init_from": _init_from_option,
+    "loss_slices": _loss_slices_option,
+}
+"""Checks of a knob's value that need the CLI (a malformed SQL filter, a device name): exit 2."""
+
+
 @click.command(
     "train",
     epilog="""\b
@@ -33,6 +115,8 @@ Examples:
       --steps 300 --filter "NOT is_dup AND id % 100 != 0" --val-filter "id % 100 = 0" \\
       --out runs/tiny
   tokenloom train --out runs/tiny --resume                 # every option from the record
+  tokenloom train --table corpus.lance --out runs/long --steps 5000 --keep-every 1000 \
+      --keep-last 3 --val-filter "id % 100 = 0" --keep-best   # runs/long/step-1000, ...
   tokenloom train --table corpus.lance --out runs/bf --packing best_fit --fit-window 256
   tokenloom train --table corpus.lance --out runs/win --long-docs window --window 256 \\
       --overlap 32 --cut-column cut_points
@@ -58,116 +142,15 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     callback=check_table_option,
     help="The table [a resume reads it from the record].",
 )
-@click.option("--out", default=None, metavar="DIR", help="Run directory [default: runs/MODEL].")
-@storage_options_option
-@loader_options(run=False)
 @click.option(
-    "--model", type=click.Choice(["tiny", "small", "medium"]), default="tiny", show_default=True
-)
-@click.option(
-    "--val-filter",
-    default=None,
-    metavar="SQL",
-    callback=check_filter_option,
-    help="Held-out rows for val loss.",
-)
-@click.option(
-    "--micro-batch-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Blocks per forward pass per process B [default: the process's whole share, G/W]; "
-    "K = G / (B x processes) micro-batches are accumulated per step.",
-)
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps [100].")
-@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Instead of --steps.")
-@click.option(
-    "--stop-at",
-    type=click.IntRange(min=1),
-    default=None,
-    help="End this invocation at this step (checkpointed); the schedule still runs to --steps.",
-)
-@click.option(
-    "--time-limit",
-    type=click.FloatRange(min=0),
-    default=None,
-    metavar="SECONDS",
-    help="End this invocation (checkpointed) after this much training time.",
-)
-@click.option(
-    "--lr",
-    type=click.FloatRange(min=0, min_open=True),
-    default=3e-3,
-    show_default=True,
-    help="Peak learning rate.",
-)
-@click.option("--min-lr-ratio", type=click.FloatRange(min=0, max=1), default=0.1, show_default=True)
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=None, help="[5% of steps]")
-@click.option("--weight-decay", type=click.FloatRange(min=0), default=0.1, show_default=True)
-@click.option(
-    "--attention", type=click.Choice(["document", "causal"]), default="document", show_default=True
-)
-@click.option(
-    "--kernel",
-    type=click.Choice(["auto", "sdpa", "flex"]),
-    default="auto",
-    show_default=True,
-    help="Document-mask kernel (auto: flex_attention on CUDA, SDPA mask otherwise).",
-)
-@click.option(
-    "--device",
-    default="auto",
-    show_default=True,
-    callback=lambda _ctx, _param, value: _device(value),
-    help="auto, cpu, cuda, cuda:1, ...",
-)
-@click.option(
-    "--dtype", type=click.Choice(["auto", "bf16", "fp32"]), default="auto", show_default=True
-)
-@click.option("--compile", is_flag=True, help="torch.compile the model.")
-@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--eval-every", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--eval-batches", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option(
-    "--log-to",
-    default=None,
-    metavar="SINKS",
-    callback=lambda _ctx, _param, value: _log_to(value),
-    help="Also write the logged metrics to: csv (OUT/metrics.csv), tensorboard "
-    "(OUT/tensorboard/); comma-separated.",
-)
-@click.option(
-    "--loss-slice",
-    "loss_slices",
-    multiple=True,
-    metavar="NAME=SQL",
-    callback=lambda _ctx, _param, value: _loss_slices(value),
-    help="Also report the training and validation loss of the rows under SQL as NAME "
-    "(e.g. \"code=source = 'python_stdlib'\"); repeatable. Mixture pools are reported always.",
-)
-@click.option(
-    "--provenance-log",
-    is_flag=True,
-    help="Each rank appends OUT/provenance-rankR.jsonl (what `tokenloom trace` recomputes).",
-)
-@click.option(
-    "--init-from",
+    "--out",
     default=None,
     metavar="DIR",
-    help="Start from another run's weights (a new stage: new data, schedule and step count).",
+    help="Run directory: last.json and the step-N checkpoints [default: runs/MODEL].",
 )
-@click.option(
-    "--keep-optimizer", is_flag=True, help="With --init-from: keep its optimizer moments too."
-)
-@click.option(
-    "--total-budget-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="Cap the tokens (block positions) of the whole lineage, --init-from runs included: "
-    "the run plans the steps that remain (--steps only lowers them).",
-)
+@storage_options_option
+@loader_options(run=False)
+@trainer_options()
 @click.option("--plot", default=None, metavar="FILE", help="Write loss curves (PNG) at the end.")
 @json_option
 @click.option("--resume", is_flag=True, help="Continue OUT's checkpoint exactly.")
@@ -261,16 +244,6 @@ def _device(value: str) -> str:
     return value
 
 
-def _loss_slices(value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``--loss-slice NAME=SQL`` (repeatable) as ``(name, sql)`` pairs, well formed."""
-    from tokenloom.train.slices import SliceError, parse_loss_slices
-
-    try:
-        return parse_loss_slices(value)
-    except SliceError as exc:
-        raise click.BadParameter(str(exc), param_hint="--loss-slice") from exc
-
-
 def _check_slices(cfg) -> None:  # noqa: ANN001
     """Each ``--loss-slice`` filter planned on the table: an unknown column or invalid SQL is a
     usage error naming the option (before the run starts)."""
@@ -287,23 +260,12 @@ def _check_slices(cfg) -> None:  # noqa: ANN001
         raise click.BadParameter(str(exc), param_hint="--loss-slice") from exc
 
 
-def _log_to(value: str | None) -> tuple[str, ...] | None:
-    """``--log-to csv,tensorboard`` as a tuple (``None`` when not given)."""
-    from tokenloom.train.metrics import parse_log_to
-
-    if value is None:
-        return None
-    try:
-        return parse_log_to(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--log-to") from exc
-
-
 def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
     """``train --json``: the run, this invocation's figures and the files it wrote."""
+    from tokenloom.train.layout import step_name
     from tokenloom.train.metrics import CSV_NAME, TB_DIR
 
-    files = {"checkpoint": os.path.join(cfg.out, "last.pt")}
+    files = {"checkpoint": os.path.join(cfg.out, step_name(result.step))}
     if "csv" in cfg.log_to:
         files["metrics_csv"] = os.path.join(cfg.out, CSV_NAME)
     if "tensorboard" in cfg.log_to:
@@ -320,31 +282,30 @@ def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
 
 
 def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
-    """The run's TrainConfig: from the options, or on ``--resume`` from the run's record with
-    the options given again laid over it (the loader and the resume checks then refuse a
-    change that would break the exact continuation, naming it)."""
+    """The run's TrainConfig from the options given (a knob not given keeps TrainConfig's
+    default), or on ``--resume`` from the run's record with the options given again laid over it
+    (the loader and the resume checks then refuse a change that would break the exact
+    continuation, naming it)."""
     from tokenloom.loader.plan import PlanError
     from tokenloom.train.config import TrainConfig, TrainError
     from tokenloom.train.record import read_record
 
     table = options.pop("table")
     storage_options = options.pop("storage_options") or None
+    out = options.pop("out")
     if not resume:
         if table is None:
             raise click.UsageError("--table is required (unless --resume continues a run)")
-        if options["out"] is None:
-            options["out"] = os.path.join("runs", options["model"])
-        if options["steps"] is None and options["epochs"] is None:
-            if options["total_budget_tokens"] is None:  # a budget derives the steps
-                options["steps"] = 100
-        if options["log_to"] is None:
-            options["log_to"] = ()
         loader = loader_spec(table, options)
+        own = _given_knobs(ctx, options)
+        if out is None:
+            model = own.get("model") or TrainConfig.__dataclass_fields__["model"].default
+            out = os.path.join("runs", model)
         with usage_errors(TrainError):
-            return TrainConfig(loader=loader, storage_options=storage_options, **options)
-    if options["out"] is None:
+            return TrainConfig(loader=loader, out=out, storage_options=storage_options, **own)
+    if out is None:
         raise click.UsageError("--resume needs --out DIR (the run to continue)")
-    record = read_record(options["out"])
+    record = read_record(out)
     given_loader = {k: options.pop(k) for k in LOADER_KEYS if k in options}
     changed = {k: v for k, v in given_loader.items() if given(ctx, k)}
     if table is not None:
@@ -364,26 +325,36 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
 
         with usage_errors(PlanError):
             loader = LoaderSpec.from_options(**spec_of)
-    own = {k: v for k, v in options.items() if k != "out" and given(ctx, k)}
-    if "steps" in own and "epochs" not in own:
-        own["epochs"] = None
-    if "epochs" in own and "steps" not in own:
-        own["steps"] = None
+    own = _given_knobs(ctx, options)
     with usage_errors(TrainError):
         return TrainConfig.from_record(
-            record, loader=loader, out=options["out"], storage_options=storage_options, **own
+            record, loader=loader, out=out, storage_options=storage_options, **own
         )
+
+
+def _given_knobs(ctx: click.Context, options: dict) -> dict:
+    """The trainer knobs given on the command line; ``--epochs`` alone replaces ``--steps``."""
+    own = {k: v for k, v in options.items() if given(ctx, k)}
+    if "epochs" in own and "steps" not in own:
+        own["steps"] = None
+    if "steps" in own and "epochs" not in own:
+        own["epochs"] = None
+    if "total_budget_tokens" in own and "steps" not in own and "epochs" not in own:
+        own["steps"] = None  # a lineage budget derives the steps (--steps only lowers them)
+    return own
 
 
 @click.command(
     "sample",
     epilog="""\b
 Examples:
-  tokenloom sample --run runs/tiny --prompt "In the beginning" --max-new-tokens 60""",
+  tokenloom sample --run runs/tiny --prompt "In the beginning" --max-new-tokens 60
+  tokenloom sample --run runs/tiny/step-200 --prompt "In the beginning" --temperature 0""",
 )
 @click.option(
-    "--run", "--checkpoint", "checkpoint", required=True, metavar="DIR",
-    help="The run's --out directory (--checkpoint is the same option).",
+    "--run", "--checkpoint", "checkpoint", required=True, metavar="RUN",
+    help="The run's --out directory (its latest checkpoint) or RUN/step-N (--checkpoint is the "
+    "same option).",
 )  # fmt: skip
 @click.option("--prompt", required=True)
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=100, show_default=True)

@@ -144,7 +144,8 @@ def from_hf_state(hf: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.
 
 
 def export_hf(run: str, out: str, *, overwrite: bool = False) -> dict[str, Any]:
-    """Write run ``run``'s last checkpoint as a ``transformers`` GPT-2 folder ``out``.
+    """Write checkpoint ``run`` (``RUN``: its latest, or ``RUN/step-N``) as a ``transformers``
+    GPT-2 folder ``out``.
 
     Returns:
         What was written: ``out``, ``files``, ``tokenizer_files`` (bool) and, when the tokenizer
@@ -158,11 +159,9 @@ def export_hf(run: str, out: str, *, overwrite: bool = False) -> dict[str, Any]:
     from tokenloom.tokenize import load_tokenizer
     from tokenloom.tokenize.portable import hf_tokenizer_files
     from tokenloom.train.checkpoint import load_checkpoint
-    from tokenloom.train.record import read_record
 
-    record = read_record(run)
-    state = load_checkpoint(os.path.join(os.fspath(run), "last.pt"))
-    weights = state["model"]
+    state = load_checkpoint(run)  # RUN or RUN/step-N
+    record, weights = state.record, state.model
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         if not overwrite:

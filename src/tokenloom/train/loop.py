@@ -11,11 +11,14 @@ The loss is the sum of cross-entropies over the global batch's target tokens div
 global count (all-reduced), so it is the same number whatever the split into ranks and
 micro-batches (tested: 2 gloo processes = 1 process).
 
-A checkpoint (``last.pt``, tensors and plain values only) holds the model, the optimizer, the
-step, every RNG state, the loader's cursor, the per-pool counts of what was fed and the loss
-history; ``last.json`` is its readable :class:`~tokenloom.train.record.RunRecord`. Resuming loads
-all of it, so the loss at step k+1 equals the uninterrupted run's (CPU, fp32; tested). A run can
-also start from another run's weights (``init_from``) with a new spec: a stage transition.
+A checkpoint is one :class:`~tokenloom.train.checkpoint.RunState` (model, optimizer, step, every
+RNG state, the loader's cursor, the per-pool counts of what was fed, the loss history and the
+readable :class:`~tokenloom.train.record.RunRecord`), written as ``OUT/step-N`` with
+``OUT/last.json`` naming it; older ones are kept by ``keep_every``/``keep_last``/``keep_best``
+(:mod:`tokenloom.train.retention`). Resuming loads all of it, so the loss at step k+1 equals the
+uninterrupted run's (CPU, fp32; tested). A run can also start from another run's weights
+(``init_from``: ``RUN``, ``RUN/step-N`` or a ``transformers`` folder) with a new spec: a stage
+transition.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -33,6 +36,7 @@ import torch
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.progress import progress as show_progress
 from tokenloom.train.checkpoint import (
+    RunState,
     load_checkpoint,
     rng_state,
     save_checkpoint,
@@ -60,8 +64,10 @@ from tokenloom.train.metrics import MetricsLog
 from tokenloom.train.model import GPT, attention_mask
 from tokenloom.train.pins import pin_run
 from tokenloom.train.provenance_loss import ProvenanceLoss, ProvenanceLosses
-from tokenloom.train.record import RunRecord, write_record
+from tokenloom.train.record import RunRecord
+from tokenloom.train.retention import best_step
 from tokenloom.train.runs import (
+    Parent,
     StopRequest,
     check_resume,
     load_weights,
@@ -234,12 +240,15 @@ def train(
         prepare_out(cfg, resume, overwrite, dist)
         with StopRequest() as stop, contextlib.ExitStack() as closing:
             main = dist.is_main
-            say = log if main else _quiet
-            warns = (warn or log) if main else _quiet
-            show = progress if main else False
-            return _train(
-                cfg, dist, resume, reschedule, allow_data_change, stop, closing, say, warns, show
+            trainer = _Trainer(
+                cfg,
+                dist,
+                stop,
+                log=log if main else _quiet,
+                warn=(warn or log) if main else _quiet,
             )
+            trainer.setup(resume, reschedule, allow_data_change)
+            return trainer.run(closing, show=progress if main else False)
     finally:
         dist.close()
 
@@ -248,251 +257,408 @@ def _quiet(*_: Any) -> None:
     return None
 
 
-def _train(
-    cfg: TrainConfig,
-    dist: Dist,
-    resume: bool,
-    reschedule: bool,
-    allow_data_change: bool,
-    stop: StopRequest,
-    closing: contextlib.ExitStack,
-    log,  # noqa: ANN001
-    warn,  # noqa: ANN001
-    show: bool | None,
-) -> TrainResult:  # noqa: ANN001, C901, PLR0912, PLR0915
-    from tokenloom.loader import DataLoader
+class _Trainer:
+    """One invocation of :func:`train`, top to bottom: :meth:`setup` (data, model, optimizer,
+    restored state), then per step :meth:`one_step` and the after-step actions (:meth:`check_stop`,
+    :meth:`maybe_log`, :meth:`maybe_eval`, :meth:`maybe_checkpoint`)."""
 
-    began = time.perf_counter()  # the invocation's wall time, start-up included
-    run = _Run(cfg, dist, log)
-    state = load_checkpoint(os.path.join(cfg.out, "last.pt")) if resume else None
-    parent_state, parent = parent_run(cfg, cfg.loader) if state is None else (None, None)
-    spec = cfg.loader
-    if state is not None:
-        saved = state["config"]
-        check_resume(cfg, saved, reschedule)
-        parent = state.get("parent")
-        if spec.version is None:  # the pinned version of the checkpoint, after later backfills
-            spec = spec.replace(version=state["loader"]["inputs"]["table_version"])
-    ds = _dataset(spec, dist, cfg.storage_options, allow_data_change)
-    spec = ds.spec  # version pinned
-    if state is not None:
-        ds.load_state_dict(state["loader"])  # refuses a changed table/filter/tokenizer/batch
-    ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
-    pins = pin_run(cfg, spec, dist, resume=resume, warn=warn)  # the version kept from cleanup
-    groups = ProvenanceLosses.setup(cfg, spec, dist.device, warn)  # --loss-slice, pools
-    if parent is not None and parent_state is not None and parent.get("format") == "hf":
-        from tokenloom.train.hf import check_hf_tokenizer
+    def __init__(self, cfg: TrainConfig, dist: Dist, stop: StopRequest, *, log, warn) -> None:  # noqa: ANN001
+        self.cfg, self.dist, self.stop = cfg, dist, stop
+        self.log, self.warn = log, warn
+        self.began = time.perf_counter()  # the invocation's wall time, start-up included
+        self.compute = _Run(cfg, dist, log)
+        self.step = 0
+        self.history: dict[str, list] = {"train": [], "val": []}
+        self.parent: dict | None = None
+        self.fed = None  # the all-rank per-pool counters, as of step `fed_step`
+        self.fed_step = -1
 
-        check_hf_tokenizer(cfg.init_from, ds.inputs.tokenizer)
-        rows = int(parent_state["model"]["wte.weight"].shape[0])
-        if rows != int(ds.inputs.tokenizer.get("vocab_size") or 0):
-            raise TrainError(
-                f"--init-from {cfg.init_from} has {rows:,} embedding rows but the column's "
-                f"tokenizer {ds.inputs.tokenizer.get('name')!r} has "
-                f"{ds.inputs.tokenizer.get('vocab_size')} ids; tokenloom needs one row per id"
-            )
-    elif parent is not None and parent_state is not None:
-        if parent["tokenizer"].get("vocab_size") != ds.inputs.tokenizer.get("vocab_size"):
-            raise TrainError(
-                f"--init-from {cfg.init_from} was trained on tokenizer "
-                f"{parent['tokenizer'].get('name')!r} ({parent['tokenizer'].get('vocab_size')} "
-                f"ids); the column {spec.token_column!r} holds "
-                f"{ds.inputs.tokenizer.get('name')!r} ({ds.inputs.tokenizer.get('vocab_size')})"
-            )
-    total = cfg.steps
-    if cfg.epochs is not None:
-        total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
-    vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
-    torch.manual_seed(spec.seed)  # the same initial weights on every rank
-    block = spec.seq_len
-    if parent_state is not None:
-        block = max(block, int(parent_state["model"]["wpe.weight"].shape[0]))
-    if state is not None:
-        block = int(state["model"]["wpe.weight"].shape[0])
-    raw = GPT.preset(cfg.model, vocab_size=vocab, block_size=block).to(dist.device)
-    opt = _optimizer(raw, cfg, fused=dist.device.type == "cuda")
-    step, history = 0, {"train": [], "val": []}
-    loader = DataLoader(ds, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
-    if state is not None:
-        raw.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        step, history = state["step"], state.get("history", history)
-        fed = state.get("fed")
-        if fed is not None and dist.is_main:  # the all-rank totals so far continue on rank 0
-            loader.ledger.counts = fed["counts"].numpy().copy()
-            loader.ledger.merge_seen([t.numpy() for t in fed["seen"]])
-    elif parent_state is not None:
-        load_weights(raw, parent_state["model"])
-        if cfg.keep_optimizer:
-            opt.load_state_dict(parent_state["optimizer"])
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr
-    model = raw
-    if cfg.compile:
-        model = torch.compile(model)
-    if dist.distributed:
-        from torch.nn.parallel import DistributedDataParallel
+    # -- setup ------------------------------------------------------------------------------
 
-        model = DistributedDataParallel(
-            model, device_ids=[dist.device.index] if dist.device.type == "cuda" else None
+    def setup(self, resume: bool, reschedule: bool, allow_data_change: bool) -> None:
+        """Open the data, build the model and the optimizer, and restore the checkpoint (on
+        ``resume``) or the parent's weights (``init_from``)."""
+        cfg = self.cfg
+        state = load_checkpoint(cfg.out) if resume else None
+        source = parent_run(cfg) if state is None else None
+        if state is not None:
+            check_resume(cfg, state.config, reschedule)
+            self.parent = state.record.parent
+        elif source is not None:
+            self.parent = source.entry
+        self._open_data(state, allow_data_change)
+        if source is not None:
+            _check_parent_tokenizer(cfg, source, self.ds)
+        self._build(state, source)
+        self._announce(resumed=state is not None)
+        # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
+        self.history.setdefault("topology", []).append(
+            {
+                "from_step": self.step + 1,
+                "world_size": self.dist.world_size,
+                "blocks_per_rank": self.ds.blocks_per_rank,
+                "device": self.dist.device.type,
+                "device_name": device_name(self.dist.device),
+            }
         )
-    G = spec.global_batch
-    if state is None:
+
+    def _open_data(self, state: RunState | None, allow_data_change: bool) -> None:
+        """The dataset (at the checkpoint's cursor and pinned version on resume) and the
+        schedule's length."""
+        cfg, spec = self.cfg, self.cfg.loader
+        if state is not None and spec.version is None:  # the checkpoint's, after later backfills
+            spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
+        ds = _dataset(spec, self.dist, cfg.storage_options, allow_data_change)
+        if state is not None:
+            ds.load_state_dict(state.record.loader_state)  # refuses another table/filter/batch
+        ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
+        self.ds, self.spec = ds, ds.spec  # version pinned
+        # the version kept from cleanup (a Lance tag), and the loss by pool and --loss-slice
+        self.pins = pin_run(cfg, ds.spec, self.dist, resume=state is not None, warn=self.warn)
+        self.groups = ProvenanceLosses.setup(cfg, ds.spec, self.dist.device, self.warn)
+        self.total = cfg.steps
+        if cfg.epochs is not None:
+            self.total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
+        self.vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
+
+    def _build(self, state: RunState | None, source: Parent | None) -> None:
+        """Model, optimizer and loader; then the checkpoint's state or the parent's weights."""
+        cfg, dist, ds = self.cfg, self.dist, self.ds
+        torch.manual_seed(self.spec.seed)  # the same initial weights on every rank
+        block = self.spec.seq_len
+        if source is not None:
+            block = max(block, int(source.weights["wpe.weight"].shape[0]))
+        if state is not None:
+            block = int(state.model["wpe.weight"].shape[0])
+        raw = GPT.preset(cfg.model, vocab_size=self.vocab, block_size=block).to(dist.device)
+        self.raw = raw
+        self.opt = _optimizer(raw, cfg, fused=dist.device.type == "cuda")
+        from tokenloom.loader import DataLoader
+
+        self.loader = DataLoader(ds, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
+        if state is not None:
+            self._restore(state)
+        elif source is not None:
+            load_weights(raw, source.weights)
+            if cfg.keep_optimizer:
+                self.opt.load_state_dict(source.optimizer)
+                for group in self.opt.param_groups:
+                    group["lr"] = cfg.lr
+        self.model = self._wrap(raw)
+
+    def _restore(self, state: RunState) -> None:
+        """Continue ``state`` exactly: weights, optimizer, RNG, step, history, fed counts."""
+        self.raw.load_state_dict(state.model)
+        self.opt.load_state_dict(state.optimizer)
+        set_rng_state(state.rng)
+        self.step = state.step
+        self.history = dict(state.history) or self.history
+        if state.fed is not None and self.dist.is_main:  # all-rank totals continue on rank 0
+            self.loader.ledger.counts = state.fed["counts"].numpy().copy()
+            self.loader.ledger.merge_seen([t.numpy() for t in state.fed["seen"]])
+
+    def _wrap(self, raw: GPT):  # noqa: ANN202
+        model = torch.compile(raw) if self.cfg.compile else raw
+        if self.dist.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            dev = self.dist.device
+            model = DistributedDataParallel(
+                model, device_ids=[dev.index] if dev.type == "cuda" else None
+            )
+        return model
+
+    def _announce(self, resumed: bool) -> None:
+        cfg, dist, run, spec, raw = self.cfg, self.dist, self.compute, self.spec, self.raw
+        if resumed:
+            self.log(
+                f"resuming at step {self.step} of {self.total} on {dist.world_size} process(es)"
+            )
+            return
+        parent = self.parent
         at = f" (step {parent['step']})" if parent and parent.get("step") is not None else ""
         origin = f"; weights from {cfg.init_from}{at}" if parent else ""
-        log(
-            f"model {cfg.model}: {raw.num_params() / 1e6:.2f}M parameters, vocab {vocab}; "
+        G = spec.global_batch
+        self.log(
+            f"model {cfg.model}: {raw.num_params() / 1e6:.2f}M parameters, vocab {self.vocab}; "
             f"{dist.world_size} process(es) on {dist.device.type}, {run.dtype}, "
             f"attention {cfg.attention}/{run.kernel}{', compiled' if cfg.compile else ''}; "
             f"global batch {G} blocks x {spec.seq_len} = {G * spec.seq_len:,} tokens "
-            f"(B={run.micro}, K={run.accum}); {total} steps{origin}"
+            f"(B={run.micro}, K={run.accum}); {self.total} steps{origin}"
         )
-        log(f"data: {spec.table} v{spec.version}, {spec.describe()}")
-        if ds.inputs.left_out():
-            log(f"data: {ds.inputs.left_out()}")
+        self.log(f"data: {spec.table} v{spec.version}, {spec.describe()}")
+        if self.ds.inputs.left_out():
+            self.log(f"data: {self.ds.inputs.left_out()}")
         share = vocab_share(raw)
         if share > SLOW_VOCAB_SHARE:
-            warn(_slow_vocab(cfg.model, raw, share, vocab, ds.inputs.tokenizer, spec))
-    else:
-        log(f"resuming at step {step} of {total} on {dist.world_size} process(es)")
-    # which ranks read which blocks from which step on: `tokenloom trace` maps steps to ranks
-    history.setdefault("topology", []).append(
-        {
-            "from_step": step + 1,
-            "world_size": dist.world_size,
-            "blocks_per_rank": ds.blocks_per_rank,
-            "device": dist.device.type,
-            "device_name": device_name(dist.device),
-        }
-    )
-    result = TrainResult(step=step, world_size=dist.world_size, history=history)
-    end = min(total, cfg.stop_at) if cfg.stop_at else total
-    metrics = closing.enter_context(
-        MetricsLog(cfg.out, cfg.log_to if dist.is_main else (), start_step=step)
-    )
-    bar = closing.enter_context(
-        show_progress("train", total=end, unit="steps", initial=step, show=show)
-    )
-    log = bar.logger(log)
-    per_token = flops_per_token(raw, spec.seq_len)
-    peak = peak_flops(dist.device)
-    if cfg.val_filter and step == 0:
-        val = evaluate(run, raw, spec, groups.val)
-        result.val_losses.append((0, val))
-        history["val"].append((0, val))
-        metrics.val(0, val)
-        log(f"step {0:>6}  val loss {val:.4f}  (before training)")
-        groups.log_val(0, dist, metrics, log, history)
-    started = last_log = time.perf_counter()
-    tokens_since = 0
-    it, fresh = iter(loader), True
-    model.train()
-    fed = None
-    empty = 0  # passes in a row that yielded no batch (the planner refuses an empty epoch)
-    while step < end:
-        wait = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:  # epoch done: the next epoch reshuffles the whole selection
-            empty = empty + 1 if fresh else 0
-            if empty >= 2:  # a resume at an epoch's end gives one empty pass, never two
-                raise TrainError(
-                    f"the loader yielded no batch in {empty} passes in a row at step {step}; "
-                    "check the selection with `tokenloom stats`"
-                ) from None
-            it, fresh = iter(loader), True
-            continue
-        # until a batch arrives (plan, model, workers starting) a signal ends the run at once;
-        # from the first step on it ends at a step boundary, with a checkpoint
-        stop.defer()
-        waited = time.perf_counter() - wait
-        if fresh:  # workers starting: not a stall of the running pipeline
-            result.startup_seconds += waited
-            fresh = False
-        else:
-            result.data_seconds += waited
+            tokenizer = self.ds.inputs.tokenizer
+            self.warn(_slow_vocab(cfg.model, raw, share, self.vocab, tokenizer, spec))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, closing: contextlib.ExitStack, show: bool | None) -> TrainResult:
+        """Train from :attr:`step` to the end of the schedule (or ``stop_at``, a time limit, a
+        signal), checkpointing as configured."""
+        cfg, dist = self.cfg, self.dist
+        self.result = TrainResult(step=self.step, world_size=dist.world_size, history=self.history)
+        self.end = min(self.total, cfg.stop_at) if cfg.stop_at else self.total
+        self.metrics = closing.enter_context(
+            MetricsLog(cfg.out, cfg.log_to if dist.is_main else (), start_step=self.step)
+        )
+        self.bar = closing.enter_context(
+            show_progress("train", total=self.end, unit="steps", initial=self.step, show=show)
+        )
+        self.log = self.bar.logger(self.log)
+        self.per_token = flops_per_token(self.raw, self.spec.seq_len)
+        self.peak = peak_flops(dist.device)
+        if cfg.val_filter and self.step == 0:
+            self._eval(before=True)
+        self.started = self.last_log = time.perf_counter()
+        self.tokens_since = 0
+        self.model.train()
+        batches = self._batches()
+        while self.step < self.end:
+            batch, waited = next(batches)
+            value = self.one_step(batch, waited)
+            self.check_stop()
+            self.record_step(value)
+            self.maybe_log(value)
+            new_best = self.maybe_eval()
+            self.maybe_checkpoint(new_best)
+        batches.close()  # the loader's iterator (and its workers) end here
+        return self._finish()
+
+    def _batches(self) -> Iterator[tuple[dict, float]]:
+        """``(batch, seconds waited)`` forever, epoch after epoch (each reshuffled); start-up
+        waits (workers starting, the plan) are counted apart from stalls."""
+        it, fresh, empty = iter(self.loader), True, 0
+        while True:
+            wait = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:  # epoch done: the next epoch reshuffles the whole selection
+                empty = empty + 1 if fresh else 0
+                if empty >= 2:  # a resume at an epoch's end gives one empty pass, never two
+                    raise TrainError(
+                        f"the loader yielded no batch in {empty} passes in a row at step "
+                        f"{self.step}; check the selection with `tokenloom stats`"
+                    ) from None
+                it, fresh = iter(self.loader), True
+                continue
+            # until a batch arrives (plan, model, workers starting) a signal ends the run at
+            # once; from the first step on it ends at a step boundary, with a checkpoint
+            self.stop.defer()
+            self._wait_started = wait
+            waited = time.perf_counter() - wait
+            if fresh:  # workers starting: not a stall of the running pipeline
+                self.result.startup_seconds += waited
+                fresh = False
+            else:
+                self.result.data_seconds += waited
+            yield batch, waited
+
+    def one_step(self, batch: dict, waited: float) -> float:
+        """One optimizer step on one global batch; returns its loss (mean per target token)."""
+        cfg, dist, run, model, opt = self.cfg, self.dist, self.compute, self.model, self.opt
         if cfg.provenance_log:
-            _log_provenance(cfg.out, dist.rank, step + 1, batch["spans"])
+            _log_provenance(cfg.out, dist.rank, self.step + 1, batch["spans"])
         micro = _split(batch, run.accum, dist.device)
         counts = torch.tensor(  # target tokens of this rank's share, counted on the host
             [float((batch["labels"] != -100).sum())], dtype=torch.float64, device=dist.device
         )
         targets = max(float(dist.all_reduce_sum(counts)[0]), 1.0)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, total, cfg)
+            group["lr"] = lr_at(self.step, self.total, cfg)
         loss_sum = torch.zeros((), dtype=torch.float64, device=dist.device)
         for i, mb in enumerate(micro):
             sync = not dist.distributed or i == run.accum - 1
             ctx = contextlib.nullcontext() if sync else model.no_sync()
             with ctx:
-                loss = groups.train.take(run.forward(model, mb, groups.train.reduction))
+                loss = self.groups.train.take(run.forward(model, mb, self.groups.train.reduction))
                 # DDP averages gradients over ranks; scale so they are d(global mean)/dw
                 (loss * (dist.world_size / targets)).backward()
             loss_sum += loss.detach().double()
-        groups.train.add(batch)
+        self.groups.train.add(batch)
         if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self.raw.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        step += 1
+        self.step += 1
         value = float(dist.all_reduce_sum(loss_sum) / targets)  # (synchronises the device)
-        result.step_seconds.append(time.perf_counter() - wait)
-        result.wait_seconds.append(waited)
-        if step < end and (cfg.time_limit is not None or stop.requested or dist.distributed):
-            over = cfg.time_limit is not None and time.perf_counter() - started > cfg.time_limit
+        self.result.step_seconds.append(time.perf_counter() - self._wait_started)
+        self.result.wait_seconds.append(waited)
+        return value
+
+    # -- after each step --------------------------------------------------------------------
+
+    def check_stop(self) -> None:
+        """A signal or the time limit ends the run at this step (every rank together)."""
+        cfg, dist, stop = self.cfg, self.dist, self.stop
+        if self.step < self.end and (
+            cfg.time_limit is not None or stop.requested or dist.distributed
+        ):
+            over = (
+                cfg.time_limit is not None and time.perf_counter() - self.started > cfg.time_limit
+            )
             flag = torch.tensor([float(over or stop.requested)], device=dist.device)
-            if float(dist.all_reduce_sum(flag)[0]):  # every rank stops together
-                end = step
-                result.interrupted = stop.signal
-        result.losses.append(value)
-        history["train"].append((step, value))
-        n_tokens = G * spec.seq_len
-        result.tokens += n_tokens
-        tokens_since += n_tokens
-        bar.update()
-        bar.note(f"loss {value:.4f}")
-        if step % cfg.log_every == 0 or step == end:
-            fed = fed_totals(loader, dist)
-            now = time.perf_counter()
-            rate = tokens_since / max(now - last_log, 1e-9)
-            util = mfu(rate / dist.world_size, per_token, peak)
-            log(
-                f"step {step:>6}  loss {value:.4f}  lr {lr_at(step - 1, total, cfg):.2e}  "
-                f"{rate:,.0f} tok/s" + (f"  MFU {100 * util:.1f}%" if util is not None else "")
+            if float(dist.all_reduce_sum(flag)[0]):
+                self.end = self.step
+                self.result.interrupted = stop.signal
+
+    def record_step(self, value: float) -> None:
+        """The step's loss and tokens into the result, the history and the progress bar."""
+        n_tokens = self.spec.global_batch * self.spec.seq_len
+        self.result.losses.append(value)
+        self.history["train"].append((self.step, value))
+        self.result.tokens += n_tokens
+        self.tokens_since += n_tokens
+        self.bar.update()
+        self.bar.note(f"loss {value:.4f}")
+
+    def maybe_log(self, value: float) -> None:
+        """Every ``log_every`` steps (and the last): loss, lr, throughput, MFU, fed per pool."""
+        cfg, step = self.cfg, self.step
+        if step % cfg.log_every and step != self.end:
+            return
+        fed = self._fed()
+        now = time.perf_counter()
+        rate = self.tokens_since / max(now - self.last_log, 1e-9)
+        util = mfu(rate / self.dist.world_size, self.per_token, self.peak)
+        lr = lr_at(step - 1, self.total, cfg)
+        self.log(
+            f"step {step:>6}  loss {value:.4f}  lr {lr:.2e}  {rate:,.0f} tok/s"
+            + (f"  MFU {100 * util:.1f}%" if util is not None else "")
+        )
+        self.log(f"{'':>13}{self.loader.stats.summary(now - self.started)}")
+        self.log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
+        self.groups.log_train(step, self.dist, self.metrics, self.log, self.history)
+        self.metrics.train(
+            step,
+            loss=value,
+            lr=lr,
+            tokens_per_second=rate,
+            mfu=util,
+            elapsed_seconds=now - self.started,
+        )
+        self.last_log, self.tokens_since = now, 0
+
+    def maybe_eval(self) -> bool:
+        """Every ``eval_every`` steps (and the last), with ``val_filter``: the validation loss.
+        Returns whether it is the lowest so far (``keep_best`` checkpoints that step)."""
+        cfg, step = self.cfg, self.step
+        if not cfg.val_filter or (step % cfg.eval_every and step != self.end):
+            return False
+        val = self._eval()
+        return best_step(self.history["val"]) == step and math.isfinite(val)
+
+    def _eval(self, before: bool = False) -> float:
+        val = evaluate(self.compute, self.raw, self.spec, self.groups.val)
+        self.result.val_losses.append((self.step, val))
+        self.history["val"].append((self.step, val))
+        self.metrics.val(self.step, val)
+        self.log(
+            f"step {self.step:>6}  val loss {val:.4f}" + ("  (before training)" if before else "")
+        )
+        self.groups.log_val(self.step, self.dist, self.metrics, self.log, self.history)
+        return val
+
+    def maybe_checkpoint(self, new_best: bool) -> None:
+        """Checkpoint every ``checkpoint_every`` steps, at the last step, at the kept steps
+        (``keep_every``) and at a new best validation loss (``keep_best``)."""
+        cfg, step = self.cfg, self.step
+        due = step % cfg.checkpoint_every == 0 or step == self.end
+        due = due or bool(cfg.keep_every and step % cfg.keep_every == 0)
+        if due or (cfg.keep_best and new_best):
+            self.checkpoint()
+
+    def _fed(self):  # noqa: ANN202
+        """Per-pool counters summed over ranks (a collective), computed once per step."""
+        if self.fed_step != self.step:
+            self.fed, self.fed_step = fed_totals(self.loader, self.dist), self.step
+        return self.fed
+
+    def checkpoint(self) -> None:
+        """Rank 0 writes the run state (atomically, :func:`save_checkpoint`); every rank waits
+        until it is on disk."""
+        cfg, dist = self.cfg, self.dist
+        fed = self._fed()
+        self.history["topology"][-1].update(
+            to_step=self.step, wall_seconds=time.perf_counter() - self.began
+        )
+        if dist.is_main:
+            history = self.history
+            record = RunRecord(
+                out=cfg.out,
+                step=self.step,
+                loader=self.ds.spec,
+                loader_state=self.loader.state_dict(),
+                config=cfg.options(),
+                tokenizer=self.ds.inputs.tokenizer,
+                topology=history["topology"],
+                world_size=dist.world_size,
+                train_loss=history["train"][-1][1] if history["train"] else None,
+                val_loss=history["val"][-1][1] if history["val"] else None,
+                val_loss_by=history["val_by"][-1][1] if history.get("val_by") else {},
+                pools=as_dicts(fed),
+                parent=self.parent,
+                pins=self.pins,
             )
-            log(f"{'':>13}{loader.stats.summary(now - started)}")
-            log(f"{'':>13}fed: {pool_line(as_dicts(fed))}")
-            groups.log_train(step, dist, metrics, log, history)
-            metrics.train(
-                step,
-                loss=value,
-                lr=lr_at(step - 1, total, cfg),
-                tokens_per_second=rate,
-                mfu=util,
-                elapsed_seconds=now - started,
+            state = RunState(
+                record=record,
+                model=self.raw.state_dict(),
+                optimizer=self.opt.state_dict(),
+                rng=rng_state(),
+                fed={  # what all ranks were fed so far, per pool
+                    "counts": torch.from_numpy(fed.counts.copy()),
+                    "seen": [torch.from_numpy(s.copy()) for s in fed.seen],
+                },
+                history=history,
             )
-            last_log, tokens_since = now, 0
-        if cfg.val_filter and (step % cfg.eval_every == 0 or step == end):
-            val = evaluate(run, raw, spec, groups.val)
-            result.val_losses.append((step, val))
-            history["val"].append((step, val))
-            metrics.val(step, val)
-            log(f"step {step:>6}  val loss {val:.4f}")
-            groups.log_val(step, dist, metrics, log, history)
-        if step % cfg.checkpoint_every == 0 or step == end:
-            if step % cfg.log_every and step != end:
-                fed = fed_totals(loader, dist)
-            history["topology"][-1].update(to_step=step, wall_seconds=time.perf_counter() - began)
-            _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent, pins)
-    if result.interrupted:
-        log(f"stopped by a signal at step {step}: checkpoint written; continue with --resume")
-    result.step = step
-    result.seconds = time.perf_counter() - started
-    result.loader_summary = loader.stats.summary(result.seconds)
-    result.pools = as_dicts(fed) if fed is not None else []
-    result.loss_by = groups.last(history)
-    return result
+            save_checkpoint(
+                state,
+                keep_every=cfg.keep_every,
+                keep_last=cfg.keep_last,
+                keep_best=cfg.keep_best,
+            )
+        dist.barrier()
+
+    def _finish(self) -> TrainResult:
+        result = self.result
+        if result.interrupted:
+            self.log(
+                f"stopped by a signal at step {self.step}: checkpoint written; continue with "
+                "--resume"
+            )
+        result.step = self.step
+        result.seconds = time.perf_counter() - self.started
+        result.loader_summary = self.loader.stats.summary(result.seconds)
+        result.pools = as_dicts(self.fed) if self.fed is not None else []
+        result.loss_by = self.groups.last(self.history)
+        return result
+
+
+def _check_parent_tokenizer(cfg: TrainConfig, source: Parent, ds) -> None:  # noqa: ANN001
+    """Refuse ``init_from`` weights whose vocabulary is not the token column's."""
+    tokenizer = ds.inputs.tokenizer
+    if source.is_hf:
+        from tokenloom.train.hf import check_hf_tokenizer
+
+        check_hf_tokenizer(cfg.init_from, tokenizer)
+        rows = int(source.weights["wte.weight"].shape[0])
+        if rows != int(tokenizer.get("vocab_size") or 0):
+            raise TrainError(
+                f"--init-from {cfg.init_from} has {rows:,} embedding rows but the column's "
+                f"tokenizer {tokenizer.get('name')!r} has {tokenizer.get('vocab_size')} ids; "
+                "tokenloom needs one row per id"
+            )
+        return
+    theirs = source.entry["tokenizer"]
+    if theirs.get("vocab_size") != tokenizer.get("vocab_size"):
+        raise TrainError(
+            f"--init-from {cfg.init_from} was trained on tokenizer {theirs.get('name')!r} "
+            f"({theirs.get('vocab_size')} ids); the column {cfg.loader.token_column!r} holds "
+            f"{tokenizer.get('name')!r} ({tokenizer.get('vocab_size')})"
+        )
 
 
 def _slow_vocab(model: str, raw: GPT, share: float, vocab: int, tokenizer: dict, spec) -> str:  # noqa: ANN001
@@ -519,45 +685,3 @@ def _slow_vocab(model: str, raw: GPT, share: float, vocab: int, tokenizer: dict,
 def _log_provenance(out: str, rank: int, step: int, spans) -> None:  # noqa: ANN001
     with open(os.path.join(out, f"provenance-rank{rank}.jsonl"), "a") as fh:
         fh.write(json.dumps({"step": step, "spans": spans.tolist()}) + "\n")
-
-
-def _save(cfg, dist, raw, opt, step, loader, ds, history, fed, parent, pins) -> None:  # noqa: ANN001
-    """Rank 0 writes the checkpoint (atomically); every rank waits until it is on disk."""
-    if dist.is_main:
-        save_checkpoint(
-            os.path.join(cfg.out, "last.pt"),
-            {
-                "model": raw.state_dict(),
-                "optimizer": opt.state_dict(),
-                "step": step,
-                "rng": rng_state(),
-                "loader": loader.state_dict(),
-                "config": cfg.options(),
-                "history": history,
-                "world_size": dist.world_size,
-                "parent": parent,
-                "fed": {  # what all ranks were fed so far, per pool
-                    "counts": torch.from_numpy(fed.counts.copy()),
-                    "seen": [torch.from_numpy(s.copy()) for s in fed.seen],
-                },
-            },
-        )
-        write_record(
-            RunRecord(
-                out=cfg.out,
-                step=step,
-                loader=ds.spec,
-                loader_state=loader.state_dict(),
-                config=cfg.options(),
-                tokenizer=ds.inputs.tokenizer,
-                topology=history["topology"],
-                world_size=dist.world_size,
-                train_loss=history["train"][-1][1] if history["train"] else None,
-                val_loss=history["val"][-1][1] if history["val"] else None,
-                val_loss_by=history["val_by"][-1][1] if history.get("val_by") else {},
-                pools=as_dicts(fed),
-                parent=parent,
-                pins=pins,
-            )
-        )
-    dist.barrier()

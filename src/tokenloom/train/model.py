@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tokenloom.train.presets import PRESETS
 from tokenloom.train.segments import DocumentSegments
 
 __all__ = [
@@ -54,13 +55,6 @@ class GPTConfig:
     def __post_init__(self) -> None:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} must be a multiple of n_head {self.n_head}")
-
-
-PRESETS: dict[str, dict[str, int]] = {
-    "tiny": {"n_layer": 4, "n_head": 4, "n_embd": 128},  # trains usefully on 2 CPU cores
-    "small": {"n_layer": 12, "n_head": 12, "n_embd": 768},  # GPT-2 124M
-    "medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024},  # GPT-2 350M
-}
 
 
 def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:

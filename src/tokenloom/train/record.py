@@ -4,8 +4,8 @@ It is what ``trace``, ``sample``, the demo and ``train --resume`` read first: th
 run trained on (table version pinned, table stored as an absolute URI so any directory works), the
 loader's cursor, the run's options, the tokenizer, the topology of every invocation, per-pool
 counts of what the run was fed, and the run it started from (``--init-from``). One function reads
-it (:func:`read_record`); the large state (weights, optimizer) stays in ``last.pt``. Pure: no
-torch.
+it (:func:`read_record`); the large state (weights, optimizer) is beside it in the checkpoint
+(:mod:`tokenloom.train.checkpoint`, which writes both). Pure: no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.train.layout import LAST_RECORD, parse_step, resolve_checkpoint
 
 __all__ = ["RECORD_FORMAT", "RecordError", "RunRecord", "read_record", "write_record"]
 
@@ -124,15 +125,23 @@ class RunRecord:
 
 
 def record_path(run: str | os.PathLike[str]) -> str:
-    """``run`` itself when it names a ``.json`` file, else ``run/last.json``."""
+    """``run`` itself when it names a ``.json`` file, ``RUN/step-N/record.json`` for a step
+    checkpoint (:func:`~tokenloom.train.layout.resolve_checkpoint`: a missing step is refused,
+    listing those kept), else ``run/last.json``."""
     text = os.fspath(run)
-    return text if text.endswith(".json") else os.path.join(text, "last.json")
+    if text.endswith(".json"):
+        return text
+    if parse_step(os.path.basename(os.path.abspath(text))) is not None:
+        return resolve_checkpoint(text).record_path
+    return os.path.join(text, LAST_RECORD)
 
 
 def read_record(run: str | os.PathLike[str]) -> RunRecord:
-    """The record of the run directory ``run`` (or of the ``last.json`` it names).
+    """The record of the run directory ``run`` (its latest checkpoint), of ``RUN/step-N``, or of
+    the ``.json`` it names.
 
     Raises:
+        CheckpointNotFoundError: ``RUN/step-N`` names a step the run does not keep.
         RecordError: No record there, or one that cannot be read.
     """
     path = record_path(run)
@@ -153,7 +162,7 @@ def read_record(run: str | os.PathLike[str]) -> RunRecord:
 
 def write_record(record: RunRecord) -> str:
     """Write ``record`` to ``record.out/last.json`` atomically; returns the path."""
-    path = os.path.join(absolute_uri(record.out), "last.json")
+    path = os.path.join(absolute_uri(record.out), LAST_RECORD)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(record.to_dict(), fh, indent=1)

@@ -6,27 +6,42 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from dataclasses import dataclass
 from typing import Any
 
-from tokenloom.loader.spec import LoaderSpec
-from tokenloom.train.checkpoint import load_checkpoint, remove_stale_temporaries
+from tokenloom.train.checkpoint import (
+    discard_checkpoint,
+    load_checkpoint,
+    remove_stale_temporaries,
+)
 from tokenloom.train.config import MODEL_KEYS, SCHEDULE_KEYS, TrainConfig, TrainError
 from tokenloom.train.dist import Dist
+from tokenloom.train.layout import (
+    LAST_RECORD,
+    LEGACY_STATE,
+    CheckpointNotFoundError,
+    last_step,
+    list_steps,
+    resolve_checkpoint,
+    step_name,
+)
 from tokenloom.train.lineage import lineage_pools
 from tokenloom.train.model import GPT
-from tokenloom.train.record import read_record
 
 __all__ = [
     "check_resume",
     "prepare_out",
     "Interrupted",
     "StopRequest",
+    "Parent",
     "parent_run",
     "load_weights",
 ]
 
 
 def check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
+    """Refuse a resume whose model options differ from the checkpoint's ``saved`` options, or
+    (without ``reschedule``) whose learning-rate schedule does."""
     for key in MODEL_KEYS:
         if saved.get(key) != getattr(cfg, key):
             raise TrainError(
@@ -46,24 +61,36 @@ def check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
 
 def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> None:
     """Refuse to mix two runs in one directory; clean what a killed save left."""
-    ckpt = os.path.join(cfg.out, "last.pt")
-    exists = os.path.exists(ckpt) or os.path.exists(os.path.join(cfg.out, "last.json"))
-    if resume and not os.path.exists(ckpt):
-        raise TrainError(
-            f"--resume: no checkpoint in {cfg.out} (no last.pt); start the run without --resume"
-        )
+    out = cfg.out
+    exists = os.path.exists(os.path.join(out, LAST_RECORD)) or bool(list_steps(out))
+    exists = exists or os.path.exists(os.path.join(out, LEGACY_STATE))
+    if resume:
+        try:
+            resolve_checkpoint(out)
+        except CheckpointNotFoundError as exc:
+            raise TrainError(
+                f"--resume: no checkpoint to continue in {out} ({exc}); start the run without "
+                "--resume"
+            ) from None
     if not resume and exists and not overwrite:
         raise TrainError(
-            f"{cfg.out} already holds a run; continue it with `tokenloom train --out {cfg.out} "
+            f"{out} already holds a run; continue it with `tokenloom train --out {out} "
             "--resume`, pick another --out, or pass --overwrite to replace it"
         )
     if dist.is_main:
-        os.makedirs(cfg.out, exist_ok=True)
-        remove_stale_temporaries(cfg.out)
+        os.makedirs(out, exist_ok=True)
+        remove_stale_temporaries(out)
         if overwrite and not resume:
-            for name in ("last.pt", "last.json"):
+            for name in (LEGACY_STATE, LAST_RECORD):
                 with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(cfg.out, name))
+                    os.remove(os.path.join(out, name))
+            for step in list_steps(out):
+                discard_checkpoint(os.path.join(out, step_name(step)))
+        if resume:  # a save killed after its rename, before last.json named it: redone
+            last = last_step(out)
+            for step in list_steps(out):
+                if last is not None and step > last:
+                    discard_checkpoint(os.path.join(out, step_name(step)))
     dist.barrier()
 
 
@@ -114,12 +141,30 @@ class StopRequest:
             signal.signal(sig, old)
 
 
-def parent_run(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict | None]:
-    """``(state, parent)`` of ``cfg.init_from`` (weights to start from, and the new record's
-    ``parent`` entry): a tokenloom run directory or a ``transformers`` GPT-2 folder
+@dataclass(frozen=True)
+class Parent:
+    """What a stage transition (``--init-from``) starts from."""
+
+    weights: dict[str, Any]
+    """Model weights in tokenloom's layout."""
+    optimizer: dict[str, Any] | None
+    """The parent's optimizer state (``None`` for a ``transformers`` folder)."""
+    entry: dict[str, Any]
+    """The new record's ``parent``: ``out``, ``step``, ``loader``, ``tokenizer`` (a tokenloom
+    run) or ``format: hf`` with the folder's provenance."""
+
+    @property
+    def is_hf(self) -> bool:
+        """A ``transformers`` folder (its tokenizer is checked against the column)."""
+        return self.entry.get("format") == "hf"
+
+
+def parent_run(cfg: TrainConfig) -> Parent | None:
+    """The checkpoint ``cfg.init_from`` names: ``RUN``, ``RUN/step-N`` (one resolver:
+    :func:`~tokenloom.train.layout.resolve_checkpoint`) or a ``transformers`` GPT-2 folder
     (:mod:`tokenloom.train.hf`). The caller checks the tokenizer against the new run's column."""
     if cfg.init_from is None:
-        return None, None
+        return None
     from tokenloom.train.hf import is_hf_folder, read_hf_folder
 
     if is_hf_folder(cfg.init_from):  # a transformers GPT-2 folder (its tokenizer checked later)
@@ -128,22 +173,23 @@ def parent_run(cfg: TrainConfig, loader: LoaderSpec) -> tuple[dict | None, dict 
                 f"--keep-optimizer: --init-from {cfg.init_from} is a transformers folder, which "
                 "holds no optimizer state; drop --keep-optimizer"
             )
-        weights, parent = read_hf_folder(cfg.init_from, model=cfg.model)
-        return {"model": weights}, parent
-    record = read_record(cfg.init_from)
-    state = load_checkpoint(os.path.join(cfg.init_from, "last.pt"))
+        weights, entry = read_hf_folder(cfg.init_from, model=cfg.model)
+        return Parent(weights=weights, optimizer=None, entry=entry)
+    state = load_checkpoint(cfg.init_from)
+    record = state.record
     if record.config.get("model") != cfg.model:
         raise TrainError(
             f"--init-from {cfg.init_from} holds a {record.config.get('model')!r} model, not "
             f"{cfg.model!r}; pass --model {record.config.get('model')}"
         )
-    return state, {
+    entry = {
         "out": record.out,
         "step": record.step,
         "loader": record.loader.to_dict(),
         "tokenizer": record.tokenizer,
         "carried": lineage_pools(record),  # the lineage's counts, kept if the parent goes
     }
+    return Parent(weights=state.model, optimizer=state.optimizer, entry=entry)
 
 
 def load_weights(model: GPT, weights: dict) -> None:
