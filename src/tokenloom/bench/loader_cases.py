@@ -153,6 +153,12 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             "rows_read": stats.rows_read,
             "bytes_read": stats.bytes_read,
         }
+        if spec.workers == 0 and ds.reader._ds is not None:
+            # what the token reads cost at the store (Lance's own I/O counters of the reader's
+            # dataset): the proxy's figure also holds the plan's scan and the table's metadata
+            io = ds.reader._ds.io_stats_snapshot()
+            notes.figures["bytes_fetched"] = io.read_bytes
+            notes.figures["requests"] = io.read_iops
 
 
 def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
@@ -288,6 +294,57 @@ def prepacked_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     return batches(spec, notes)
 
 
+def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """The token column's rows taken in a fresh global random order and joined with EOS into
+    ``(B, L)`` batches, nothing else: the rate the store allows a per-row reader (no plan, no
+    ledger). Rows are taken as a per-row reader takes them (Lance's merge window
+    :data:`~tokenloom.loader.readahead.ROW_BLOCK_SIZE`), ``take_rows`` sorted rows per take and
+    :data:`~tokenloom.loader.readahead.ROWS_IN_FLIGHT` rows requested at once
+    (``options=(("take_rows", N),)``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import lance
+    import numpy as np
+    import torch
+
+    from tokenloom.loader.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
+    from tokenloom.loader.read import _list_values
+    from tokenloom.table.storage import is_remote
+
+    extra = {"block_size": ROW_BLOCK_SIZE} if is_remote(spec.path) else {}
+    ds = lance.dataset(spec.path, storage_options=dict(spec.storage_options) or None, **extra)
+    k = int(spec.option("take_rows", 256))
+    rows = np.random.default_rng(0).permutation(ds.count_rows())
+    per_batch = spec.batch_size * spec.seq_len
+    eos = np.array([spec.eos_id], dtype=np.int64)
+    counts = {"rows": 0, "bytes": 0}
+
+    def take(lo: int) -> np.ndarray:
+        col = ds.take(np.sort(rows[lo : lo + k]).tolist(), columns=["input_ids"]).column(0)
+        values, offs = _list_values(col.combine_chunks())
+        counts["rows"] += len(offs) - 1
+        counts["bytes"] += values.nbytes
+        parts = np.split(values.astype(np.int64), offs[1:-1])
+        return np.concatenate([x for p in parts for x in (p, eos)])
+
+    held = np.zeros(0, dtype=np.int64)
+    threads = max(ROWS_IN_FLIGHT // k, 1)
+    try:
+        with ThreadPoolExecutor(threads, thread_name_prefix="lance-rows") as pool:
+            while True:
+                for part in pool.map(take, range(0, len(rows), k)):
+                    held = np.concatenate([held, part])
+                    n = len(held) // per_batch
+                    for b in held[: n * per_batch].reshape(n, spec.batch_size, spec.seq_len):
+                        yield torch.from_numpy(b)
+                    held = held[n * per_batch :]
+    finally:
+        notes.text = f"{k} rows per take, {threads} takes at once"
+        io = ds.io_stats_snapshot()
+        notes.figures = {"rows_read": counts["rows"], "bytes_read": counts["bytes"],
+                         "bytes_fetched": io.read_bytes, "requests": io.read_iops}  # fmt: skip
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
     "prepacked": prepacked_batches,
@@ -296,6 +353,7 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "parquet": parquet_batches,
     "parquet-rows": parquet_rows_batches,
     "webdataset": webdataset_batches,
+    "lance-rows": lance_rows_batches,
 }
 
 _IMPORTS = {
@@ -306,6 +364,7 @@ _IMPORTS = {
     "parquet-rows": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
+    "lance-rows": ("torch", "lance"),
 }
 
 

@@ -51,16 +51,17 @@ __all__ = [
     "format_s3_report",
 ]
 
-S3_LOADERS = ("tokenloom", "parquet-rows", "parquet", "mds")
+S3_LOADERS = ("tokenloom", "lance-rows", "parquet-rows", "parquet", "mds")
 """The loaders measured from the bucket (tokenloom first: the per-row Parquet baseline gets its
 concurrency)."""
 _LABELS = {
     "tokenloom": "tokenloom",
+    "lance-rows": "Lance per-row takes, no packing (store bound)",
     "parquet-rows": "Parquet single rows, global shuffle",
     "parquet": "Parquet row groups, random order",
     "mds": "MDS pre-packed (remote= on S3)",
 }
-_COPY = {"tokenloom": "table", "parquet-rows": "parquet", "parquet": "parquet", "mds": "mds"}
+_COPY = {"tokenloom": "table", "lance-rows": "table", "parquet-rows": "parquet", "parquet": "parquet", "mds": "mds"}
 """Which built copy each loader reads."""
 _LOCAL = "local"
 
@@ -155,6 +156,10 @@ class S3Bench:
             goal = ">= 0.8 at 20 ms" if store == "S3 20 ms" else ""
             out.append(("tokenloom S3 / local", store, self.ratio(
                 (store, "tokenloom"), (_LOCAL, "tokenloom")), goal))  # fmt: skip
+            out.append(("Lance per-row takes S3 / local", store, self.ratio(
+                (store, "lance-rows"), (_LOCAL, "tokenloom")), ""))  # fmt: skip
+            out.append(("tokenloom / Lance per-row takes", store, self.ratio(
+                (store, "tokenloom"), (store, "lance-rows")), ""))  # fmt: skip
             out.append(("tokenloom / Parquet rows, both S3", store, self.ratio(
                 (store, "tokenloom"), (store, "parquet-rows")), ">= 10"))  # fmt: skip
             out.append(("tokenloom / Parquet row groups", store, self.ratio(
@@ -163,6 +168,8 @@ class S3Bench:
                 (store, "tokenloom"), (store, "mds")), ""))  # fmt: skip
             out.append(("tokenloom fetched / used bytes", store, self.fetched_over_used(
                 store), "<= 1.5"))  # fmt: skip
+            out.append(("  token reads alone (Lance I/O)", store, self.token_reads_over_used(
+                store), ""))  # fmt: skip
             r = self.results.get(store, {}).get("tokenloom")
             gb = r.peak_rss_mb / 1024 if r is not None and r.ok and r.peak_rss_mb else None
             out.append(("tokenloom peak RSS (GB)", store, gb, "<= 1.0"))
@@ -184,6 +191,14 @@ class S3Bench:
         if io is None or not io.body_bytes or not used:
             return None
         return io.body_bytes / used
+
+    def token_reads_over_used(self, store: str, loader: str = "tokenloom") -> float | None:
+        """Bytes the token reads fetched (Lance's I/O counters of the reader's dataset: no plan
+        scan, no manifest) over the token bytes they used."""
+        r = self.results.get(store, {}).get(loader)
+        figures = (r.figures or {}) if r is not None else {}
+        fetched, used = figures.get("bytes_fetched"), figures.get("bytes_read")
+        return fetched / used if fetched and used else None
 
     def to_json(self) -> dict:
         return {

@@ -338,7 +338,8 @@ row groups) and MDS from it.""",
     metavar="LIST",
     help=(
         "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes."
+        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes "
+        "(--store s3: also lance-rows, bare per-row takes: the store's bound)."
     ),
 )
 @click.option(
@@ -366,8 +367,8 @@ row groups) and MDS from it.""",
     type=click.Choice(["local", "s3"]),
     default="local",
     show_default=True,
-    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, parquet-rows, "
-    "parquet, mds).",
+    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, lance-rows, "
+    "parquet-rows, parquet, mds).",
 )
 @click.option(
     "--latency-ms",
