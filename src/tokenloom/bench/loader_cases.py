@@ -307,8 +307,8 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     import numpy as np
     import torch
 
-    from tokenloom.loader.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
     from tokenloom.loader.read import _list_values
+    from tokenloom.loader.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
     from tokenloom.table.storage import is_remote
 
     extra = {"block_size": ROW_BLOCK_SIZE} if is_remote(spec.path) else {}

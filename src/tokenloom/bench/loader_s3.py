@@ -61,7 +61,13 @@ _LABELS = {
     "parquet": "Parquet row groups, random order",
     "mds": "MDS pre-packed (remote= on S3)",
 }
-_COPY = {"tokenloom": "table", "lance-rows": "table", "parquet-rows": "parquet", "parquet": "parquet", "mds": "mds"}
+_COPY = {
+    "tokenloom": "table",
+    "lance-rows": "table",
+    "parquet-rows": "parquet",
+    "parquet": "parquet",
+    "mds": "mds",
+}
 """Which built copy each loader reads."""
 _LOCAL = "local"
 
