@@ -307,12 +307,13 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     import numpy as np
     import torch
 
-    from tokenloom.loader.read import _list_values
     from tokenloom.loader.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
     from tokenloom.table.storage import is_remote
+    from tokenloom.table.tokens import token_lists
 
     extra = {"block_size": ROW_BLOCK_SIZE} if is_remote(spec.path) else {}
     ds = lance.dataset(spec.path, storage_options=dict(spec.storage_options) or None, **extra)
+    field = ds.schema.field("input_ids")
     k = int(spec.option("take_rows", 256))
     rows = np.random.default_rng(0).permutation(ds.count_rows())
     per_batch = spec.batch_size * spec.seq_len
@@ -321,10 +322,11 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
 
     def take(lo: int) -> np.ndarray:
         col = ds.take(np.sort(rows[lo : lo + k]).tolist(), columns=["input_ids"]).column(0)
-        values, offs = _list_values(col.combine_chunks())
+        lists = token_lists(col, field)
+        values, offs = lists.values, lists.offsets
         counts["rows"] += len(offs) - 1
-        counts["bytes"] += values.nbytes
-        parts = np.split(values.astype(np.int64), offs[1:-1])
+        counts["bytes"] += int(offs[-1] - offs[0]) * values.itemsize
+        parts = np.split(values[offs[0] : offs[-1]].astype(np.int64), offs[1:-1] - offs[0])
         return np.concatenate([x for p in parts for x in (p, eos)])
 
     held = np.zeros(0, dtype=np.int64)

@@ -23,6 +23,7 @@ from tokenloom.loader.compact import COMPACT_FORMAT, CompactInts, encode
 from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.read import LoaderError
 from tokenloom.table.filters import validate_filter
+from tokenloom.table.tokens import token_dtype
 
 __all__ = [
     "PlanInputs",
@@ -284,6 +285,7 @@ def _scan_plan_inputs(
                 f"{', '.join(ds.schema.names)}); tokenize first: "
                 f"`tokenloom tokenize --table {ds.uri} --tokenizer gpt2`"
             )
+    token_dtype(ds.schema.field(token_column))  # a layout every reader of it knows
     try:
         table = ds.scanner(columns=["id", count_column], filter=filter, with_row_id=True).to_table()
     except (ValueError, OSError, RuntimeError) as exc:
