@@ -110,6 +110,8 @@ class S3BenchConfig:
     scale_docs: int | None = None
     """Also measure tokenloom on a table of this many documents at every S3 store (``docs /
     10`` for the 1x-vs-10x memory check); ``None``: not measured."""
+    layout: str = "list"
+    """How the synthetic tables store the ids (``tokenloom tokenize --layout``)."""
     workers: int = 0
     """DataLoader workers of every case. 0: each loader reads in the measuring process (with
     its own threads); a small corpus's epoch lasts about a second, and spawned workers
@@ -231,7 +233,7 @@ def _build(config: S3BenchConfig, log: Callable[[str], None]) -> dict[str, Built
     from tokenloom.bench.loader_data import build_mds, build_parquet, build_table
 
     root = os.path.abspath(os.path.expanduser(config.run.workdir))
-    corpus = CorpusSpec(docs=config.run.docs, seed=config.run.seed)
+    corpus = CorpusSpec(docs=config.run.docs, seed=config.run.seed, layout=config.layout)
     jobs = {
         "table": lambda: build_table(os.path.join(root, corpus.name + ".lance"), corpus),
         "parquet": lambda: build_parquet(os.path.join(root, corpus.name + ".parquet"), corpus),
@@ -242,7 +244,7 @@ def _build(config: S3BenchConfig, log: Callable[[str], None]) -> dict[str, Built
         ),
     }
     if config.scale_docs is not None:
-        small = CorpusSpec(docs=config.scale_docs, seed=config.run.seed)
+        small = CorpusSpec(docs=config.scale_docs, seed=config.run.seed, layout=config.layout)
         jobs["scale"] = lambda: build_table(os.path.join(root, small.name + ".lance"), small)
     builds = {}
     names = [_COPY[loader] for loader in config.only]
