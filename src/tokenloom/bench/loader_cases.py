@@ -138,10 +138,21 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         **recipe,
     )
     dl = DataLoader(ds, num_workers=spec.workers)
+    first: tuple[int, int] | None = None  # (fetched, taken) token bytes at the first batch
+
+    def io() -> tuple[int, int]:
+        """Bytes the reader's dataset fetched (Lance's own I/O counters) and the bytes its takes
+        returned, so far (this process's reader: ``workers=0``)."""
+        dataset = ds.reader._ds
+        return (dataset.io_stats_snapshot().read_bytes if dataset is not None else 0,
+                ds.reader.bytes_read)  # fmt: skip
+
     try:
         while True:
             for batch in dl:
                 yield batch["input_ids"]
+                if first is None and spec.workers == 0:
+                    first = io()  # what the start cost (each file's metadata) stays out
     finally:
         stats = dl.stats
         notes.text = stats.summary()
@@ -153,12 +164,12 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             "rows_read": stats.rows_read,
             "bytes_read": stats.bytes_read,
         }
-        if spec.workers == 0 and ds.reader._ds is not None:
-            # what the token reads cost at the store (Lance's own I/O counters of the reader's
-            # dataset): the proxy's figure also holds the plan's scan and the table's metadata
-            io = ds.reader._ds.io_stats_snapshot()
-            notes.figures["bytes_fetched"] = io.read_bytes
-            notes.figures["requests"] = io.read_iops
+        if first is not None:
+            # what the token reads cost at the store once running: the proxy's figure also
+            # holds the plan's scan, each file's metadata and the rows in flight at the end
+            fetched, taken = io()
+            notes.figures["reads_fetched"] = fetched - first[0]
+            notes.figures["reads_taken"] = taken - first[1]
 
 
 def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
@@ -331,6 +342,7 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
 
     held = np.zeros(0, dtype=np.int64)
     threads = max(ROWS_IN_FLIGHT // k, 1)
+    first: tuple[int, int] | None = None
     try:
         with ThreadPoolExecutor(threads, thread_name_prefix="lance-rows") as pool:
             while True:
@@ -339,12 +351,15 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
                     n = len(held) // per_batch
                     for b in held[: n * per_batch].reshape(n, spec.batch_size, spec.seq_len):
                         yield torch.from_numpy(b)
+                        if first is None:
+                            first = (ds.io_stats_snapshot().read_bytes, counts["bytes"])
                     held = held[n * per_batch :]
     finally:
         notes.text = f"{k} rows per take, {threads} takes at once"
-        io = ds.io_stats_snapshot()
-        notes.figures = {"rows_read": counts["rows"], "bytes_read": counts["bytes"],
-                         "bytes_fetched": io.read_bytes, "requests": io.read_iops}  # fmt: skip
+        notes.figures = {"rows_read": counts["rows"], "bytes_read": counts["bytes"]}
+        if first is not None:
+            notes.figures["reads_fetched"] = ds.io_stats_snapshot().read_bytes - first[0]
+            notes.figures["reads_taken"] = counts["bytes"] - first[1]
 
 
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
