@@ -166,7 +166,11 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         }
         if first is not None:
             # what the token reads cost at the store once running: the proxy's figure also
-            # holds the plan's scan, each file's metadata and the rows in flight at the end
+            # holds the plan's scan and each file's metadata. The fetches in flight finish
+            # first, so that both counters hold them.
+            if ds._fetcher is not None:
+                ds._fetcher.close()
+                ds._fetcher._pool.shutdown(wait=True)
             fetched, taken = io()
             notes.figures["reads_fetched"] = fetched - first[0]
             notes.figures["reads_taken"] = taken - first[1]
@@ -312,6 +316,7 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     :data:`~tokenloom.loader.readahead.ROW_BLOCK_SIZE`), ``take_rows`` sorted rows per take and
     :data:`~tokenloom.loader.readahead.ROWS_IN_FLIGHT` rows requested at once
     (``options=(("take_rows", N),)``)."""
+    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     import lance
@@ -343,18 +348,28 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     held = np.zeros(0, dtype=np.int64)
     threads = max(ROWS_IN_FLIGHT // k, 1)
     first: tuple[int, int] | None = None
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="lance-rows")
+
+    def parts() -> Iterator[np.ndarray]:
+        """The takes' rows in order, ``threads`` takes in flight (epoch after epoch)."""
+        ahead: deque = deque()
+        while True:
+            for lo in range(0, len(rows), k):
+                ahead.append(pool.submit(take, lo))
+                if len(ahead) >= threads:
+                    yield ahead.popleft().result()
+
     try:
-        with ThreadPoolExecutor(threads, thread_name_prefix="lance-rows") as pool:
-            while True:
-                for part in pool.map(take, range(0, len(rows), k)):
-                    held = np.concatenate([held, part])
-                    n = len(held) // per_batch
-                    for b in held[: n * per_batch].reshape(n, spec.batch_size, spec.seq_len):
-                        yield torch.from_numpy(b)
-                        if first is None:
-                            first = (ds.io_stats_snapshot().read_bytes, counts["bytes"])
-                    held = held[n * per_batch :]
+        for part in parts():
+            held = np.concatenate([held, part])
+            n = len(held) // per_batch
+            for b in held[: n * per_batch].reshape(n, spec.batch_size, spec.seq_len):
+                yield torch.from_numpy(b)
+                if first is None:
+                    first = (ds.io_stats_snapshot().read_bytes, counts["bytes"])
+            held = held[n * per_batch :]
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # the takes in flight finish: counted
         notes.text = f"{k} rows per take, {threads} takes at once"
         notes.figures = {"rows_read": counts["rows"], "bytes_read": counts["bytes"]}
         if first is not None:
