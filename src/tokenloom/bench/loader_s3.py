@@ -179,7 +179,7 @@ class S3Bench:
             # informative: fetches in flight at the first batch and each page's index read on
             # its first use fall inside the window (docs/bench-loader.md has a drained probe)
             for loader in ("tokenloom", "lance-rows"):
-                out.append((f"  {loader} token reads from batch 1", store,
+                out.append((f"  {loader} reads from batch 1", store,
                             self.token_reads_over_used(store, loader), ""))  # fmt: skip
             r = self.results.get(store, {}).get("tokenloom")
             gb = r.peak_rss_mb / 1024 if r is not None and r.ok and r.peak_rss_mb else None
