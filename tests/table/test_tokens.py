@@ -51,7 +51,7 @@ def test_bytes_are_little_endian_ids_with_the_type_recorded():
 
 def test_a_damaged_or_unrecorded_bytes_column_is_refused_by_name():
     field = layout_field("ids", pa.uint16(), "bytes", {})
-    with pytest.raises(TokenLayoutError, match=r"row 1 of token column 'ids' holds 3 bytes"):
+    with pytest.raises(TokenLayoutError, match=r"'ids' \(number 1 of the 2 read\) holds 3 bytes"):
         token_lists(pa.array([b"\x01\x00", b"\x01\x00\x02"], pa.large_binary()), field)
     with pytest.raises(TokenLayoutError, match=r"column 'raw' \(large_binary\) is not a token"):
         token_dtype(pa.field("raw", pa.large_binary()))
@@ -61,3 +61,44 @@ def test_a_damaged_or_unrecorded_bytes_column_is_refused_by_name():
         layout_name(pa.field("text", pa.string()))
     with pytest.raises(TokenLayoutError, match="not one of list, bytes"):
         layout_field("ids", pa.uint16(), "zip", {})
+
+
+def test_the_loader_refuses_a_damaged_bytes_column_in_a_subprocess(tmp_path):
+    """A ``bytes`` column whose rows are not whole ids: ``tokenloom verify`` (the loader reading
+    it) exits 1 naming the column, the rule and the fix."""
+    import json
+
+    from tests.conftest import run_cli, write_jsonl
+    from tokenloom.backfill import add_column, udf
+    from tokenloom.ingest import ingest
+    from tokenloom.tokenize import load_tokenizer
+
+    ident = json.dumps(load_tokenizer("gpt2").identity(), sort_keys=True).encode()
+    meta = {b"tokenloom.tokenizer": ident}
+    write_jsonl(tmp_path / "a.jsonl", [{"text": f"row {i} text" + "s" * (i % 2)} for i in range(8)])
+    uri = str(tmp_path / "t.lance")
+    ingest([tmp_path / "a.jsonl"], uri, progress=False)
+
+    @udf(
+        inputs=["text"],
+        output=pa.schema(
+            [
+                layout_field("input_ids", pa.uint16(), "bytes", meta),
+                pa.field("n_tokens", pa.int64()),
+            ]
+        ),
+        version="1",
+    )
+    def utf8_bytes(batch: pa.RecordBatch) -> dict:  # one byte per "id": odd lengths
+        vals = [t.encode() for t in batch.column("text").to_pylist()]
+        return {
+            "input_ids": pa.array(vals, pa.large_binary()),
+            "n_tokens": [len(v) // 2 for v in vals],
+        }
+
+    add_column(uri, None, utf8_bytes, workers=0)
+    out = run_cli("verify", "--table", uri)
+    assert out.returncode == 1, out.stderr
+    assert "token column 'input_ids'" in out.stderr and "holds 11 bytes" in out.stderr
+    assert "not a whole number of uint16 ids" in out.stderr
+    assert "--column input_ids_2 --layout bytes" in out.stderr

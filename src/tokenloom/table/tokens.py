@@ -183,9 +183,11 @@ def token_lists(col: Any, field: pa.Field) -> TokenLists:
     if ((offs - offs[0]) % width).any():
         i = int(np.flatnonzero(np.diff(offs) % width)[0])
         raise TokenLayoutError(
-            f"row {i} of token column {field.name!r} holds {int(offs[i + 1] - offs[i])} bytes, "
-            f"not a whole number of {dtype} ids ({width} bytes each); the column is damaged: "
-            f"tokenize it again with `tokenloom tokenize --column {field.name} --layout bytes`"
+            f"a row of token column {field.name!r} (number {i} of the {len(col)} read) holds "
+            f"{int(offs[i + 1] - offs[i])} bytes, not a whole number of {dtype} ids ({width} "
+            f"bytes each): the column was not written by `tokenloom tokenize`; write the ids "
+            f"into a new column: `tokenloom tokenize --tokenizer SPEC --column "
+            f"{field.name}_2 --layout bytes`"
         )
     data = bufs[2]
     values = (
