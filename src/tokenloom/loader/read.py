@@ -277,9 +277,7 @@ class TokenReader:
             col = self._take(ids, parts=parts).combine_chunks()
             lists, nbytes = token_lists(col, self.field), col.nbytes
         else:
-            empty = np.empty(0, dtype=token_dtype(self.field))
-            lists, nbytes = token_lists(pa.array([], pa.list_(pa.from_numpy_dtype(empty.dtype))),
-                                        self.field), 0  # fmt: skip
+            lists, nbytes = token_lists(pa.array([], self.field.type), self.field), 0
         values, offs, lengths = lists.values, lists.offsets, lists.lengths
         read = (len(ids), nbytes, time.perf_counter() - started)
         with self._lock:
