@@ -99,10 +99,12 @@ def test_s3_bench_on_the_bytes_layout_reports_the_bare_per_row_takes(tmp_path):
             assert result.ok and result.figures["rows_read"] > 0, result
     values = {(name, s): value for name, s, value, _ in bench.ratios()}
     assert values[("Lance per-row takes S3 / local", store)] > 0
-    reads = bench.results[store]["tokenloom"].figures
-    assert values[("  tokenloom reads from batch 1", store)] == pytest.approx(
-        reads["reads_fetched"] / reads["reads_taken"]
-    )
+    for loader in ("tokenloom", "lance-rows"):
+        # a tiny table may be fetched whole before the first batch: nothing read after it
+        reads = bench.results[store][loader].figures
+        taken = reads["reads_taken"]
+        want = pytest.approx(reads["reads_fetched"] / taken) if taken else None
+        assert values[(f"  {loader} reads from batch 1", store)] == want
     assert "Lance per-row takes, no packing (store bound)" in format_s3_report(bench)
 
 
