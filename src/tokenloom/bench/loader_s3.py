@@ -210,7 +210,7 @@ class S3Bench:
         r = self.results.get(store, {}).get(loader)
         figures = (r.figures or {}) if r is not None else {}
         fetched, used = figures.get("reads_fetched"), figures.get("reads_taken")
-        return fetched / used if fetched and used else None
+        return fetched / used if fetched is not None and used else None
 
     def to_json(self) -> dict:
         return {
