@@ -65,3 +65,51 @@ def test_s3_bench_reports_both_parquet_baselines_and_the_store_side(tmp_path):
 
 def io_bytes(bench, store: str) -> int:
     return bench.io[store]["tokenloom"].body_bytes
+
+
+def test_s3_bench_on_the_bytes_layout_reports_the_bare_per_row_takes(tmp_path):
+    """``--token-layout bytes`` builds the table in that layout (a copy of its own), tokenloom
+    reads it, and ``lance-rows`` (bare per-row takes: the store's bound) is measured beside it;
+    the token reads' own fetched/used figures come from Lance's counters."""
+    import lance
+
+    from tokenloom.bench.loader import LoaderBenchConfig
+    from tokenloom.bench.loader_s3 import S3BenchConfig, format_s3_report, run_s3_bench
+    from tokenloom.dev.s3 import S3ServerError, weed_binary
+    from tokenloom.table.tokens import layout_name
+
+    try:
+        weed_binary()
+    except S3ServerError as exc:
+        pytest.skip(str(exc))
+    run = LoaderBenchConfig(
+        docs=300, steps=2, workdir=str(tmp_path), only=("tokenloom",), seq_len=128, isolate=False
+    )
+    config = S3BenchConfig(
+        run=run, latencies_ms=(0.0,), only=("lance-rows", "tokenloom"), layout="bytes"
+    )
+    bench = run_s3_bench(config)
+    table = bench.builds["table"].path
+    assert table.endswith("-bytes.lance")
+    assert layout_name(lance.dataset(table).schema.field("input_ids")) == "bytes"
+    store = "S3 0 ms"
+    for where in ("local", store):
+        for loader in ("tokenloom", "lance-rows"):
+            result = bench.results[where][loader]
+            assert result.ok and result.figures["rows_read"] > 0, result
+    values = {(name, s): value for name, s, value, _ in bench.ratios()}
+    assert values[("Lance per-row takes S3 / local", store)] > 0
+    for loader in ("tokenloom", "lance-rows"):
+        # a tiny table may be fetched whole before the first batch: nothing read after it
+        reads = bench.results[store][loader].figures
+        taken = reads["reads_taken"]
+        want = pytest.approx(reads["reads_fetched"] / taken) if taken else None
+        assert values[(f"  {loader} reads from batch 1", store)] == want
+    assert "Lance per-row takes, no packing (store bound)" in format_s3_report(bench)
+
+
+def test_token_layout_applies_to_the_s3_bench_only(tmp_path):
+    from tests.conftest import run_cli
+
+    out = run_cli("bench", "loader", "--token-layout", "bytes", "--workdir", str(tmp_path))
+    assert out.returncode == 2 and "--token-layout" in out.stderr and "s3 only" in out.stderr

@@ -194,3 +194,20 @@ def test_forkserver_workers_give_the_in_process_batches_and_fork_is_refused(tabl
     assert _ids(RowLoader(ds, num_workers=2, multiprocessing_context="forkserver")) == ref
     with pytest.raises(LoaderError, match="Lance is not fork-safe"):
         RowLoader(ds, num_workers=2, multiprocessing_context="fork")
+
+
+def test_a_bytes_layout_token_column_reads_as_lists_of_ids(tmp_path):
+    """The row loader reads a token column in either layout as lists of ids."""
+    from tests.loader.tables import token_table
+
+    texts = [f"row {i} " * (i % 4 + 1) for i in range(20)]
+    got = {}
+    for layout in ("list", "bytes"):
+        uri = token_table(tmp_path, texts, name=f"{layout}.lance", layout=layout)
+        spec = RowSpec(table=uri, columns=("id", "input_ids"), global_batch=5, seed=3)
+        batches = list(RowDataset(spec, format="python"))
+        got[layout] = [
+            (int(r["id"]), np.asarray(r["input_ids"]).tolist()) for b in batches for r in b
+        ]
+    assert got["bytes"] == got["list"] and len(got["list"]) == len(texts)
+    assert all(ids == list(texts[i].encode()) for i, ids in got["list"])

@@ -134,3 +134,29 @@ def test_per_row_reads_deliver_the_local_stream(s3_server, tables, monkeypatch):
     for epoch in range(2):
         _same(got[epoch], want[epoch])
     assert ds.reader.block_size == ROW_BLOCK_SIZE and ds._fetcher is not None
+
+
+def test_bytes_layout_from_the_bucket_equals_the_local_list_stream(
+    s3_server, s3_prefix, tmp_path, monkeypatch
+):
+    """The same documents stored in the ``bytes`` token layout, in the bucket, read per row (and
+    in spans, and by workers) give the local ``list`` table's batches bit for bit."""
+    from tokenloom.loader import dataset
+    from tokenloom.loader.readahead import ROW_BLOCK_SIZE
+
+    texts = real_paragraphs(60)
+    local = token_table(tmp_path, texts)
+    raw = token_table(tmp_path, texts, name="raw.lance", layout="bytes")
+    remote = f"{s3_prefix}/raw.lance"
+    fs, path = filesystem(remote, s3_server.storage_options)
+    pafs.copy_files(raw, path, destination_filesystem=fs)
+    monkeypatch.setattr(dataset, "rows_per_fetch", lambda _bytes, _rows: 24)
+    want = _epochs(_dataset(local, None), 2)
+    _same(_epochs(_dataset(raw, None), 1)[0], want[0])  # local, one take per group
+    _same(_epochs(_dataset(remote, s3_server.storage_options), 1, workers=2)[0], want[0])
+    monkeypatch.setattr(dataset, "per_row_reads", lambda _bytes: True)
+    ds = _dataset(remote, s3_server.storage_options)
+    got = _epochs(ds, 2)
+    for epoch in range(2):
+        _same(got[epoch], want[epoch])
+    assert ds.reader.block_size == ROW_BLOCK_SIZE and ds.reader.token_width == 2

@@ -95,3 +95,45 @@ def test_second_tokenizer_side_by_side_via_cli(tmp_path, table):
     text = runner.invoke(cli, ["stats", "--table", uri, "--plot", str(tmp_path / "h.png")])
     assert text.exit_code == 0 and "packing keeps 100%" in text.output
     assert (tmp_path / "h.png").stat().st_size > 1000
+
+
+def test_bytes_layout_holds_the_same_ids_counts_and_cut_points(table):
+    """``--layout bytes`` stores the ids as raw bytes (the layout recorded on the field); every
+    reader sees the list column's ids, counts, line boundaries and unigram entropy."""
+    from tokenloom.stats.entropy import unigram_entropy
+    from tokenloom.table.tokens import LAYOUT_META_KEY, as_token_lists
+    from tokenloom.tokenize.boundaries import add_boundaries
+
+    uri, texts = table
+    res = tokenize_table(uri, "gpt2", column="input_ids", layout="bytes", roundtrip_sample=1000)
+    assert res.roundtrip_checked == len(texts) and res.roundtrip_failed == 0
+    tokenize_table(uri, "gpt2", column="input_ids_l", roundtrip_sample=0)
+    add_boundaries(uri, "input_ids")
+    add_boundaries(uri, "input_ids_l")
+    t = Table.open(uri)
+    field = t.schema().field("input_ids")
+    assert str(field.type) == "large_binary" and field.metadata[LAYOUT_META_KEY] == b"bytes:uint16"
+    data = t.dataset.to_table()
+    ids = as_token_lists(data.column("input_ids"), field).to_pylist()
+    assert ids == data.column("input_ids_l").to_pylist() and any(ids)
+    for a, b in (("n_tokens", "n_tokens_l"), ("cut_points", "cut_points_l")):
+        assert data.column(a).to_pylist() == data.column(b).to_pylist()
+    assert unigram_entropy(t, "input_ids") == unigram_entropy(t, "input_ids_l")
+    # tokenizing again keeps the layout (a refresh after an append runs the same way)
+    again = tokenize_table(uri, "gpt2", column="input_ids", roundtrip_sample=0)
+    assert again.version is None
+
+
+def test_a_layout_other_than_the_columns_is_refused_in_a_subprocess(table):
+    from tests.conftest import run_cli
+
+    uri, _ = table
+    tokenize_table(uri, "gpt2", roundtrip_sample=0)
+    version = Table.open(uri).version
+    out = run_cli("tokenize", "--table", uri, "--tokenizer", "gpt2", "--layout", "bytes")
+    assert out.returncode == 1, out.stderr
+    assert "column 'input_ids' is stored in the 'list' token layout, not 'bytes'" in out.stderr
+    assert "--column input_ids_bytes --layout bytes" in out.stderr
+    assert Table.open(uri).version == version  # nothing committed
+    bad = run_cli("tokenize", "--table", uri, "--tokenizer", "gpt2", "--layout", "zip")
+    assert bad.returncode == 2 and "--layout" in bad.stderr

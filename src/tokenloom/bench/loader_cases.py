@@ -138,10 +138,21 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         **recipe,
     )
     dl = DataLoader(ds, num_workers=spec.workers)
+    first: tuple[int, int] | None = None  # (fetched, taken) token bytes at the first batch
+
+    def io() -> tuple[int, int]:
+        """Bytes the reader's dataset fetched (Lance's own I/O counters) and the bytes its takes
+        returned, so far (this process's reader: ``workers=0``)."""
+        dataset = ds.reader._ds
+        return (dataset.io_stats_snapshot().read_bytes if dataset is not None else 0,
+                ds.reader.bytes_read)  # fmt: skip
+
     try:
         while True:
             for batch in dl:
                 yield batch["input_ids"]
+                if first is None and spec.workers == 0:
+                    first = io()  # what the start cost (each file's metadata) stays out
     finally:
         stats = dl.stats
         notes.text = stats.summary()
@@ -153,6 +164,16 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             "rows_read": stats.rows_read,
             "bytes_read": stats.bytes_read,
         }
+        if first is not None:
+            # what the token reads cost at the store once running: the proxy's figure also
+            # holds the plan's scan and each file's metadata. The fetches in flight finish
+            # first, so that both counters hold them.
+            if ds._fetcher is not None:
+                ds._fetcher.close()
+                ds._fetcher._pool.shutdown(wait=True)
+            fetched, taken = io()
+            notes.figures["reads_fetched"] = fetched - first[0]
+            notes.figures["reads_taken"] = taken - first[1]
 
 
 def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
@@ -288,6 +309,74 @@ def prepacked_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     return batches(spec, notes)
 
 
+def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """The token column's rows taken in a fresh global random order and joined with EOS into
+    ``(B, L)`` batches, nothing else: the rate the store allows a per-row reader (no plan, no
+    ledger). Rows are taken as a per-row reader takes them (Lance's merge window
+    :data:`~tokenloom.loader.readahead.ROW_BLOCK_SIZE`), ``take_rows`` sorted rows per take and
+    :data:`~tokenloom.loader.readahead.ROWS_IN_FLIGHT` rows requested at once
+    (``options=(("take_rows", N),)``)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    import lance
+    import numpy as np
+    import torch
+
+    from tokenloom.loader.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
+    from tokenloom.table.storage import is_remote
+    from tokenloom.table.tokens import token_lists
+
+    extra = {"block_size": ROW_BLOCK_SIZE} if is_remote(spec.path) else {}
+    ds = lance.dataset(spec.path, storage_options=dict(spec.storage_options) or None, **extra)
+    field = ds.schema.field("input_ids")
+    k = int(spec.option("take_rows", 256))
+    rows = np.random.default_rng(0).permutation(ds.count_rows())
+    per_batch = spec.batch_size * spec.seq_len
+    eos = np.array([spec.eos_id], dtype=np.int64)
+    counts = {"rows": 0, "bytes": 0}
+
+    def take(lo: int) -> np.ndarray:
+        col = ds.take(np.sort(rows[lo : lo + k]).tolist(), columns=["input_ids"]).column(0)
+        lists = token_lists(col, field)
+        values, offs = lists.values, lists.offsets
+        counts["rows"] += len(offs) - 1
+        counts["bytes"] += int(offs[-1] - offs[0]) * values.itemsize
+        parts = np.split(values[offs[0] : offs[-1]].astype(np.int64), offs[1:-1] - offs[0])
+        return np.concatenate([x for p in parts for x in (p, eos)])
+
+    held = np.zeros(0, dtype=np.int64)
+    threads = max(ROWS_IN_FLIGHT // k, 1)
+    first: tuple[int, int] | None = None
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="lance-rows")
+
+    def parts() -> Iterator[np.ndarray]:
+        """The takes' rows in order, ``threads`` takes in flight (epoch after epoch)."""
+        ahead: deque = deque()
+        while True:
+            for lo in range(0, len(rows), k):
+                ahead.append(pool.submit(take, lo))
+                if len(ahead) >= threads:
+                    yield ahead.popleft().result()
+
+    try:
+        for part in parts():
+            held = np.concatenate([held, part])
+            n = len(held) // per_batch
+            for b in held[: n * per_batch].reshape(n, spec.batch_size, spec.seq_len):
+                yield torch.from_numpy(b)
+                if first is None:
+                    first = (ds.io_stats_snapshot().read_bytes, counts["bytes"])
+            held = held[n * per_batch :]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # the takes in flight finish: counted
+        notes.text = f"{k} rows per take, {threads} takes at once"
+        notes.figures = {"rows_read": counts["rows"], "bytes_read": counts["bytes"]}
+        if first is not None:
+            notes.figures["reads_fetched"] = ds.io_stats_snapshot().read_bytes - first[0]
+            notes.figures["reads_taken"] = counts["bytes"] - first[1]
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
     "prepacked": prepacked_batches,
@@ -296,6 +385,7 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "parquet": parquet_batches,
     "parquet-rows": parquet_rows_batches,
     "webdataset": webdataset_batches,
+    "lance-rows": lance_rows_batches,
 }
 
 _IMPORTS = {
@@ -306,6 +396,7 @@ _IMPORTS = {
     "parquet-rows": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
+    "lance-rows": ("torch", "lance"),
 }
 
 

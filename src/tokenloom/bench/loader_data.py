@@ -74,6 +74,8 @@ class CorpusSpec:
     """Lengths are clipped to ``[1, max_len]``."""
     fixed_len: int | None = None
     """Give every document exactly this many tokens (the long-document table)."""
+    layout: str = "list"
+    """How the table stores the ids (:mod:`tokenloom.table.tokens`; the table copy only)."""
 
     def __post_init__(self) -> None:
         if self.docs < 1:
@@ -88,7 +90,7 @@ class CorpusSpec:
             return f"long-{DATA_RECIPE}-d{self.docs}-n{self.fixed_len}-s{self.seed}"
         return (
             f"corpus-{DATA_RECIPE}-d{self.docs}-m{self.median:g}-a{self.mean:g}"
-            f"-x{self.max_len}-s{self.seed}"
+            f"-x{self.max_len}-s{self.seed}" + (f"-{self.layout}" if self.layout != "list" else "")
         )
 
 
@@ -201,8 +203,9 @@ def _cached(
     return Built(path=path, cached=False, **meta)
 
 
-def _table_schema() -> pa.Schema:
+def _table_schema(layout: str = "list") -> pa.Schema:
     from tokenloom.table import BASE_SCHEMA
+    from tokenloom.table.tokens import layout_field
 
     tokenizer = {
         "name": "synthetic",
@@ -216,13 +219,15 @@ def _table_schema() -> pa.Schema:
     return pa.schema(
         [
             *BASE_SCHEMA,
-            pa.field("input_ids", pa.list_(pa.uint16()), metadata=meta),
+            layout_field("input_ids", pa.uint16(), layout, meta),
             pa.field("n_tokens", pa.int64()),
         ],
     )
 
 
 def _record_batches(spec: CorpusSpec, schema: pa.Schema, rows: int) -> Iterator[pa.RecordBatch]:
+    from tokenloom.table.tokens import to_layout
+
     for first, lens, values in corpus_chunks(spec, chunk_docs=rows):
         n = lens.shape[0]
         offsets = np.zeros(n + 1, dtype=np.int32)
@@ -235,7 +240,9 @@ def _record_batches(spec: CorpusSpec, schema: pa.Schema, rows: int) -> Iterator[
                 pa.array(["synthetic"] * n, type=pa.string()),
                 pa.array([len(t) for t in texts], type=pa.int64()),
                 pa.array(["{}"] * n, type=pa.string()),
-                pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+                to_layout(
+                    pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)), spec.layout
+                ),
                 pa.array(lens),
             ],
             schema=schema,
@@ -256,7 +263,7 @@ def build_table(path: str, spec: CorpusSpec, *, rebuild: bool = False) -> Built:
         from tokenloom.table import NEXT_ID_KEY, Table
 
         table = Table.create(uri)
-        schema = _table_schema()
+        schema = _table_schema(spec.layout)
         # Long documents are 4 MB rows: keep batches small so memory stays bounded.
         rows = 4 if spec.fixed_len and spec.fixed_len > 100_000 else 8192
         reader = pa.RecordBatchReader.from_batches(schema, _record_batches(spec, schema, rows))

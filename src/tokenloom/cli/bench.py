@@ -342,7 +342,8 @@ row groups) and MDS from it.""",
     metavar="LIST",
     help=(
         "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes."
+        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes "
+        "(--store s3: also lance-rows, bare per-row takes: the store's bound)."
     ),
 )
 @click.option(
@@ -370,8 +371,8 @@ row groups) and MDS from it.""",
     type=click.Choice(["local", "s3"]),
     default="local",
     show_default=True,
-    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, parquet-rows, "
-    "parquet, mds).",
+    help="s3: local vs a local S3 server at each --latency-ms (tokenloom, lance-rows, "
+    "parquet-rows, parquet, mds).",
 )
 @click.option(
     "--latency-ms",
@@ -388,6 +389,13 @@ row groups) and MDS from it.""",
     help="With --store s3: also read a table of N documents (< --docs) at every latency and "
     "check that peak RSS stays flat (<= 1.2x) as the table grows to --docs.",
 )
+@click.option(
+    "--token-layout",
+    type=click.Choice(["list", "bytes"]),
+    default="list",
+    show_default=True,
+    help="With --store s3: how the synthetic tables store the ids (tokenloom tokenize --layout).",
+)
 @json_option
 def loader_bench(
     docs: int,
@@ -401,14 +409,19 @@ def loader_bench(
     store: str,
     latency_ms: str,
     scale_docs: int | None,
+    token_layout: str,
     as_json: bool,
 ) -> None:
     """Loader tokens/s next to LanceDB, pre-packed MDS/WebDataset and Parquet, as ratios."""
     if store == "s3":
-        _loader_s3_bench(docs, seconds, steps, workdir, only, latency_ms, scale_docs, as_json)
+        _loader_s3_bench(
+            docs, seconds, steps, workdir, only, latency_ms, scale_docs, token_layout, as_json
+        )
         return
     if scale_docs is not None:
         raise click.BadParameter("applies to --store s3 only", param_hint="--scale-docs")
+    if token_layout != "list":
+        raise click.BadParameter("applies to --store s3 only", param_hint="--token-layout")
     from tokenloom.bench.loader import (
         KNOWN_LOADERS,
         LoaderBenchConfig,
@@ -456,7 +469,7 @@ def loader_bench(
 
 def _loader_s3_bench(
     docs: int, seconds: float, steps: int | None, workdir: str, only: str, latency: str,
-    scale_docs: int | None, as_json: bool,
+    scale_docs: int | None, layout: str, as_json: bool,
 ) -> None:  # fmt: skip
     from tokenloom.bench.loader_s3 import S3_LOADERS, S3BenchConfig, format_s3_report, run_s3_bench
 
@@ -481,7 +494,9 @@ def _loader_s3_bench(
             f"{scale_docs} is not below --docs {docs}; e.g. --scale-docs {max(docs // 10, 1)}",
             param_hint="--scale-docs",
         )
-    config = S3BenchConfig(run=run, latencies_ms=latencies, only=names, scale_docs=scale_docs)
+    config = S3BenchConfig(
+        run=run, latencies_ms=latencies, only=names, scale_docs=scale_docs, layout=layout
+    )
     bench = run_s3_bench(config, log=lambda msg: click.echo(msg, err=True))
     if as_json:
         emit_json(bench.to_json())

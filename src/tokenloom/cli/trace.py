@@ -15,6 +15,7 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
     """Each stretch with its row's source and the text of exactly the tokens the model saw
     (decoded with the run's tokenizer; the row's text when that tokenizer cannot be loaded)."""
     from tokenloom.table import Table
+    from tokenloom.table.tokens import as_token_lists
 
     if not seen:
         return []
@@ -24,9 +25,11 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
         spec.table, version=run.table_version, storage_options=run.planner.storage_options
     )
     ids = sorted({s.row_id for s in seen})
-    data = table.dataset.to_table(
+    found = table.dataset.to_table(
         columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
-    ).to_pydict()
+    )
+    data = found.to_pydict()
+    data[column] = as_token_lists(found.column(column), found.schema.field(column)).to_pylist()
     rows = {i: k for k, i in enumerate(data["id"])}
     try:
         from tokenloom.tokenize import load_tokenizer

@@ -323,8 +323,7 @@ class PackedStream:
 
     def _token_bytes(self) -> int:
         """Bytes of the token lists an epoch reads (selected tokens x bytes per token)."""
-        width = self.reader.dataset.schema.field(self.spec.token_column).type.value_type
-        return int(self.inputs.n_tokens.sum()) * max(width.bit_width // 8, 1)
+        return int(self.inputs.n_tokens.sum()) * self.reader.token_width
 
     def _span_groups(self, view: EpochView, size: int) -> int:
         """Read groups per fetch span on an object store: about

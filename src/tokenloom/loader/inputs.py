@@ -24,6 +24,7 @@ from tokenloom.loader.plan import narrow_counts
 from tokenloom.loader.read import LoaderError
 from tokenloom.process import release_memory
 from tokenloom.table.filters import validate_filter
+from tokenloom.table.tokens import token_dtype
 
 __all__ = [
     "PlanInputs",
@@ -285,6 +286,7 @@ def _scan_plan_inputs(
                 f"{', '.join(ds.schema.names)}); tokenize first: "
                 f"`tokenloom tokenize --table {ds.uri} --tokenizer gpt2`"
             )
+    token_dtype(ds.schema.field(token_column))  # a layout every reader of it knows
     # Batch by batch into plain arrays: a whole-table scan and its to_numpy copies held about
     # twice the bytes of the three columns at the peak.
     parts: dict[str, list[np.ndarray]] = {"id": [], "count": [], "rowid": []}

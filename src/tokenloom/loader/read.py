@@ -26,6 +26,7 @@ from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
 from tokenloom.loader.window import CutPoints
 from tokenloom.table.storage import is_remote
+from tokenloom.table.tokens import token_dtype, token_lists
 
 __all__ = ["TokenReader", "Fetched", "split_rows", "read_cut_points", "LoaderError"]
 
@@ -124,6 +125,16 @@ class TokenReader:
             )
         return self._ds
 
+    @property
+    def field(self) -> pa.Field:
+        """The token column's field (its layout: :mod:`tokenloom.table.tokens`)."""
+        return self.dataset.schema.field(self.token_column)
+
+    @property
+    def token_width(self) -> int:
+        """Bytes per token id of the column (either layout)."""
+        return token_dtype(self.field).itemsize
+
     def use_block_size(self, block_size: int | None) -> None:
         """Read with Lance's merge window ``block_size`` from now on (the dataset is opened
         again if it was open with another one)."""
@@ -200,16 +211,14 @@ class TokenReader:
                 self.read_seconds += read[2]
                 self.rows_read += read[0]
                 self.bytes_read += read[1]
-            taken, offs = _list_values(col)
+            lists = token_lists(col, self.field)
             if k:
-                buffers.append(taken)
+                buffers.append(lists.values)
             else:
-                buffers[0] = taken
+                buffers[0] = lists.values
             source[missing] = k
-            base[missing] = offs[:-1]
-            row_len[missing] = offs[1:] - offs[:-1]
-            if col.null_count:
-                row_len[missing[~col.is_valid().to_numpy(zero_copy_only=False)]] = 0
+            base[missing] = lists.offsets[:-1]
+            row_len[missing] = lists.lengths
         short = stops > row_len[inv]
         if short.any():
             i = int(np.flatnonzero(short)[0])
@@ -266,13 +275,11 @@ class TokenReader:
         started = time.perf_counter()
         if len(ids):
             col = self._take(ids, parts=parts).combine_chunks()
+            lists, nbytes = token_lists(col, self.field), col.nbytes
         else:
-            col = pa.array([], pa.list_(pa.int32()))
-        values, offs = _list_values(col)
-        lengths = offs[1:] - offs[:-1]
-        if col.null_count:
-            lengths[~col.is_valid().to_numpy(zero_copy_only=False)] = 0
-        read = (len(ids), col.nbytes, time.perf_counter() - started)
+            lists, nbytes = token_lists(pa.array([], self.field.type), self.field), 0
+        values, offs, lengths = lists.values, lists.offsets, lists.lengths
+        read = (len(ids), nbytes, time.perf_counter() - started)
         with self._lock:
             self.read_seconds += read[2]
             self.rows_read += read[0]

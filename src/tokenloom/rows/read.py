@@ -19,6 +19,7 @@ import pyarrow as pa
 from tokenloom.loader.compact import CompactInts, encode
 from tokenloom.rows.transform import RowLoaderError
 from tokenloom.table.filters import validate_filter
+from tokenloom.table.tokens import as_token_lists, is_bytes_layout
 
 __all__ = ["RowSelection", "compact_selection", "scan_selection", "RowReader", "is_blob"]
 
@@ -136,6 +137,8 @@ class RowReader:
                 f"{np.asarray(ids)[:4].tolist()}...; the table changed under a pinned version?"
             )
         for c in self.columns:
+            if is_bytes_layout(schema.field(c)):  # token ids read as lists, either layout
+                arrays[c] = as_token_lists(arrays[c], schema.field(c))
             if is_blob(schema.field(c)):
                 blobs = ds.take_blobs(c, ids=rid) if rid else []
                 values = [b.readall() if b is not None else None for b in blobs]

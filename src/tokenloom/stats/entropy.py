@@ -7,7 +7,6 @@ that learned token frequencies and nothing else reaches it.
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.compute as pc
 
 __all__ = ["unigram_entropy"]
 
@@ -29,13 +28,14 @@ def unigram_entropy(
     """
     from tokenloom.table import Table
     from tokenloom.table.filters import validate_filter
+    from tokenloom.table.tokens import token_lists
 
     tbl = table if isinstance(table, Table) else Table.open(str(table))
     counts = np.zeros(vocab_size or 0, dtype=np.int64)
     filter = validate_filter(tbl.dataset, filter)
     scanner = tbl.dataset.scanner(columns=[token_column], filter=filter, batch_size=8192)
     for batch in scanner.to_batches():
-        ids = pc.list_flatten(batch.column(0)).to_numpy(zero_copy_only=False)
+        ids = token_lists(batch.column(0), batch.schema.field(0)).used
         if not len(ids):
             continue
         binc = np.bincount(ids, minlength=len(counts))

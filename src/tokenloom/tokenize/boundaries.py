@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill import UDF, add_column
+from tokenloom.table.tokens import as_token_lists
 
 __all__ = ["LineBoundaries", "boundaries_column_for", "add_boundaries"]
 
@@ -39,7 +40,7 @@ class LineBoundaries:
         )
 
     def __call__(self, batch: pa.RecordBatch) -> pa.Array:
-        ids = batch.column(self.column)
+        ids = as_token_lists(batch.column(self.column), batch.schema.field(self.column))
         offsets = ids.offsets.to_numpy().astype(np.int64)
         offsets = offsets - offsets[0]  # a sliced list array keeps absolute offsets
         flat = pc.list_flatten(ids).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -1,9 +1,11 @@
 """Tokenize a table: token ids and their count as added columns, the tokenizer pinned on them.
 
-The ids column (``list<uint16>`` when the vocabulary fits, else ``list<int32>``) carries the
-tokenizer identity in its field metadata (``tokenloom.tokenizer``), which the loader and the
-checkpoints read. Several token columns can live side by side (``input_ids``,
-``input_ids_bpe16k``); each has its own count column (``n_tokens``, ``n_tokens_bpe16k``).
+The ids column (``list<uint16>`` when the vocabulary fits, else ``list<int32>``; or, with
+``layout="bytes"``, raw ids in one ``large_binary`` value per row:
+:mod:`tokenloom.table.tokens`) carries the tokenizer identity in its field metadata
+(``tokenloom.tokenizer``), which the loader and the checkpoints read. Several token columns
+can live side by side (``input_ids``, ``input_ids_bpe16k``); each has its own count column
+(``n_tokens``, ``n_tokens_bpe16k``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill import add_column, udf
+from tokenloom.table.tokens import (
+    LAYOUTS,
+    TokenLayoutError,
+    as_token_lists,
+    layout_field,
+    layout_name,
+    to_layout,
+)
 from tokenloom.tokenize.base import EncodeError, TokenizerError
 from tokenloom.tokenize.registry import load_tokenizer
 from tokenloom.tokenize.roundtrip import roundtrip_failures
@@ -50,10 +60,12 @@ def count_column_for(token_column: str) -> str:
 class Encode:
     """Token ids of ``text`` (no special tokens) and their count.
 
-    ``spec`` and ``vocab_hash`` are the identity; ``_threads`` is run-time (threads per worker).
+    ``spec``, ``vocab_hash`` and ``layout`` (given only when not ``"list"``) are the identity;
+    ``_threads`` is run-time (threads per worker).
     """
 
-    def __init__(self, spec: str, vocab_hash: str, _threads: int = 1) -> None:
+    def __init__(self, spec: str, vocab_hash: str, _threads: int = 1, layout: str = "list") -> None:
+        self.layout = layout
         self.tokenizer = load_tokenizer(spec, num_threads=_threads)
         if self.tokenizer.vocab_hash != vocab_hash:
             raise RuntimeError(
@@ -63,7 +75,8 @@ class Encode:
 
     def __call__(self, batch: pa.RecordBatch) -> list:
         ids = self.tokenizer.encode_batch(batch.column("text"))
-        return [ids, pc.list_value_length(ids).cast(pa.int64())]
+        counts = pc.list_value_length(ids).cast(pa.int64())
+        return [to_layout(ids, self.layout), counts]
 
 
 @dataclass(kw_only=True)
@@ -94,8 +107,11 @@ class TokenizeResult:
         return out
 
 
-def encode_udf(spec: str, column: str = "input_ids", *, threads: int = 1):  # noqa: ANN201
-    """The :class:`Encode` UDF for a tokenizer spec, writing ``column`` and its count column."""
+def encode_udf(  # noqa: ANN201
+    spec: str, column: str = "input_ids", *, threads: int = 1, layout: str = "list"
+):
+    """The :class:`Encode` UDF for a tokenizer spec, writing ``column`` (in ``layout``) and its
+    count column."""
     tok = load_tokenizer(spec)
     identity = tok.identity()
     meta = {
@@ -104,13 +120,14 @@ def encode_udf(spec: str, column: str = "input_ids", *, threads: int = 1):  # no
     }
     schema = pa.schema(
         [
-            pa.field(column, pa.list_(tok.id_type), metadata=meta),
+            layout_field(column, tok.id_type, layout, meta),
             pa.field(count_column_for(column), pa.int64()),
         ]
     )
-    return Encode.bind(spec=tok.name, vocab_hash=tok.vocab_hash, _threads=threads).with_output(
-        schema
-    ), tok
+    extra = {"layout": layout} if layout != "list" else {}  # a list column keeps its identity
+    return Encode.bind(
+        spec=tok.name, vocab_hash=tok.vocab_hash, _threads=threads, **extra
+    ).with_output(schema), tok
 
 
 def tokenize_table(
@@ -124,6 +141,7 @@ def tokenize_table(
     allow_lossy: bool = False,
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
+    layout: str | None = None,
 ) -> TokenizeResult:
     """Add ``column`` (token ids) and its count column, then check a round-trip sample.
 
@@ -138,8 +156,11 @@ def tokenize_table(
             again on the stored ids after.
         storage_options: Object-store options (with the ``AWS_*`` environment).
         allow_lossy: Commit the column even when sampled rows do not round-trip.
+        layout: ``"list"`` or ``"bytes"`` (:mod:`tokenloom.table.tokens`); ``None``: the
+            existing column's layout, else ``"list"``.
 
     Raises:
+        TokenLayoutError: ``layout`` differs from the existing column's (nothing is changed).
         LossyTokenizerError: A sampled row does not round-trip and ``allow_lossy`` is not set.
         EncodeError: The tokenizer fails on a sampled row (named), before anything is computed.
         UDFError: The tokenizer fails on some row while the column is computed (named).
@@ -148,9 +169,12 @@ def tokenize_table(
     from tokenloom.table.names import validate_column_name
 
     validate_column_name(column)  # before the tokenizer is loaded
+    if layout is not None and layout not in LAYOUTS:
+        raise TokenLayoutError(f"token layout {layout!r} is not one of {', '.join(LAYOUTS)}")
     started = time.perf_counter()
-    enc, tok = encode_udf(spec, column, threads=threads)
     table = Table.open(uri, storage_options=storage_options)
+    layout = _layout_for(table.schema(), column, layout)
+    enc, tok = encode_udf(spec, column, threads=threads, layout=layout)
     pick = _roundtrip_pick(Table.open(uri, storage_options=storage_options), roundtrip_sample)
     if len(pick) and not allow_lossy:
         sample = Table.open(uri, storage_options=storage_options).dataset.take(
@@ -191,12 +215,27 @@ def tokenize_table(
             tok,
             sample.column("text"),
             sample.column("id").to_pylist(),
-            encoded=sample.column(column),
+            encoded=as_token_lists(sample.column(column), sample.schema.field(column)),
         )
         res.roundtrip_checked = len(pick)
         res.roundtrip_failed = len(failures)
         res.roundtrip_failures = [dataclasses.asdict(f) for f in failures[:_EXAMPLES_KEPT]]
     return res
+
+
+def _layout_for(schema: pa.Schema, column: str, layout: str | None) -> str:
+    """The layout ``column`` is written in: the existing column's (a different one asked for is
+    refused: rows of one column are stored one way), else ``layout`` or ``"list"``."""
+    if column not in schema.names:
+        return layout or "list"
+    have = layout_name(schema.field(column))
+    if layout is not None and layout != have:
+        raise TokenLayoutError(
+            f"column {column!r} is stored in the {have!r} token layout, not {layout!r}; write the "
+            f"other layout into a new column (`--column {column}_{layout} --layout {layout}`), "
+            f"or keep --layout {have}"
+        )
+    return have
 
 
 def _roundtrip_pick(table, sample: int) -> np.ndarray:  # noqa: ANN001 - a Table

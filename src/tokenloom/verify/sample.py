@@ -187,6 +187,7 @@ def _stream_order(plan: Any, blocks: np.ndarray) -> np.ndarray:
 def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     """Text, stored ids and count of rows (by table id), and a fresh tokenization of each text."""
     from tokenloom.table import Table
+    from tokenloom.table.tokens import as_token_lists
 
     ids = np.unique(np.asarray(ids, dtype=np.int64))
     if ids.size == 0:
@@ -197,7 +198,7 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     opened = Table.open(ds.uri, version=ds.version, storage_options=ds.planner.storage_options)
     table = opened.dataset._take_rows(rowids.tolist(), columns=["id", "text", column, count])
     texts = table.column("text").to_pylist()
-    stored = table.column(column).to_pylist()
+    stored = as_token_lists(table.column(column), table.schema.field(column)).to_pylist()
     counts = table.column(count).to_pylist()
     fresh = tokenizer.encode_batch([t if t is not None else "" for t in texts]).to_pylist()
     return {
