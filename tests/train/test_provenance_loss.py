@@ -147,20 +147,20 @@ def test_train_loss_by_group_at_step_one_equals_the_reference(run, table):
     """Step 1 runs on the initial weights (seeded as the trainer seeds them)."""
     out, _ = run
     record = read_record(out)
-    state = load_checkpoint(os.path.join(out, "last.pt"))
+    state = load_checkpoint(out)
     torch.manual_seed(record.loader.seed)
     model = GPT.preset(
         "tiny",
-        vocab_size=int(state["model"]["wte.weight"].shape[0]),
-        block_size=int(state["model"]["wpe.weight"].shape[0]),
+        vocab_size=int(state.model["wte.weight"].shape[0]),
+        block_size=int(state.model["wpe.weight"].shape[0]),
     )
     model.eval()
     first = next(iter(PackedDataset(record.loader)))
     expected = _reference(model, [first], _groups(table))
-    logged = dict(state["history"]["train_by"])[1]
+    logged = dict(state.history["train_by"])[1]
     all_tokens = sum(expected[f"pool/{p}"][1] for p in MIX)
     total = sum(expected[f"pool/{p}"][0] * expected[f"pool/{p}"][1] for p in MIX) / all_tokens
-    assert total == pytest.approx(dict(state["history"]["train"])[1], rel=1e-5)  # same weights
+    assert total == pytest.approx(dict(state.history["train"])[1], rel=1e-5)  # same weights
     for name, (loss, tokens) in expected.items():
         assert logged[name]["tokens"] == tokens, name
         if tokens:
@@ -224,7 +224,7 @@ def test_bad_slices_are_usage_errors_naming_the_option(table, tmp_path, slice_, 
     )  # fmt: skip
     assert res.returncode == 2, res.stderr
     assert "--loss-slice" in res.stderr and message in res.stderr
-    assert not os.path.exists(tmp_path / "r" / "last.pt")
+    assert not os.path.exists(tmp_path / "r" / "last.json")
 
 
 def test_two_processes_report_the_same_groups_as_one(tmp_path):
@@ -253,8 +253,8 @@ def test_two_processes_report_the_same_groups_as_one(tmp_path):
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert two.returncode == 0, two.stderr[-3000:]
-    a = load_checkpoint(os.path.join(tmp_path / "one", "last.pt"))["history"]
-    b = load_checkpoint(os.path.join(tmp_path / "two", "last.pt"))["history"]
+    a = load_checkpoint(str(tmp_path / "one")).history
+    b = load_checkpoint(str(tmp_path / "two")).history
     for key in ("train_by", "val_by"):
         assert [s for s, _ in a[key]] == [s for s, _ in b[key]] and a[key]
         for (_, x), (_, y) in zip(a[key], b[key], strict=True):
@@ -290,5 +290,5 @@ def test_a_resumed_run_logs_each_step_once_and_keeps_the_groups(tmp_path):
     assert [int(r["step"]) for r in rows] == [s for s in range(1, 5) for _ in range(3)]
     assert {r["group"] for r in rows} == {"pool/even", "pool/odd", "slice/short"}
     assert rest.loss_by["train"] == full.loss_by["train"]  # bit-identical on CPU fp32
-    history = load_checkpoint(str(tmp_path / "run" / "last.pt"))["history"]["train_by"]
+    history = load_checkpoint(str(tmp_path / "run")).history["train_by"]
     assert [s for s, _ in history] == [1, 2, 3, 4]

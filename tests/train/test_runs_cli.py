@@ -167,7 +167,7 @@ def test_a_tag_held_by_another_run_is_refused(lineage, tmp_path):
     assert done.returncode == 1, done.stderr
     assert f"keeps version {version} for run {lineage['a']}; this run ({out})" in done.stderr
     assert f"tokenloom runs rm {lineage['a']}`, or train into another --out" in done.stderr
-    assert not os.path.exists(os.path.join(out, "last.pt"))
+    assert not os.path.exists(os.path.join(out, "last.json"))
 
 
 def test_unreadable_records_are_listed_and_a_gone_table_is_reported(lineage, tmp_path):
