@@ -17,8 +17,10 @@ install: $(BIN)/python
 demo: install  ## the main job, end to end on the bundled corpus
 	$(BIN)/tokenloom demo
 
-test: install  ## the test suite, then the linter
-	$(BIN)/python -m pytest -q
+TEST_WORKERS ?= 2
+test: install  ## the test suite (TEST_WORKERS processes, then the serial tests alone), then the linter
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -m serial
 	$(BIN)/ruff check src tests
 
 bench: install  ## every benchmark, printed as ratios measured side by side

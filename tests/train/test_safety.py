@@ -164,6 +164,7 @@ def _semaphores() -> set[str]:
     return {f for f in os.listdir("/dev/shm") if f.startswith("sem.")}
 
 
+@pytest.mark.serial  # counts every semaphore on the machine: nothing else may run beside it
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory lives elsewhere")
 def test_kill_9_of_the_training_process_group_leaves_no_semaphore(tmp_path):
     before = _semaphores()
