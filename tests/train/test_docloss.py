@@ -2,7 +2,8 @@
 
 The column's values equal a direct computation (one document at a time, window by window), rows
 outside ``--filter`` are null, the column filters (``stats --filter``), a backfill killed after
-some units resumes without recomputing them, and a missing run is a clear error (exit 1).
+some units resumes without recomputing them, and a missing run is a usage error (exit 2, as
+``export`` and ``sample``).
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def test_an_unknown_checkpoint_is_a_clear_error(run, tmp_path, missing):
     if missing == "empty-dir":
         path.mkdir()
     res = run_cli("doc-loss", "--table", uri, "--checkpoint", str(path), "--column", "x")
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr  # as export and sample: the option names no run
     assert "--checkpoint" in res.stderr and str(path) in res.stderr
     assert "tokenloom train" in res.stderr and "Traceback" not in res.stderr
     assert "x" not in _column_names(uri)

@@ -8,6 +8,7 @@ from tokenloom.cli.options import (
     emit_json,
     filter_option,
     json_option,
+    run_record,
     storage_options_option,
     table_option,
     workers_option,
@@ -92,6 +93,7 @@ def doc_loss(
     except ColumnNameError as exc:
         raise click.BadParameter(str(exc), param_hint="--column") from None
     require("torch", extra="train")
+    run_record(checkpoint, option="--checkpoint")  # no run there: exit 2, as export and sample
     from tokenloom.train.config import TrainError
     from tokenloom.train.dist import resolve_device
 
