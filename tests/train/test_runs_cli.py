@@ -170,6 +170,23 @@ def test_a_tag_held_by_another_run_is_refused(lineage, tmp_path):
     assert not os.path.exists(os.path.join(out, "last.json"))
 
 
+def test_overwrite_releases_the_replaced_runs_pin_on_its_own_table(lineage, tmp_path):
+    other = gpt2_table(tmp_path, real_paragraphs(12))
+    out = str(tmp_path / "over")
+    first = _train("--table", other, "--out", out, "--steps", "1")
+    assert first.returncode == 0, first.stderr
+    assert [t["metadata"][RUN_KEY] for t in lance.dataset(other).tags.list().values()] == [out]
+    again = _train("--table", lineage["table"], "--out", out, "--steps", "1", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert lance.dataset(other).tags.list() == {}  # the replaced run's pin, on its table
+    held = [t["metadata"][RUN_KEY] for t in lance.dataset(lineage["table"]).tags.list().values()]
+    assert out in held
+    assert run_cli("runs", "rm", out).returncode == 0  # (the module's later tests count tags)
+    assert out not in [
+        t["metadata"][RUN_KEY] for t in lance.dataset(lineage["table"]).tags.list().values()
+    ]
+
+
 def test_unreadable_records_are_listed_and_a_gone_table_is_reported(lineage, tmp_path):
     record = json.loads(open(os.path.join(lineage["a"], "last.json")).read())
     gone = str(tmp_path / "gone.lance")

@@ -81,6 +81,7 @@ def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> 
         os.makedirs(out, exist_ok=True)
         remove_stale_temporaries(out)
         if overwrite and not resume:
+            _release_pins(out, cfg.storage_options)
             for name in (LEGACY_STATE, LAST_RECORD):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(out, name))
@@ -92,6 +93,20 @@ def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> 
                 if last is not None and step > last:
                     discard_checkpoint(os.path.join(out, step_name(step)))
     dist.barrier()
+
+
+def _release_pins(out: str, storage_options: Any) -> None:
+    """The versions the replaced run pinned, on every table it read (another table than the new
+    run's too): released before its record goes, as `tokenloom runs rm` would."""
+    from tokenloom.errors import TokenloomError
+    from tokenloom.train.catalog import remove_run
+
+    if not os.path.isfile(os.path.join(out, LAST_RECORD)):
+        return
+    # an unreadable record or a table out of reach: the run is replaced anyway; `tokenloom gc`
+    # lists tags whose holder holds no run any more
+    with contextlib.suppress(TokenloomError, OSError):
+        remove_run(out, storage_options=storage_options)
 
 
 class Interrupted(KeyboardInterrupt):
