@@ -247,3 +247,25 @@ def test_a_change_record_round_trips_and_rejects_bad_fields():
         StreamChange(
             kind="continue", epoch=0, step=-1, global_step=0, version_before=0, version_after=1
         )
+
+
+def test_dataloader_workers_read_both_phases_of_a_changed_epoch(tmp_path, paragraphs_90):
+    pytest.importorskip("torch")
+    from tokenloom.loader import DataLoader, PackedDataset
+
+    uri, v0, v1 = _changed_table(tmp_path, paragraphs_90[:50], paragraphs_90[50:])
+    spec = LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=7, filter="source != 'bad'")
+    old = PackedStream(spec.replace(version=v0))
+    _take(old, AT)
+    one = PackedStream(spec, data_change="continue")
+    one.load_state_dict(old.state_dict())
+    state = one.state_dict()
+    one.seek(0, AT - 2)  # two head steps, then the tail: groups straddle the change
+    want = [b["input_ids"] for b in _epoch(one)]
+    ds = PackedDataset(spec, read_group=3)
+    ds.load_state_dict(state)
+    ds.seek(0, AT - 2)
+    loader = DataLoader(ds, num_workers=2)
+    got = [b["input_ids"].numpy() for b in loader]
+    assert len(got) == len(want)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
