@@ -269,3 +269,50 @@ def test_dataloader_workers_read_both_phases_of_a_changed_epoch(tmp_path, paragr
     got = [b["input_ids"].numpy() for b in loader]
     assert len(got) == len(want)
     assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_two_changes_in_one_epoch_and_one_at_an_epoch_boundary(tmp_path, paragraphs_90):
+    uri, v0, v1 = _changed_table(tmp_path, paragraphs_90[:30], paragraphs_90[30:60])
+    spec = LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=7, filter="source != 'bad'")
+    old = PackedStream(spec.replace(version=v0))
+    fed = {s[2] for b in _take(old, AT) for s in _spans(b)}
+    first = PackedStream(spec.replace(version=v1), data_change="continue")
+    first.load_state_dict(old.state_dict())
+    fed |= {s[2] for b in _take(first, 3) for s in _spans(b)}
+    write_jsonl(
+        tmp_path / "third.jsonl", [{"text": t, "source": "new"} for t in paragraphs_90[60:]]
+    )
+    ingest([tmp_path / "third.jsonl"], uri, progress=False)
+    refresh_table(uri, workers=0, progress=False)
+    v2 = Table.open(uri).version
+    second = PackedStream(spec, data_change="continue")
+    second.load_state_dict(first.state_dict())
+    assert [c.version_after for c in second.planner.changes] == [v1, v2]
+    assert second.change.step == AT + 3 and second.change.global_step == AT + 3
+    tail = _epoch(second)
+    texts = _texts(uri, v2)
+    rest = {s[2] for b in tail for s in _spans(b)}
+    for b in tail:
+        _check_tokens(b, texts)
+    assert not rest & fed and rest | fed >= {i for i, t in texts.items() if t}
+    # the whole epoch is laid out across both changes: each phase's steps from its version
+    again = PackedStream(spec)
+    again.load_state_dict(second.state_dict())
+    again.seek(0, 0)
+    firsts = _take(again, AT + 4)
+    for step, b in enumerate(firsts):
+        _check_tokens(b, _texts(uri, v0 if step < AT else v1 if step < AT + 3 else v2))
+    # at an epoch boundary: the next epoch is the new version's rows, each once
+    fourth = paragraphs_90[:3]
+    write_jsonl(tmp_path / "fourth.jsonl", [{"text": t, "source": "new"} for t in fourth])
+    ingest([tmp_path / "fourth.jsonl"], uri, progress=False)
+    refresh_table(uri, workers=0, progress=False)
+    v3 = Table.open(uri).version
+    boundary = PackedStream(spec, data_change="continue")
+    boundary.load_state_dict(second.state_dict())  # the cursor is at (1, 0)
+    assert (boundary.change.epoch, boundary.change.step) == (1, 0)
+    texts = _texts(uri, v3)
+    epoch1 = _epoch(boundary)
+    starts = [s[2] for b in epoch1 for s in _spans(b) if s[3] == 0]
+    assert sorted(starts) == sorted(i for i, t in texts.items() if t)
+    assert boundary.change.global_step == AT + 3 + len(tail)
