@@ -235,6 +235,10 @@ def test_the_default_refuses_a_changed_table_naming_the_option(tmp_path, paragra
     same = PackedStream(spec.replace(version=None), data_change="continue")
     same.load_state_dict(PackedStream(spec.replace(version=v1)).state_dict())
     assert same.change is None  # the data of the state: nothing to record
+    # only which rows are selected may change: another block length is refused, named
+    other = PackedStream(spec.replace(version=None, seq_len=32), data_change="continue")
+    with pytest.raises(ResumeMismatchError, match="seq_len"):
+        other.load_state_dict(old.state_dict())
 
 
 def test_a_change_record_round_trips_and_rejects_bad_fields():

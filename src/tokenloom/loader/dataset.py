@@ -15,6 +15,7 @@ it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -28,9 +29,9 @@ from tokenloom.loader.buffers import RecycledBuffers, SharedSlots, shm_available
 from tokenloom.loader.change import (
     DATA_CHANGES,
     StreamChange,
+    change_kind,
     changes_from,
     changes_inputs,
-    selection_blind,
 )
 from tokenloom.loader.fetch import FetchAhead, SpanKey
 from tokenloom.loader.gauge import PipelineGauge
@@ -51,7 +52,7 @@ from tokenloom.loader.readahead import (
     timed,
 )
 from tokenloom.loader.spec import LoaderSpec
-from tokenloom.loader.state import LoaderState, check_fingerprint, plan_fingerprint
+from tokenloom.loader.state import LoaderState, plan_fingerprint
 from tokenloom.loader.stats import LoaderStats
 from tokenloom.loader.view import EpochView, StepCounts
 from tokenloom.process import env_topology
@@ -350,33 +351,54 @@ class PackedStream:
         self._pin(spec, changes=changes)
 
     def _continue(self, saved: LoaderState, pinned: int, changes: tuple[StreamChange, ...]) -> None:
-        """Resume ``saved`` onto this loader's (other) version: a ``continue`` change at its
-        cursor. Only the data may differ (the checks of ``allow_data_change``)."""
+        """Resume ``saved`` onto this loader's (other) version: a ``continue`` change."""
+        self.resume_with_change(saved.to_dict(), "continue")
+
+    def resume_with_change(
+        self, state: dict, kind: str, params: dict | None = None
+    ) -> StreamChange:
+        """Continue the stream ``state`` was taken on, with a new
+        :class:`~tokenloom.loader.change.StreamChange` of ``kind`` at its cursor: this loader's
+        spec and version are the new phase; the kind rebuilds the previous phase's spec
+        (:meth:`~tokenloom.loader.change.ChangeKind.previous_spec`), which must reproduce the
+        state's plan inputs exactly, and says what the new phase may change
+        (:meth:`~tokenloom.loader.change.ChangeKind.check_phases`).
+
+        Returns:
+            The change (also :attr:`change`); the cursor is the state's.
+
+        Raises:
+            ResumeMismatchError: The previous phase does not rebuild the state's stream, or the
+                new phase changes what the kind does not allow.
+            ChangeError: An unknown kind, or a malformed parameter.
+        """
+        saved = LoaderState.from_dict(state)
+        changes = changes_from(saved.inputs.get("changes"))
+        pinned = saved.inputs.get("table_version")
+        draft = StreamChange(
+            kind=kind,
+            epoch=saved.epoch,
+            step=saved.step,
+            global_step=0,
+            version_before=int(pinned) if isinstance(pinned, int) else self.version,
+            version_after=self.version,
+            params=dict(params or {}),
+        )
+        how = change_kind(kind)
         before = Planner(
-            self.spec.replace(version=pinned),
+            how.previous_spec(draft, self.spec),
             storage_options=self._storage_options,
             changes=changes,
         )
-        # everything but which data is read must match the checkpoint
-        saved.check(before.plan_inputs())
-        current = {**self.plan_inputs(), **changes_inputs(changes)}
-        check_fingerprint(
-            selection_blind(saved.inputs), selection_blind(current), allow_data_change=True
-        )
-        epoch, step = saved.epoch, saved.step
-        global_step = sum(before.steps(e) for e in range(epoch)) + step
-        change = StreamChange(
-            kind="continue",
-            epoch=epoch,
-            step=step,
-            global_step=global_step,
-            version_before=pinned,
-            version_after=self.version,
-        )
+        saved.check(before.plan_inputs())  # the previous phase is the state's stream, exactly
+        how.check_phases(dict(saved.inputs), {**self.plan_inputs(), **changes_inputs(changes)})
+        global_step = sum(before.steps(e) for e in range(saved.epoch)) + saved.step
+        change = dataclasses.replace(draft, global_step=global_step)
         self._repin(self.spec, (*changes, change))
         self.planner._previous = before  # scanned already
         self.change = change
-        self._epoch, self._step = epoch, step
+        self._epoch, self._step = saved.epoch, saved.step
+        return change
 
     # -- iteration ----------------------------------------------------------------------------
 
