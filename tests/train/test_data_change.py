@@ -67,6 +67,11 @@ def test_continue_onto_appended_and_deleted_rows_resumes_exactly_after_a_kill(tm
     assert f"--out {a} --resume --data-change continue" in newer.stderr
     assert "Traceback" not in newer.stderr
 
+    stay = run_cli("train", "--out", str(a), "--resume", "--stop-at", "3", env=ENV)
+    assert stay.returncode == 0, stay.stderr  # the default stays on the run's version, saying so
+    assert f"has version {v1}; this run stays on its version {v0}" in stay.stderr
+    assert "--data-change continue" in stay.stderr
+
     # uninterrupted: the change at step 4, then on to the end
     done = run_cli("train", "--out", str(a), "--resume", "--data-change", "continue",
                    "--stop-at", str(END), env=ENV)  # fmt: skip

@@ -346,11 +346,9 @@ class _Trainer:
         changed table with ``data_change="continue"``) and the schedule's length."""
         cfg, spec = self.cfg, self.cfg.loader
         continuing = state is not None and data_change == "continue"
-        pinned = None
         if state is not None and spec.version is None and not continuing:
             # the checkpoint's version, after later backfills
-            pinned = state.record.loader_state["inputs"]["table_version"]
-            spec = spec.replace(version=pinned)
+            spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
         ds = _dataset(
             spec,
             self.dist,
@@ -363,7 +361,7 @@ class _Trainer:
                 ds.load_state_dict(state.record.loader_state)  # refuses another table/filter
             except ResumeMismatchError as exc:
                 raise _name_data_change(exc, cfg.out) from None
-        if pinned is not None and self.dist.is_main:
+        if state is not None and not continuing and self.dist.is_main:
             _newer_version_note(ds, cfg, self.warn)
         if ds.change is not None:
             c = ds.change
