@@ -14,7 +14,7 @@ from tokenloom.ingest import ingest
 from tokenloom.loader import LoaderSpec, ResumeMismatchError
 from tokenloom.loader.change import ChangeError, StreamChange, delivered_rows
 from tokenloom.loader.dataset import PackedStream
-from tokenloom.loader.planner import Planner
+from tokenloom.loader.planner import EmptyEpochError, Planner
 from tokenloom.refresh import refresh_table
 from tokenloom.table import Table
 
@@ -320,3 +320,33 @@ def test_two_changes_in_one_epoch_and_one_at_an_epoch_boundary(tmp_path, paragra
     starts = [s[2] for b in epoch1 for s in _spans(b) if s[3] == 0]
     assert sorted(starts) == sorted(i for i, t in texts.items() if t)
     assert boundary.change.global_step == AT + 3 + len(tail)
+
+
+def test_a_used_up_epoch_or_pool_after_the_change(tmp_path, paragraphs_90):
+    uri = token_table(tmp_path, paragraphs_90[:20])
+    v0 = Table.open(uri).version
+    spec = LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=7)
+    old = PackedStream(spec)
+    steps = old.view(0).steps
+    _take(old, steps - 1)  # the last step still to come
+    lance.dataset(uri).delete("id >= 0")  # ...and every row gone
+    # nothing is left of epoch 0: the cursor moves to epoch 1, which has no row (refused there)
+    gone = PackedStream(spec.replace(version=None), data_change="continue")
+    gone.load_state_dict(old.state_dict())
+    assert gone.change.version_before == v0 and (gone.epoch, gone.step) == (1, 0)
+    assert gone.view(0).steps == steps - 1
+    with pytest.raises(EmptyEpochError, match="epoch 1 has no step"):
+        gone.view(1)
+    # a mixture pool with none of its rows left keeps its share with a new pass
+    uri = token_table(tmp_path, paragraphs_90[:40], name="m.lance")
+    mix = {"small": ("id < 4", 0.5), "big": ("id >= 4", 0.5)}
+    spec = LoaderSpec.from_options(
+        table=uri, seq_len=32, global_batch=4, seed=3, mixture=mix, budget_tokens=32 * 4 * 60
+    )
+    planner = Planner(spec)
+    small, big = planner.universes()
+    plan = planner.plan_rows(
+        [np.zeros(len(small), dtype=bool), np.ones(len(big), dtype=bool)], seed=1, epoch=0
+    )
+    pools = plan.block_pools(np.arange(plan.num_blocks))
+    assert abs((pools == 0).mean() - 0.5) <= 0.05

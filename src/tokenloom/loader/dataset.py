@@ -398,6 +398,8 @@ class PackedStream:
         self.planner._previous = before  # scanned already
         self.change = change
         self._epoch, self._step = saved.epoch, saved.step
+        if self._step >= self.view(self._epoch).steps:  # nothing left of the epoch to deliver
+            self._epoch, self._step = self._epoch + 1, 0
         return change
 
     # -- iteration ----------------------------------------------------------------------------
