@@ -320,6 +320,10 @@ def test_two_changes_in_one_epoch_and_one_at_an_epoch_boundary(tmp_path, paragra
     starts = [s[2] for b in epoch1 for s in _spans(b) if s[3] == 0]
     assert sorted(starts) == sorted(i for i, t in texts.items() if t)
     assert boundary.change.global_step == AT + 3 + len(tail)
+    # --allow-data-change onto yet another version continues that version's plan, as is
+    loose = PackedStream(spec.replace(version=v3), allow_data_change=True)
+    loose.load_state_dict(second.state_dict())
+    assert loose.planner.changes == () and (loose.epoch, loose.step) == (1, 0)
 
 
 def test_a_used_up_epoch_or_pool_after_the_change(tmp_path, paragraphs_90):

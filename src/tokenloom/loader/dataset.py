@@ -322,7 +322,11 @@ class PackedStream:
         A loader whose spec names no table version (it pinned the latest when it was built)
         moves to the version the state was taken on, as ``tokenloom train --resume`` does: a
         column added since (a later backfill) makes a newer version, not another stream. A
-        version given explicitly is kept, and checked like every other input.
+        version given explicitly is kept, and checked like every other input. The state's
+        stream changes (:mod:`~tokenloom.loader.change`) are planned again, so a resume after a
+        change is exact. With ``data_change="continue"`` a state taken on other data (another
+        version, filter or selection) is continued onto this loader's version by a new
+        ``continue`` change (:meth:`resume_with_change`; :attr:`change`).
 
         Raises:
             ResumeMismatchError: naming what changed and the override.
@@ -334,12 +338,15 @@ class PackedStream:
         if self.data_change == "continue" and valid:
             current = {**self.plan_inputs(), **changes_inputs(changes)}
             if plan_fingerprint(**current) != saved.fingerprint:
-                self._continue(saved, int(pinned), changes)
+                self.resume_with_change(state, "continue")
                 return
         if changes != self.planner.changes or (
             not self._version_given and valid and pinned != self.version
         ):
             version = pinned if valid and not self._version_given else self.version
+            if changes and changes[-1].version_after != version:
+                # allow_data_change onto yet another version: its plan as is, no history
+                changes = ()
             self._repin(self.spec.replace(version=version), changes)
         saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
         self._epoch, self._step = saved.epoch, saved.step
@@ -349,10 +356,6 @@ class PackedStream:
             self._fetcher.close()
             self._fetcher = None
         self._pin(spec, changes=changes)
-
-    def _continue(self, saved: LoaderState, pinned: int, changes: tuple[StreamChange, ...]) -> None:
-        """Resume ``saved`` onto this loader's (other) version: a ``continue`` change."""
-        self.resume_with_change(saved.to_dict(), "continue")
 
     def resume_with_change(
         self, state: dict, kind: str, params: dict | None = None
