@@ -211,7 +211,7 @@ def train(
             f"--data-change {data_change} finishes the epoch exactly; pass one",
             param_hint="'--data-change'",
         )
-    cfg = _config(ctx, options, resume, data_change)
+    cfg = _config(ctx, options, resume)
     _check_slices(cfg)
     try:
         result = run(
@@ -307,14 +307,11 @@ def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
     }
 
 
-def _config(  # noqa: ANN202
-    ctx: click.Context, options: dict, resume: bool, data_change: str = "refuse"
-):
+def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     """The run's TrainConfig from the options given (a knob not given keeps TrainConfig's
     default), or on ``--resume`` from the run's record with the options given again laid over it
     (the loader and the resume checks then refuse a change that would break the exact
-    continuation, naming it). ``--data-change continue`` moves to the latest version unless
-    ``--version`` names one."""
+    continuation, naming it)."""
     from tokenloom.loader.plan import PlanError
     from tokenloom.train.config import TrainConfig, TrainError
     from tokenloom.train.record import read_record
@@ -354,8 +351,6 @@ def _config(  # noqa: ANN202
 
         with usage_errors(PlanError):
             loader = LoaderSpec.from_options(**spec_of)
-    if data_change == "continue" and "table_version" not in changed:
-        loader = loader.replace(version=None)  # the latest, pinned when the loader opens
     own = _given_knobs(ctx, options)
     with usage_errors(TrainError):
         return TrainConfig.from_record(

@@ -236,7 +236,7 @@ def train(
         data_change: On ``resume``, what to do with a table changed since the checkpoint
             (:data:`~tokenloom.loader.change.DATA_CHANGES`): ``"refuse"`` (keep reading the
             checkpoint's version), or ``"continue"``: move to the latest version (or
-            ``cfg.loader.version``) and finish the epoch with the rows not yet delivered that
+            ``cfg.loader.version`` when it names another than the checkpoint's) and finish the epoch with the rows not yet delivered that
             still pass plus the new ones (:mod:`tokenloom.loader.change`).
         log: Where rank 0's log lines go.
         warn: Where rank 0's warnings go (default: ``log``).
@@ -346,9 +346,11 @@ class _Trainer:
         changed table with ``data_change="continue"``) and the schedule's length."""
         cfg, spec = self.cfg, self.cfg.loader
         continuing = state is not None and data_change == "continue"
-        if state is not None and spec.version is None and not continuing:
-            # the checkpoint's version, after later backfills
-            spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
+        saved = state.record.loader_state["inputs"]["table_version"] if state else None
+        if continuing and spec.version == saved:
+            spec = spec.replace(version=None)  # the latest (the record pins the run's own)
+        elif state is not None and spec.version is None and not continuing:
+            spec = spec.replace(version=saved)  # the checkpoint's, after later backfills
         ds = _dataset(
             spec,
             self.dist,
