@@ -236,8 +236,9 @@ def train(
         data_change: On ``resume``, what to do with a table changed since the checkpoint
             (:data:`~tokenloom.loader.change.DATA_CHANGES`): ``"refuse"`` (keep reading the
             checkpoint's version), or ``"continue"``: move to the latest version (or
-            ``cfg.loader.version`` when it names another than the checkpoint's) and finish the epoch with the rows not yet delivered that
-            still pass plus the new ones (:mod:`tokenloom.loader.change`).
+            ``cfg.loader.version`` when it names another than the checkpoint's) and finish
+            the epoch with the rows not yet delivered that still pass plus the new ones
+            (:mod:`tokenloom.loader.change`).
         log: Where rank 0's log lines go.
         warn: Where rank 0's warnings go (default: ``log``).
         progress: Rank 0 shows a step bar or periodic lines on stderr (see
