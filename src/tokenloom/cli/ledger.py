@@ -12,6 +12,7 @@ from tokenloom.cli.options import (
     loader_options,
     loader_spec,
     loader_table_option,
+    run_changes,
     storage_options_option,
 )
 
@@ -58,13 +59,22 @@ def command(
     from tokenloom.loader.planner import Planner
 
     run = loader.get("run")
-    planner = Planner(loader_spec(table, loader), storage_options=storage_options)
+    planner = Planner(
+        loader_spec(table, loader), storage_options=storage_options, changes=run_changes(run)
+    )
     led = ledger(planner, steps=steps, epoch=epoch)
     lineage = _lineage(run) if run is not None else None
     if as_json:
         emit_json({**led.to_json(), **({"lineage": lineage} if lineage else {})})
         return
     click.echo(f"epoch {led.epoch}, {led.steps:,} steps of {led.global_batch} x {led.seq_len}")
+    if led.change is not None:
+        c = led.change
+        click.echo(
+            f"data changed at step {c['step']} of the epoch (v{c['version_before']} -> "
+            f"v{c['version_after']}, {c['kind']}): {c['dropped_by_change']:,} tokens of partly "
+            "fed rows dropped by the change"
+        )
     head = (
         f"  {'pool':<12} {'blocks':>9} {'body':>12} {'EOS':>9} {'padding':>10} "
         f"{'loss':>12} {'overlap':>9} {'docs':>8} {'repeats':>8} {'passes':>6}"

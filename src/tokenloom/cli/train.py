@@ -23,6 +23,7 @@ from tokenloom.cli.options import (
     storage_options_option,
     usage_errors,
 )
+from tokenloom.loader.change import DATA_CHANGES
 
 __all__ = ["commands"]
 
@@ -159,7 +160,17 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     "--allow-data-change",
     is_flag=True,
     help="On --resume: continue the cursor on other data (table version, filter, tokenizer, or "
-    "a table rebuilt at the same URI).",
+    "a table rebuilt at the same URI) as is: the new data's plan from the same step, not exact.",
+)
+@click.option(
+    "--data-change",
+    type=click.Choice(DATA_CHANGES),
+    default="refuse",
+    show_default=True,
+    help="On --resume, a table changed since the checkpoint: refuse (stay on the run's version; "
+    "another version asked for is refused), or continue: move to the latest version (or "
+    "--version) and finish the epoch with the rows not yet delivered that still pass plus the "
+    "new ones; later epochs plan the new version. The record lists each version and its step.",
 )
 @click.option(
     "--reschedule",
@@ -173,6 +184,7 @@ def train(
     overwrite: bool,
     reschedule: bool,
     allow_data_change: bool,
+    data_change: str,
     plot: str | None,
     as_json: bool,
     **options,  # noqa: ANN003
@@ -186,6 +198,19 @@ def train(
     from tokenloom.train.loop import train as run
     from tokenloom.train.runs import Interrupted
 
+    if data_change != "refuse" and not resume:
+        raise click.BadParameter(
+            f"--data-change {data_change} applies to --resume only: a new run plans the table "
+            "as it is; pass --resume, or drop --data-change",
+            param_hint="'--data-change'",
+        )
+    if data_change != "refuse" and allow_data_change:
+        raise click.BadParameter(
+            f"--data-change {data_change} and --allow-data-change exclude each other: "
+            "--allow-data-change continues the cursor on the new data's plan as is; "
+            f"--data-change {data_change} finishes the epoch exactly; pass one",
+            param_hint="'--data-change'",
+        )
     cfg = _config(ctx, options, resume)
     _check_slices(cfg)
     try:
@@ -195,6 +220,7 @@ def train(
             overwrite=overwrite,
             reschedule=reschedule,
             allow_data_change=allow_data_change,
+            data_change=data_change,
             log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
             warn=lambda msg: click.echo(msg, err=True),
         )

@@ -71,7 +71,16 @@ class RunTrace:
 
     @property
     def table_version(self) -> int:
+        """The version the run reads now (its last, when its data changed)."""
         return self.planner.version
+
+    def version_at(self, step: int) -> int:
+        """The table version optimizer step ``step`` (1-based) read its rows from."""
+        version = self.planner.version
+        for entry in self.record.data_versions:
+            if entry["from_step"] <= step:
+                version = entry["version"]
+        return int(version)
 
     def _topology(self, step: int) -> dict:
         segments = sorted(self.record.topology, key=lambda t: t["from_step"])
@@ -152,6 +161,6 @@ def open_run(
         ResumeMismatchError: The table no longer matches the run's plan (e.g. its version is gone).
     """
     record = read_record(checkpoint)
-    planner = Planner(record.loader, storage_options=storage_options)
+    planner = Planner(record.loader, storage_options=storage_options, changes=record.changes)
     LoaderState.from_dict(record.loader_state).check(planner.plan_inputs())
     return RunTrace(record=record, planner=planner)

@@ -64,6 +64,7 @@ class RunEntry:
             "lineage_tokens": spent_tokens(total),
             "lineage_pools": total,
             "compute": r.compute,
+            "data_versions": r.data_versions,
         }
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.state import ResumeMismatchError
 from tokenloom.progress import progress as show_progress
 from tokenloom.train.checkpoint import (
     RunState,
@@ -173,6 +174,7 @@ def _dataset(
     dist: Dist,
     storage_options: Mapping[str, str] | None,
     allow_data_change: bool = False,
+    data_change: str = "refuse",
 ):  # noqa: ANN202
     from tokenloom.loader import PackedDataset
 
@@ -182,6 +184,7 @@ def _dataset(
         world_size=dist.world_size,
         storage_options=dict(storage_options) if storage_options else None,
         allow_data_change=allow_data_change,
+        data_change=data_change,
     )
 
 
@@ -215,6 +218,7 @@ def train(
     overwrite: bool = False,
     reschedule: bool = False,
     allow_data_change: bool = False,
+    data_change: str = "refuse",
     log=print,  # noqa: ANN001
     warn=None,  # noqa: ANN001
     progress: bool | None = None,
@@ -229,6 +233,12 @@ def train(
         reschedule: Let a resume change the schedule (``steps``, ``lr``, ...).
         allow_data_change: Let a resume continue its cursor on other data (another table
             version, filter or tokenizer, or a table rebuilt at the same URI), knowingly.
+        data_change: On ``resume``, what to do with a table changed since the checkpoint
+            (:data:`~tokenloom.loader.change.DATA_CHANGES`): ``"refuse"`` (keep reading the
+            checkpoint's version), or ``"continue"``: move to the latest version (or
+            ``cfg.loader.version`` when it names another than the checkpoint's) and finish
+            the epoch with the rows not yet delivered that still pass plus the new ones
+            (:mod:`tokenloom.loader.change`).
         log: Where rank 0's log lines go.
         warn: Where rank 0's warnings go (default: ``log``).
         progress: Rank 0 shows a step bar or periodic lines on stderr (see
@@ -247,7 +257,7 @@ def train(
                 log=log if main else _quiet,
                 warn=(warn or log) if main else _quiet,
             )
-            trainer.setup(resume, reschedule, allow_data_change)
+            trainer.setup(resume, reschedule, allow_data_change, data_change)
             return trainer.run(closing, show=progress if main else False)
     finally:
         dist.close()
@@ -255,6 +265,32 @@ def train(
 
 def _quiet(*_: Any) -> None:
     return None
+
+
+def _name_data_change(exc: ResumeMismatchError, out: str) -> ResumeMismatchError:
+    """``exc`` with the exact way onto a changed table named, where the version changed."""
+    if "table_version" not in exc.changes:  # a table rebuilt at the same version: no way on
+        return exc
+    return ResumeMismatchError(
+        f"{exc}; or `tokenloom train --out {out} --resume --data-change continue` to finish the "
+        "epoch on the new version with the rows not yet delivered",
+        exc.changes,
+    )
+
+
+def _newer_version_note(ds, cfg: TrainConfig, warn) -> None:  # noqa: ANN001
+    """Say so when the table has a newer version than the one a resume stays on."""
+    from tokenloom.table import Table
+
+    try:
+        latest = Table.open(ds.spec.table, storage_options=cfg.storage_options).version
+    except Exception:  # noqa: BLE001 - a note only: the run goes on without it
+        return
+    if latest > ds.version:
+        warn(
+            f"note: {ds.spec.table} has version {latest}; this run stays on its version "
+            f"{ds.version} (pass --data-change continue to move onto the new data)"
+        )
 
 
 class _Trainer:
@@ -275,7 +311,9 @@ class _Trainer:
 
     # -- setup ------------------------------------------------------------------------------
 
-    def setup(self, resume: bool, reschedule: bool, allow_data_change: bool) -> None:
+    def setup(
+        self, resume: bool, reschedule: bool, allow_data_change: bool, data_change: str = "refuse"
+    ) -> None:
         """Open the data, build the model and the optimizer, and restore the checkpoint (on
         ``resume``) or the parent's weights (``init_from``)."""
         cfg = self.cfg
@@ -286,7 +324,7 @@ class _Trainer:
             self.parent = state.record.parent
         elif source is not None:
             self.parent = source.entry
-        self._open_data(state, allow_data_change)
+        self._open_data(state, allow_data_change, data_change)
         if source is not None:
             _check_parent_tokenizer(cfg, source, self.ds)
         self._build(state, source)
@@ -302,15 +340,39 @@ class _Trainer:
             }
         )
 
-    def _open_data(self, state: RunState | None, allow_data_change: bool) -> None:
-        """The dataset (at the checkpoint's cursor and pinned version on resume) and the
-        schedule's length."""
+    def _open_data(
+        self, state: RunState | None, allow_data_change: bool, data_change: str = "refuse"
+    ) -> None:
+        """The dataset (at the checkpoint's cursor and pinned version on resume, or onto the
+        changed table with ``data_change="continue"``) and the schedule's length."""
         cfg, spec = self.cfg, self.cfg.loader
-        if state is not None and spec.version is None:  # the checkpoint's, after later backfills
-            spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
-        ds = _dataset(spec, self.dist, cfg.storage_options, allow_data_change)
+        continuing = state is not None and data_change == "continue"
+        saved = state.record.loader_state["inputs"]["table_version"] if state else None
+        if continuing and spec.version == saved:
+            spec = spec.replace(version=None)  # the latest (the record pins the run's own)
+        elif state is not None and spec.version is None and not continuing:
+            spec = spec.replace(version=saved)  # the checkpoint's, after later backfills
+        ds = _dataset(
+            spec,
+            self.dist,
+            cfg.storage_options,
+            allow_data_change,
+            data_change if continuing else "refuse",
+        )
         if state is not None:
-            ds.load_state_dict(state.record.loader_state)  # refuses another table/filter/batch
+            try:
+                ds.load_state_dict(state.record.loader_state)  # refuses another table/filter
+            except ResumeMismatchError as exc:
+                raise _name_data_change(exc, cfg.out) from None
+        if state is not None and not continuing and self.dist.is_main:
+            _newer_version_note(ds, cfg, self.warn)
+        if ds.change is not None:
+            c = ds.change
+            self.log(
+                f"data change: {spec.table} v{c.version_before} -> v{c.version_after} from step "
+                f"{c.global_step + 1} (epoch {c.epoch}, step {c.step} of it): the epoch goes on "
+                "with the rows not yet delivered that still pass, and the new ones"
+            )
         ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
         self.ds, self.spec = ds, ds.spec  # version pinned
         # the version kept from cleanup (a Lance tag), and the loss by pool and --loss-slice
@@ -355,7 +417,9 @@ class _Trainer:
         self.history = dict(state.history) or self.history
         if state.fed is not None and self.dist.is_main:  # all-rank totals continue on rank 0
             self.loader.ledger.counts = state.fed["counts"].numpy().copy()
-            self.loader.ledger.merge_seen([t.numpy() for t in state.fed["seen"]])
+            # a change made here moved the ledger onto more rows: carry the counters over
+            before = self.ds.planner.previous().run_universes() if self.ds.change else None
+            self.loader.ledger.merge_seen([t.numpy() for t in state.fed["seen"]], before)
 
     def _wrap(self, raw: GPT):  # noqa: ANN202
         model = torch.compile(raw) if self.cfg.compile else raw

@@ -75,6 +75,33 @@ class RunRecord:
 
         return compute_summary(self.topology, self.loader.global_batch, self.loader.seq_len)
 
+    @property
+    def changes(self) -> tuple[Any, ...]:
+        """The run's stream changes (:class:`~tokenloom.loader.change.StreamChange`), in order,
+        as its loader state holds them (a plan input: the one place they are kept)."""
+        from tokenloom.loader.change import changes_from
+
+        return changes_from(self.loader_state.get("inputs", {}).get("changes"))
+
+    @property
+    def data_versions(self) -> list[dict[str, Any]]:
+        """Each table version the run read, with the optimizer step (1-based) it took effect
+        and the change that moved to it (``None`` for the first)."""
+        changes = self.changes
+        first = changes[0].version_before if changes else self.loader.version
+        out: list[dict[str, Any]] = [{"version": first, "from_step": 1, "change": None}]
+        for c in changes:
+            out.append(
+                {
+                    "version": c.version_after,
+                    "from_step": c.global_step + 1,
+                    "change": c.kind,
+                    "epoch": c.epoch,
+                    "epoch_step": c.step,
+                }
+            )
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": self.format,
@@ -93,6 +120,7 @@ class RunRecord:
             "parent": self.parent,
             "pins": self.pins,
             "compute": self.compute,
+            "data_versions": self.data_versions,
         }
 
     @classmethod
