@@ -38,6 +38,9 @@ __all__ = [
     "table_identity",
     "tokenizer_identity",
     "scan_plan_inputs",
+    "OrderByError",
+    "check_order_columns",
+    "scan_ordering",
 ]
 
 
@@ -383,3 +386,158 @@ def _filter_nulls(
             )
     named = tuple(c for c in read if ds.count_rows(filter=f"{undecided} AND `{c}` IS NULL"))
     return int(unknown), named
+
+
+class OrderByError(LoaderError):
+    """An ``order_by`` names a column the table lacks, or one whose values cannot be ordered (a
+    usage error: the command line names them)."""
+
+
+def check_order_columns(schema: Any, order_by: str) -> tuple[Any, ...]:
+    """The :class:`~tokenloom.loader.order.OrderKey` of ``order_by``, each naming a column of
+    ``schema`` that holds numbers, booleans, dates or times.
+
+    Raises:
+        OrderByError: A column is missing or of another type (named, with the table's columns).
+    """
+    from tokenloom.loader.order import OrderError, parse_order_by
+
+    try:
+        keys = parse_order_by(order_by)
+    except OrderError as exc:
+        raise OrderByError(f"--order-by: {exc}") from None
+    names = list(schema.names)
+    for key in keys:
+        if key.column not in names:
+            raise OrderByError(
+                f"--order-by {order_by!r}: the table has no column {key.column!r}; its columns: "
+                f"{', '.join(names)}"
+            )
+        kind = schema.field(key.column).type
+        if not _orderable(kind):
+            usable = [n for n in names if _orderable(schema.field(n).type)]
+            raise OrderByError(
+                f"--order-by {order_by!r}: column {key.column!r} holds {kind}, which has no "
+                "order here (order by numbers, booleans, dates or times); columns that do: "
+                f"{', '.join(usable) or 'none'}"
+            )
+    return keys
+
+
+def _orderable(kind: Any) -> bool:
+    import pyarrow as pa
+
+    t = pa.types
+    return bool(
+        t.is_integer(kind)
+        or t.is_floating(kind)
+        or t.is_boolean(kind)
+        or t.is_temporal(kind)
+    )
+
+
+def scan_ordering(
+    ds: lance.LanceDataset,
+    inputs: PlanInputs,
+    *,
+    filter: str | None,
+    order_by: str,
+    jitter: int,
+    store: Any = None,
+) -> Any:
+    """The :class:`~tokenloom.loader.order.Ordering` of the rows ``inputs`` holds: their key
+    columns read in one scan of the same rows, sorted at once, and kept as the permutation
+    only (4 bytes per row; shared through ``store`` like the inputs themselves).
+
+    Raises:
+        OrderByError: A key column is missing or cannot be ordered.
+        LoaderError: The scan does not return the rows of ``inputs``.
+    """
+    from tokenloom.loader.order import (
+        ORDER_ALGORITHM,
+        Ordering,
+        format_order_by,
+        rank_rows,
+        ranked_digest,
+    )
+
+    keys = check_order_columns(ds.schema, order_by)
+    canonical = format_order_by(keys)
+    filter = validate_filter(ds, filter)
+
+    def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        import pyarrow as pa
+
+        cols = [k.column for k in keys]
+        parts: dict[str, list[np.ndarray]] = {"id": []}
+        missing: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+        values: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+        try:
+            scanner = ds.scanner(columns=["id", *dict.fromkeys(cols)], filter=filter)
+            for batch in scanner.to_batches():
+                parts["id"].append(batch.column("id").to_numpy().copy())
+                for c in cols:
+                    arr = batch.column(c)
+                    if pa.types.is_temporal(arr.type):
+                        arr = arr.cast(pa.int64())  # the same order, as integers
+                    missing[c].append(arr.is_null().to_numpy(zero_copy_only=False))
+                    filled = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
+                    values[c].append(filled.to_numpy(zero_copy_only=False).copy())
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise LoaderError(f"order_by {canonical!r}: reading the key failed: {exc}") from exc
+        ids = _concat(parts.pop("id"))
+        if ids.shape[0] != len(inputs.row_ids):
+            raise LoaderError(
+                f"order_by {canonical!r}: the key scan returned {ids.shape[0]:,} rows, the plan "
+                f"inputs hold {len(inputs.row_ids):,} (version {ds.version}); restart the job"
+            )
+        by_id = None
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            by_id = np.argsort(ids, kind="stable")  # the selection's order: ascending id
+        del ids
+        columns = []
+        for c in cols:
+            v, m = _concat(values.pop(c)), _concat(missing.pop(c)).astype(bool)
+            if by_id is not None:
+                v, m = v[by_id], m[by_id]
+            columns.append((v, m))
+        nulls = np.zeros(len(inputs.row_ids), dtype=bool)
+        for v, m in columns:
+            nulls |= m
+            if np.issubdtype(v.dtype, np.floating):
+                nulls |= np.isnan(v)
+        ranked = rank_rows(columns, keys)
+        del columns, by_id
+        release_memory()
+        meta = {
+            "rows": int(ranked.shape[0]),
+            "null_rows": int(nulls.sum()),
+            "ranked_digest": ranked_digest(ranked),
+        }
+        return {"ranked": ranked}, meta
+
+    if store is None:
+        arrays, meta, path = (*build(), None)
+    else:
+        key_of = {
+            "inputs": plan_inputs_key(
+                ds,
+                token_column="-",
+                count_column="-",
+                filter=filter,
+                allow_missing=False,
+            ),
+            "order_by": canonical,
+            "algorithm": ORDER_ALGORITHM,
+            "rows": len(inputs.row_ids),
+        }
+        key = hashlib.sha256(json.dumps(key_of, sort_keys=True).encode()).hexdigest()[:32]
+        arrays, meta, path = store.arrays(key, build)
+    return Ordering(
+        ranked=arrays["ranked"],
+        jitter=int(jitter),
+        null_rows=int(meta["null_rows"]),
+        by=canonical,
+        shared=path,
+        ranked_digest=str(meta["ranked_digest"]),
+    )

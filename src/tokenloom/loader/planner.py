@@ -29,6 +29,7 @@ from tokenloom.loader.inputs import (
     compact_inputs,
     input_parts,
     inputs_from,
+    scan_ordering,
     scan_plan_inputs,
     table_identity,
 )
@@ -154,6 +155,26 @@ class Planner:
                 allow_missing=spec.allow_missing,
                 store=self.store,
             )
+        self.orderings: list[Any] = []
+        """With ``spec.order_by``: per pool (one without a mixture), the
+        :class:`~tokenloom.loader.order.Ordering` of its rows."""
+        if spec.order_by is not None:
+            self.orderings = [
+                scan_ordering(
+                    ds,
+                    inp,
+                    filter=flt,
+                    order_by=spec.order_by,
+                    jitter=spec.order_jitter,
+                    store=self.store,
+                )
+                for inp, flt in zip(
+                    self.pool_inputs or [self.inputs],
+                    [and_filters(ds, p.filter, spec.filter) for p in spec.mixture]
+                    or [spec.filter],
+                    strict=True,
+                )
+            ]
         recipe = spec.recipe
         self.cuts: Any
         if (recipe.long_docs == "window" or recipe.packing == "best_fit") and not spec.mixture:
@@ -223,8 +244,9 @@ class Planner:
                     n_tokens=inp.n_tokens,
                     share=p.share,
                     max_passes=p.max_passes,
+                    ordering=self.orderings[i] if self.orderings else None,
                 )
-                for p, inp in zip(spec.mixture, self.pool_inputs, strict=True)
+                for i, (p, inp) in enumerate(zip(spec.mixture, self.pool_inputs, strict=True))
             ]
             plan: BlockPlan = plan_mixture(
                 pools,
@@ -247,6 +269,7 @@ class Planner:
                 recipe=spec.recipe,
                 cut_points=self.cuts,
                 store=self.store,
+                ordering=self.orderings[0] if self.orderings else None,
             )
         self._plans[epoch] = plan
         while len(self._plans) > _PLANS_KEPT:
@@ -340,6 +363,9 @@ class Planner:
             "padding_blocks": sizes.padding_blocks,
             "dropped_tokens": sizes.dropped_tokens,
         }
+        if self.orderings:
+            info["order_by"] = self.spec.order_by
+            info["order_null_rows"] = sum(o.null_rows for o in self.orderings)
         if self.spec.mixture:
             info["limited_by"] = plan.limited_by  # type: ignore[attr-defined]
             info["pools"] = [dataclasses.asdict(r) for r in plan.reports]  # type: ignore[attr-defined]
