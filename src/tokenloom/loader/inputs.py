@@ -392,6 +392,9 @@ class OrderByError(LoaderError):
     """An ``order_by`` names a column the table lacks, or one whose values cannot be ordered (a
     usage error: the command line names them)."""
 
+    option = "--order-by"
+    """The option at fault: the CLI reports the error as a usage error naming it (exit 2)."""
+
 
 def check_order_columns(schema: Any, order_by: str) -> tuple[Any, ...]:
     """The :class:`~tokenloom.loader.order.OrderKey` of ``order_by``, each naming a column of
@@ -405,19 +408,19 @@ def check_order_columns(schema: Any, order_by: str) -> tuple[Any, ...]:
     try:
         keys = parse_order_by(order_by)
     except OrderError as exc:
-        raise OrderByError(f"--order-by: {exc}") from None
+        raise OrderByError(str(exc)) from None
     names = list(schema.names)
     for key in keys:
         if key.column not in names:
             raise OrderByError(
-                f"--order-by {order_by!r}: the table has no column {key.column!r}; its columns: "
+                f"order_by {order_by!r}: the table has no column {key.column!r}; its columns: "
                 f"{', '.join(names)}"
             )
         kind = schema.field(key.column).type
         if not _orderable(kind):
             usable = [n for n in names if _orderable(schema.field(n).type)]
             raise OrderByError(
-                f"--order-by {order_by!r}: column {key.column!r} holds {kind}, which has no "
+                f"order_by {order_by!r}: column {key.column!r} holds {kind}, which has no "
                 "order here (order by numbers, booleans, dates or times); columns that do: "
                 f"{', '.join(usable) or 'none'}"
             )
@@ -429,10 +432,7 @@ def _orderable(kind: Any) -> bool:
 
     t = pa.types
     return bool(
-        t.is_integer(kind)
-        or t.is_floating(kind)
-        or t.is_boolean(kind)
-        or t.is_temporal(kind)
+        t.is_integer(kind) or t.is_floating(kind) or t.is_boolean(kind) or t.is_temporal(kind)
     )
 
 

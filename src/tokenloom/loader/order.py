@@ -96,15 +96,15 @@ def parse_order_by(text: str) -> tuple[OrderKey, ...]:
             named twice.
     """
     if not isinstance(text, str) or not text.strip():
-        raise OrderError(f"order_by must name a column, e.g. 'quality DESC', got {text!r}")
+        raise OrderError(f"order_by must name a key, e.g. 'quality DESC', got {text!r}")
     keys: list[OrderKey] = []
     for term in text.split(","):
         m = _TERM.match(term)
         if m is None:
             raise OrderError(
                 f"order_by term {term.strip()!r} of {text!r} does not parse; spell each term "
-                "`column [ASC|DESC] [NULLS FIRST|NULLS LAST]`, terms separated by commas "
-                "(e.g. 'quality DESC, n_tokens ASC')"
+                "`NAME [ASC|DESC] [NULLS FIRST|NULLS LAST]`, terms separated by commas "
+                "(e.g. 'quality DESC, n_tokens ASC'; a name with other characters in backquotes)"
             )
         keys.append(
             OrderKey(
@@ -115,7 +115,7 @@ def parse_order_by(text: str) -> tuple[OrderKey, ...]:
         )
     names = [k.column for k in keys]
     if len(set(names)) != len(names):
-        raise OrderError(f"order_by names a column twice: {text!r}")
+        raise OrderError(f"order_by names a key twice: {text!r}")
     return tuple(keys)
 
 
@@ -131,12 +131,13 @@ def _sortable(values: np.ndarray, missing: np.ndarray, descending: bool) -> np.n
         v = v.astype(np.uint8)
     if np.issubdtype(v.dtype, np.datetime64) or np.issubdtype(v.dtype, np.timedelta64):
         v = v.view(np.int64)
+    if not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+        raise OrderError(f"cannot order by values of dtype {v.dtype}")
+    # Rows without a value tie with each other (one constant), whatever is stored under them.
+    v = np.where(missing, v.dtype.type(0), v)
     if np.issubdtype(v.dtype, np.floating):
-        v = np.where(missing, 0, v)  # -0.0 and 0.0 tie, as they compare equal
-        return -v if descending else v
-    if np.issubdtype(v.dtype, np.integer):
-        return np.invert(v) if descending else v  # ~x reverses the order, without overflow
-    raise OrderError(f"cannot order by values of dtype {v.dtype}")
+        return -v if descending else v  # -0.0 and 0.0 tie, as they compare equal
+    return np.invert(v) if descending else v  # ~x reverses the order, without overflow
 
 
 def rank_rows(
@@ -174,9 +175,7 @@ def rank_rows(
     return order.astype(order_dtype(n), copy=False)
 
 
-def naive_rank_rows(
-    columns: Sequence[Sequence[object]], keys: Sequence[OrderKey]
-) -> list[int]:
+def naive_rank_rows(columns: Sequence[Sequence[object]], keys: Sequence[OrderKey]) -> list[int]:
     """Slow reference of :func:`rank_rows` on Python values (``None`` or NaN: no value)."""
 
     def missing(x: object) -> bool:
@@ -338,4 +337,3 @@ def naive_curriculum_order(
         idx = range(a, min(a + max(int(jitter), 1), len(docs)))
         out += [docs[k] for k in sorted(idx, key=lambda k: (int(raw[k]), k))]
     return out
-

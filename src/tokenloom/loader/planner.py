@@ -170,8 +170,7 @@ class Planner:
                 )
                 for inp, flt in zip(
                     self.pool_inputs or [self.inputs],
-                    [and_filters(ds, p.filter, spec.filter) for p in spec.mixture]
-                    or [spec.filter],
+                    [and_filters(ds, p.filter, spec.filter) for p in spec.mixture] or [spec.filter],
                     strict=True,
                 )
             ]
