@@ -246,8 +246,8 @@ def test_best_fit_keeps_documents_within_their_fit_window(table):
 def test_mixture_pools_each_follow_their_own_curriculum(table):
     mix = {"even": ["id % 2 = 0", 0.5], "odd": ["id % 2 = 1", 0.5, 2]}
     spec = LoaderSpec(
-        table=table, seq_len=32, global_batch=2, seed=5, mixture=mix, order_by="quality DESC, n_chars",
-        order_jitter=3,
+        table=table, seq_len=32, global_batch=2, seed=5, mixture=mix,
+        order_by="quality DESC, n_chars", order_jitter=3,
     )  # fmt: skip
     plan = Planner(spec, plan_store=None).plan(1)
     for p, flt in enumerate(["id % 2 = 0", "id % 2 = 1"]):

@@ -425,9 +425,7 @@ def plan_epoch(
         out = None
         if alloc is not None:  # the store's file for the order, mapped for writing
             out = alloc(count_nonzero(lens), order_dtype(lens.shape[0]))
-        order = visiting_order(
-            lens, seed=int(seed), epoch=int(epoch), out=out, ordering=ordering
-        )
+        order = visiting_order(lens, seed=int(seed), epoch=int(epoch), out=out, ordering=ordering)
         return order, stream_marks(order, lens, visit=visit)
 
     if store is not None:
