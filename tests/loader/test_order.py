@@ -40,10 +40,17 @@ def quality(batch: pa.RecordBatch) -> dict:
     return {"quality": out}
 
 
+@udf(inputs=["id"], output=pa.schema([pa.field("wide", pa.float64())]), version="1")
+def wide(batch: pa.RecordBatch) -> dict:
+    """float64 values no float32 holds exactly, with ties (id % 9) and a null (id 2)."""
+    return {"wide": [None if i == 2 else (i % 9) / 3 for i in batch.column("id").to_pylist()]}
+
+
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     uri = token_table(tmp_path_factory.mktemp("order"), real_paragraphs(60))
     add_column(uri, None, quality, workers=0)
+    add_column(uri, None, wide, workers=0)
     return uri
 
 
@@ -158,6 +165,47 @@ def test_rank_rows_equals_pythons_sort(seed):
         assert got.tolist() == naive_rank_rows(pyvals, keys), text
 
 
+def _single_keys(rng, n):
+    """One-key columns: which take 32-bit codes, which the general sort."""
+    f32 = rng.integers(-4, 5, n).astype(np.float32) / np.float32(4)
+    f32[:4] = [-0.0, 0.0, np.inf, -np.inf]
+    wide = rng.random(n)  # float64 values no float32 holds exactly
+    small = rng.integers(-(2**40), -(2**40) + 6, n)  # far from 0, a small span
+    big = rng.integers(-3, 3, n)
+    big[0] = np.iinfo(np.int64).min
+    flags = rng.random(n) < 0.5
+    days = np.array(rng.integers(0, 5, n), dtype="datetime64[D]")
+    return {
+        "float32": (f32, True),
+        "float64 exact": (f32.astype(np.float64), True),
+        "float64 wide": (wide, False),
+        "int small span": (small, True),
+        "int wide span": (big, False),
+        "bool": (flags, True),
+        "date": (days, True),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_single_keys(np.random.default_rng(0), 4)))
+def test_one_key_sorts_as_codes_when_they_fit_and_equals_pythons_sort(kind):
+    rng = np.random.default_rng(11)
+    n = 300
+    values, fits = _single_keys(rng, n)[kind]
+    missing = rng.random(n) < 0.1
+    if np.issubdtype(values.dtype, np.floating):
+        values = values.copy()
+        values[rng.random(n) < 0.05] = np.nan
+    py = [
+        None if m else (int(v.astype(np.int64)) if kind == "date" else v.item())
+        for v, m in zip(values, missing, strict=True)
+    ]
+    for text in ("k", "k DESC", "k NULLS FIRST", "k DESC NULLS FIRST"):
+        keys = parse_order_by(text)
+        assert (order_mod.key_codes(values, missing, keys[0]) is not None) == fits
+        got = rank_rows([(values, missing)], keys)
+        assert got.tolist() == naive_rank_rows([py], keys), (kind, text)
+
+
 @pytest.mark.parametrize("chunk", [8, 1 << 18])
 @pytest.mark.parametrize("jitter", [1, 2, 3, 7, 16, 50, 500])
 def test_curriculum_order_equals_the_naive_buckets(monkeypatch, chunk, jitter):
@@ -221,6 +269,27 @@ def test_every_recipe_visits_the_reference_order(table, recipe, jitter, seed):
     t = _values(table, "id != 4")
     nulls = sum(q is None or q != q for q in t["quality"])
     assert info["order_null_rows"] == nulls > 0 and info["order_by"] == spec.order_by
+
+
+@pytest.mark.parametrize(
+    ("by", "column", "desc"),
+    [
+        ("wide DESC", "wide", True),  # float64: the general sort
+        ("n_chars DESC", "n_chars", True),  # integers: 32-bit codes
+        ("id", "id", False),  # the id column itself, read once
+    ],
+)
+def test_one_key_of_any_width_follows_pythons_sort(table, by, column, desc):
+    t = lance.dataset(table).to_table(columns=list(dict.fromkeys(["id", column]))).to_pydict()
+    pairs = list(zip(t["id"], t[column], strict=True))
+    want = [
+        i
+        for i, v in sorted(
+            pairs, key=lambda p: (p[1] is None, -(p[1] or 0) if desc else p[1], p[0])
+        )
+    ]
+    spec = LoaderSpec(table=table, seq_len=32, order_by=by)
+    assert _stream_rows(Planner(spec, plan_store=None).plan(0)) == want
 
 
 def test_nulls_first_and_ascending(table):

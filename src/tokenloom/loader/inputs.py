@@ -468,12 +468,23 @@ def scan_ordering(
     def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         import pyarrow as pa
 
+        if len(keys) == 1:  # the lean path: 32-bit codes, no id and no value kept
+            lean = _scan_one_key(ds, filter, keys[0], len(inputs.row_ids), canonical)
+            if lean is not None:
+                ranked, null_rows = lean
+                release_memory()
+                meta = {
+                    "rows": int(ranked.shape[0]),
+                    "null_rows": null_rows,
+                    "ranked_digest": ranked_digest(ranked),
+                }
+                return {"ranked": ranked}, meta
         cols = [k.column for k in keys]
         parts: dict[str, list[np.ndarray]] = {"id": []}
         missing: dict[str, list[np.ndarray]] = {c: [] for c in cols}
         values: dict[str, list[np.ndarray]] = {c: [] for c in cols}
         try:
-            scanner = ds.scanner(columns=["id", *dict.fromkeys(cols)], filter=filter)
+            scanner = ds.scanner(columns=list(dict.fromkeys(["id", *cols])), filter=filter)
             for batch in scanner.to_batches():
                 parts["id"].append(batch.column("id").to_numpy().copy())
                 for c in cols:
@@ -541,3 +552,74 @@ def scan_ordering(
         shared=path,
         ranked_digest=str(meta["ranked_digest"]),
     )
+
+
+def _key_batches(ds: lance.LanceDataset, filter: str | None, column: str, canonical: str) -> Any:
+    """``(ids, values, missing)`` of one key column, batch by batch (times as int64)."""
+    import pyarrow as pa
+
+    try:
+        names = list(dict.fromkeys(["id", column]))  # ordering by id itself reads it once
+        for batch in ds.scanner(columns=names, filter=filter).to_batches():
+            arr = batch.column(column)
+            if pa.types.is_temporal(arr.type):
+                arr = arr.cast(pa.int64())  # the same order, as integers
+            missing = arr.is_null().to_numpy(zero_copy_only=False)
+            filled = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
+            yield (
+                batch.column("id").to_numpy(),
+                filled.to_numpy(zero_copy_only=False),
+                missing,
+            )
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise LoaderError(f"order_by {canonical!r}: reading the key failed: {exc}") from exc
+
+
+def _scan_one_key(
+    ds: lance.LanceDataset, filter: str | None, key: Any, rows: int, canonical: str
+) -> tuple[np.ndarray, int] | None:
+    """The sorted order of one key read as 32-bit codes (4 bytes per row while scanning; 8 for
+    an integer column, coded at the end), or ``None`` when the rows do not come in id order or
+    the values do not fit the codes (the general sort then reads them again)."""
+    from tokenloom.loader.order import float_codes, int_codes, sort_codes
+
+    codes: np.ndarray | None = None
+    values: np.ndarray | None = None  # an integer key's values (coded once the range is known)
+    missing: np.ndarray | None = None
+    at, last = 0, None
+    for ids, vals, gone in _key_batches(ds, filter, key.column, canonical):
+        k = ids.shape[0]
+        if k == 0:
+            continue
+        if (last is not None and ids[0] <= last) or bool(np.any(ids[1:] <= ids[:-1])):
+            return None
+        last = ids[-1]
+        if at + k > rows:
+            break
+        if np.issubdtype(vals.dtype, np.floating):
+            part = float_codes(vals, gone, key)
+            if part is None:
+                return None
+            if codes is None:
+                codes = np.empty(rows, dtype=np.uint32)
+            codes[at : at + k] = part
+        else:
+            if values is None or missing is None:
+                values, missing = np.empty(rows, dtype=vals.dtype), np.empty(rows, dtype=bool)
+            values[at : at + k], missing[at : at + k] = vals, gone
+        at += k
+    if at != rows or (rows and codes is None and values is None):
+        raise LoaderError(
+            f"order_by {canonical!r}: the key scan returned other rows than the plan inputs "
+            f"({rows:,}; version {ds.version}); restart the job"
+        )
+    if values is not None and missing is not None:
+        codes = int_codes(values, missing, key)
+        del values
+        if codes is None:
+            return None
+    if codes is None:  # no rows
+        codes = np.empty(0, dtype=np.uint32)
+    low = np.uint32(0) if key.nulls_first else np.uint32(0xFFFFFFFF)
+    null_rows = int(np.count_nonzero(codes == low))
+    return sort_codes(codes), null_rows

@@ -46,6 +46,10 @@ __all__ = [
     "format_order_by",
     "rank_rows",
     "naive_rank_rows",
+    "float_codes",
+    "int_codes",
+    "key_codes",
+    "sort_codes",
     "curriculum_order",
     "naive_curriculum_order",
 ]
@@ -140,10 +144,90 @@ def _sortable(values: np.ndarray, missing: np.ndarray, descending: bool) -> np.n
     return np.invert(v) if descending else v  # ~x reverses the order, without overflow
 
 
+_MISSING_LOW, _MISSING_HIGH = np.uint32(0), np.uint32(0xFFFFFFFF)
+
+
+def float_codes(values: np.ndarray, missing: np.ndarray, key: OrderKey) -> np.ndarray | None:
+    """``uint32`` codes of one float key whose ascending order is the key's order, or ``None``
+    when a value is not exactly a float32 (then :func:`rank_rows`' general sort applies).
+
+    The float32 bits made order-preserving (negative: all bits flipped; else the sign bit set),
+    ``-0.0`` as ``0.0``; every number lands in ``[0x007FFFFF, 0xFF800000]``, so a row without
+    a value (null or NaN) takes 0 (``NULLS FIRST``) or ``0xFFFFFFFF``. Element-wise: a batch at
+    a time gives the same codes as the whole column.
+    """
+    v = np.asarray(values)
+    gone = np.asarray(missing, dtype=bool) | np.isnan(v)
+    f = v.astype(np.float32)
+    if v.dtype != np.float32 and not bool(np.all((f == v) | gone)):
+        return None
+    f[f == 0] = 0.0  # -0.0 and 0.0 are equal: one code
+    u = f.view(np.uint32)
+    codes = np.where(u >> np.uint32(31), ~u, u | np.uint32(0x80000000))
+    if key.descending:
+        np.invert(codes, out=codes)  # the numbers' range is symmetric under ~
+    codes[gone] = _MISSING_LOW if key.nulls_first else _MISSING_HIGH
+    return codes
+
+
+def int_codes(values: np.ndarray, missing: np.ndarray, key: OrderKey) -> np.ndarray | None:
+    """``uint32`` codes of one integer (bool, date, time) key, ``1 + value - min`` (reversed for
+    ``DESC``), 0 or ``0xFFFFFFFF`` without a value; ``None`` when the values span ``2**32 - 2``
+    or more."""
+    v = np.asarray(values)
+    if v.dtype == np.bool_:
+        v = v.view(np.uint8)
+    if np.issubdtype(v.dtype, np.datetime64) or np.issubdtype(v.dtype, np.timedelta64):
+        v = v.view(np.int64)
+    gone = np.asarray(missing, dtype=bool)
+    present = v[~gone] if gone.any() else v
+    codes = np.empty(v.shape[0], dtype=np.uint32)
+    if present.size == 0:
+        codes[:] = _MISSING_LOW if key.nulls_first else _MISSING_HIGH
+        return codes
+    lo, hi = int(present.min()), int(present.max())
+    if hi - lo > 0xFFFFFFFF - 2:
+        return None
+    span = np.uint64(hi - lo + 2)
+    for a in range(0, v.shape[0], _CHUNK):  # modulo 2**64: exact for every present value
+        part = v[a : a + _CHUNK].astype(np.uint64) - np.uint64(lo % (1 << 64)) + np.uint64(1)
+        if key.descending:
+            part = span - part
+        codes[a : a + _CHUNK] = part.astype(np.uint32)  # wrong only where a value is missing
+    codes[gone] = _MISSING_LOW if key.nulls_first else _MISSING_HIGH
+    return codes
+
+
+def sort_codes(codes: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    """Positions sorted by ``(codes[i], i)``: the packed sort of
+    :func:`~tokenloom.loader.shuffle.stable_argsort_u64` with each code in the top 32 bits, so
+    no tie needs repair (about 8.5 bytes per row at the peak from 4M rows, codes and result
+    included, instead of ``argsort``'s 16 and more)."""
+    n = int(codes.shape[0])
+    top = np.uint64(32)
+
+    def chunks():  # noqa: ANN202
+        for a in range(0, n, _CHUNK):
+            yield codes[a : a + _CHUNK].astype(np.uint64) << top
+
+    return stable_argsort_u64(n, chunks, exact=True, out=out)
+
+
+def key_codes(values: np.ndarray, missing: np.ndarray, key: OrderKey) -> np.ndarray | None:
+    """:func:`float_codes` or :func:`int_codes` by the values' dtype."""
+    if np.issubdtype(np.asarray(values).dtype, np.floating):
+        return float_codes(values, missing, key)
+    return int_codes(values, missing, key)
+
+
 def rank_rows(
     columns: Sequence[tuple[np.ndarray, np.ndarray]], keys: Sequence[OrderKey]
 ) -> np.ndarray:
     """The selection's rows sorted by ``keys``: a stable sort, one key at a time, last first.
+
+    One key whose values fit 32-bit codes (:func:`key_codes`) is sorted as codes
+    (:func:`sort_codes`); the general sort (any number of keys, float64 values) holds about 20
+    bytes per row more at its peak.
 
     Args:
         columns: Per key, ``(values, missing)``: ``(N,)`` numeric values (bool, int, float,
@@ -158,6 +242,10 @@ def rank_rows(
     if len(columns) != len(keys) or not keys:
         raise OrderError(f"{len(columns)} key columns for {len(keys)} keys")
     n = int(np.asarray(columns[0][0]).shape[0])
+    if len(keys) == 1 and n <= 1 << 32:
+        codes = key_codes(columns[0][0], columns[0][1], keys[0])
+        if codes is not None:
+            return sort_codes(codes)
     order: np.ndarray | None = None  # None: the identity
     for (values, missing), key in zip(reversed(columns), reversed(keys), strict=True):
         missing = np.asarray(missing, dtype=bool)
