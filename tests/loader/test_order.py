@@ -5,6 +5,7 @@ DataLoader workers)."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import pickle
 
@@ -46,11 +47,20 @@ def wide(batch: pa.RecordBatch) -> dict:
     return {"wide": [None if i == 2 else (i % 9) / 3 for i in batch.column("id").to_pylist()]}
 
 
+@udf(inputs=["id"], output=pa.schema([pa.field("day", pa.date32())]), version="1")
+def day(batch: pa.RecordBatch) -> dict:
+    """A date with ties (id % 5) and a null (id 7)."""
+    start = datetime.date(2024, 1, 1)
+    ids = batch.column("id").to_pylist()
+    return {"day": [None if i == 7 else start + datetime.timedelta(days=i % 5) for i in ids]}
+
+
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     uri = token_table(tmp_path_factory.mktemp("order"), real_paragraphs(60))
     add_column(uri, None, quality, workers=0)
     add_column(uri, None, wide, workers=0)
+    add_column(uri, None, day, workers=0)
     return uri
 
 
@@ -277,11 +287,13 @@ def test_every_recipe_visits_the_reference_order(table, recipe, jitter, seed):
         ("wide DESC", "wide", True),  # float64: the general sort
         ("n_chars DESC", "n_chars", True),  # integers: 32-bit codes
         ("id", "id", False),  # the id column itself, read once
+        ("day DESC", "day", True),  # date32: as its stored integers
     ],
 )
 def test_one_key_of_any_width_follows_pythons_sort(table, by, column, desc):
     t = lance.dataset(table).to_table(columns=list(dict.fromkeys(["id", column]))).to_pydict()
-    pairs = list(zip(t["id"], t[column], strict=True))
+    plain = [v.toordinal() if isinstance(v, datetime.date) else v for v in t[column]]
+    pairs = list(zip(t["id"], plain, strict=True))
     want = [
         i
         for i, v in sorted(

@@ -421,8 +421,8 @@ def check_order_columns(schema: Any, order_by: str) -> tuple[Any, ...]:
             usable = [n for n in names if _orderable(schema.field(n).type)]
             raise OrderByError(
                 f"order_by {order_by!r}: column {key.column!r} holds {kind}, which has no "
-                "order here (order by numbers, booleans, dates or times); columns that do: "
-                f"{', '.join(usable) or 'none'}"
+                "order here (order by integers, floats, booleans, dates or times); columns "
+                f"that do: {', '.join(usable) or 'none'}"
             )
     return keys
 
@@ -489,8 +489,7 @@ def scan_ordering(
                 parts["id"].append(batch.column("id").to_numpy().copy())
                 for c in cols:
                     arr = batch.column(c)
-                    if pa.types.is_temporal(arr.type):
-                        arr = arr.cast(pa.int64())  # the same order, as integers
+                    arr = _as_integers(arr)
                     missing[c].append(arr.is_null().to_numpy(zero_copy_only=False))
                     filled = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
                     values[c].append(filled.to_numpy(zero_copy_only=False).copy())
@@ -554,6 +553,18 @@ def scan_ordering(
     )
 
 
+def _as_integers(arr: Any) -> Any:
+    """A date or time column as the integers it stores (the same order); others unchanged."""
+    import pyarrow as pa
+
+    t = arr.type
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return arr.cast(pa.int32())
+    if pa.types.is_temporal(t):
+        return arr.cast(pa.int64())
+    return arr
+
+
 def _key_batches(ds: lance.LanceDataset, filter: str | None, column: str, canonical: str) -> Any:
     """``(ids, values, missing)`` of one key column, batch by batch (times as int64)."""
     import pyarrow as pa
@@ -562,8 +573,7 @@ def _key_batches(ds: lance.LanceDataset, filter: str | None, column: str, canoni
         names = list(dict.fromkeys(["id", column]))  # ordering by id itself reads it once
         for batch in ds.scanner(columns=names, filter=filter).to_batches():
             arr = batch.column(column)
-            if pa.types.is_temporal(arr.type):
-                arr = arr.cast(pa.int64())  # the same order, as integers
+            arr = _as_integers(arr)
             missing = arr.is_null().to_numpy(zero_copy_only=False)
             filled = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
             yield (
