@@ -148,6 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     except TokenloomError as exc:
         if debug:
             raise
+        option = getattr(exc, "option", None)
+        if option:  # found only once the table is open, but about a value given by the user
+            click.echo(f"Error: Invalid value for '{option}': {exc}", err=True)
+            sys.exit(EXIT_USAGE)
         outage = _outage(exc, argv, detail=False)
         click.echo(f"error: {exc}" + (f"\n{outage}" if outage else ""), err=True)
         sys.exit(EXIT_ERROR)

@@ -225,6 +225,8 @@ LOADER_KEYS = (
     "eos_id",
     "table_version",
     "allow_missing",
+    "order_by",
+    "order_jitter",
 )
 """The keyword arguments :func:`loader_options` adds to a command (:func:`loader_spec` takes
 them back out)."""
@@ -292,8 +294,25 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
             "--block-order",
             type=click.Choice(["interleave", "sequential"]),
             default=_default("block_order"),
+            help="A global step takes one block from each of G stretches, or G consecutive "
+            "[default: interleave; sequential with --order-by].",
+        ),
+        click.option(
+            "--order-by",
+            default=None,
+            metavar="'COL [ASC|DESC] [NULLS FIRST|LAST], ...'",
+            help="Curriculum: visit each epoch's rows sorted by these numeric/bool/time "
+            "columns instead of shuffled (nulls and NaN last unless NULLS FIRST; ties in id "
+            "order).",
+        ),
+        click.option(
+            "--order-jitter",
+            type=click.IntRange(min=1),
+            default=_default("order_jitter"),
             show_default=True,
-            help="A global step takes one block from each of G stretches, or G consecutive.",
+            metavar="N",
+            help="With --order-by: shuffle each bucket of N consecutive documents of the sorted "
+            "order by (seed, epoch) (1: the strict order).",
         ),
         click.option(
             "--packing",

@@ -38,6 +38,9 @@ __all__ = [
     "table_identity",
     "tokenizer_identity",
     "scan_plan_inputs",
+    "OrderByError",
+    "check_order_columns",
+    "scan_ordering",
 ]
 
 
@@ -383,3 +386,250 @@ def _filter_nulls(
             )
     named = tuple(c for c in read if ds.count_rows(filter=f"{undecided} AND `{c}` IS NULL"))
     return int(unknown), named
+
+
+class OrderByError(LoaderError):
+    """An ``order_by`` names a column the table lacks, or one whose values cannot be ordered (a
+    usage error: the command line names them)."""
+
+    option = "--order-by"
+    """The option at fault: the CLI reports the error as a usage error naming it (exit 2)."""
+
+
+def check_order_columns(schema: Any, order_by: str) -> tuple[Any, ...]:
+    """The :class:`~tokenloom.loader.order.OrderKey` of ``order_by``, each naming a column of
+    ``schema`` that holds numbers, booleans, dates or times.
+
+    Raises:
+        OrderByError: A column is missing or of another type (named, with the table's columns).
+    """
+    from tokenloom.loader.order import OrderError, parse_order_by
+
+    try:
+        keys = parse_order_by(order_by)
+    except OrderError as exc:
+        raise OrderByError(str(exc)) from None
+    names = list(schema.names)
+    for key in keys:
+        if key.column not in names:
+            raise OrderByError(
+                f"order_by {order_by!r}: the table has no column {key.column!r}; its columns: "
+                f"{', '.join(names)}"
+            )
+        kind = schema.field(key.column).type
+        if not _orderable(kind):
+            usable = [n for n in names if _orderable(schema.field(n).type)]
+            raise OrderByError(
+                f"order_by {order_by!r}: column {key.column!r} holds {kind}, which has no "
+                "order here (order by integers, floats, booleans, dates or times); columns "
+                f"that do: {', '.join(usable) or 'none'}"
+            )
+    return keys
+
+
+def _orderable(kind: Any) -> bool:
+    import pyarrow as pa
+
+    t = pa.types
+    return bool(
+        t.is_integer(kind) or t.is_floating(kind) or t.is_boolean(kind) or t.is_temporal(kind)
+    )
+
+
+def scan_ordering(
+    ds: lance.LanceDataset,
+    inputs: PlanInputs,
+    *,
+    filter: str | None,
+    order_by: str,
+    jitter: int,
+    store: Any = None,
+) -> Any:
+    """The :class:`~tokenloom.loader.order.Ordering` of the rows ``inputs`` holds: their key
+    columns read in one scan of the same rows, sorted at once, and kept as the permutation
+    only (4 bytes per row; shared through ``store`` like the inputs themselves).
+
+    Raises:
+        OrderByError: A key column is missing or cannot be ordered.
+        LoaderError: The scan does not return the rows of ``inputs``.
+    """
+    from tokenloom.loader.order import (
+        ORDER_ALGORITHM,
+        Ordering,
+        format_order_by,
+        rank_rows,
+        ranked_digest,
+    )
+
+    keys = check_order_columns(ds.schema, order_by)
+    canonical = format_order_by(keys)
+    filter = validate_filter(ds, filter)
+
+    def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        import pyarrow as pa
+
+        if len(keys) == 1:  # the lean path: 32-bit codes, no id and no value kept
+            lean = _scan_one_key(ds, filter, keys[0], len(inputs.row_ids), canonical)
+            if lean is not None:
+                ranked, null_rows = lean
+                release_memory()
+                meta = {
+                    "rows": int(ranked.shape[0]),
+                    "null_rows": null_rows,
+                    "ranked_digest": ranked_digest(ranked),
+                }
+                return {"ranked": ranked}, meta
+        cols = [k.column for k in keys]
+        parts: dict[str, list[np.ndarray]] = {"id": []}
+        missing: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+        values: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+        try:
+            scanner = ds.scanner(columns=list(dict.fromkeys(["id", *cols])), filter=filter)
+            for batch in scanner.to_batches():
+                parts["id"].append(batch.column("id").to_numpy().copy())
+                for c in cols:
+                    arr = batch.column(c)
+                    arr = _as_integers(arr)
+                    missing[c].append(arr.is_null().to_numpy(zero_copy_only=False))
+                    filled = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
+                    values[c].append(filled.to_numpy(zero_copy_only=False).copy())
+        except (ValueError, OSError, RuntimeError) as exc:
+            raise LoaderError(f"order_by {canonical!r}: reading the key failed: {exc}") from exc
+        ids = _concat(parts.pop("id"))
+        if ids.shape[0] != len(inputs.row_ids):
+            raise LoaderError(
+                f"order_by {canonical!r}: the key scan returned {ids.shape[0]:,} rows, the plan "
+                f"inputs hold {len(inputs.row_ids):,} (version {ds.version}); restart the job"
+            )
+        by_id = None
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            by_id = np.argsort(ids, kind="stable")  # the selection's order: ascending id
+        del ids
+        columns = []
+        for c in cols:
+            v, m = _concat(values.pop(c)), _concat(missing.pop(c)).astype(bool)
+            if by_id is not None:
+                v, m = v[by_id], m[by_id]
+            columns.append((v, m))
+        nulls = np.zeros(len(inputs.row_ids), dtype=bool)
+        for v, m in columns:
+            nulls |= m
+            if np.issubdtype(v.dtype, np.floating):
+                nulls |= np.isnan(v)
+        ranked = rank_rows(columns, keys)
+        del columns, by_id
+        release_memory()
+        meta = {
+            "rows": int(ranked.shape[0]),
+            "null_rows": int(nulls.sum()),
+            "ranked_digest": ranked_digest(ranked),
+        }
+        return {"ranked": ranked}, meta
+
+    if store is None:
+        arrays, meta, path = (*build(), None)
+    else:
+        key_of = {
+            "inputs": plan_inputs_key(
+                ds,
+                token_column="-",
+                count_column="-",
+                filter=filter,
+                allow_missing=False,
+            ),
+            "order_by": canonical,
+            "algorithm": ORDER_ALGORITHM,
+            "rows": len(inputs.row_ids),
+        }
+        key = hashlib.sha256(json.dumps(key_of, sort_keys=True).encode()).hexdigest()[:32]
+        arrays, meta, path = store.arrays(key, build)
+    return Ordering(
+        ranked=arrays["ranked"],
+        jitter=int(jitter),
+        null_rows=int(meta["null_rows"]),
+        by=canonical,
+        shared=path,
+        ranked_digest=str(meta["ranked_digest"]),
+    )
+
+
+def _as_integers(arr: Any) -> Any:
+    """A date or time column as the integers it stores (the same order); others unchanged."""
+    import pyarrow as pa
+
+    t = arr.type
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return arr.cast(pa.int32())
+    if pa.types.is_temporal(t):
+        return arr.cast(pa.int64())
+    return arr
+
+
+def _key_batches(ds: lance.LanceDataset, filter: str | None, column: str, canonical: str) -> Any:
+    """``(ids, values, missing)`` of one key column, batch by batch (times as int64)."""
+    import pyarrow as pa
+
+    try:
+        names = list(dict.fromkeys(["id", column]))  # ordering by id itself reads it once
+        for batch in ds.scanner(columns=names, filter=filter).to_batches():
+            arr = batch.column(column)
+            arr = _as_integers(arr)
+            missing = arr.is_null().to_numpy(zero_copy_only=False)
+            filled = pc.fill_null(arr, False if pa.types.is_boolean(arr.type) else 0)
+            yield (
+                batch.column("id").to_numpy(),
+                filled.to_numpy(zero_copy_only=False),
+                missing,
+            )
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise LoaderError(f"order_by {canonical!r}: reading the key failed: {exc}") from exc
+
+
+def _scan_one_key(
+    ds: lance.LanceDataset, filter: str | None, key: Any, rows: int, canonical: str
+) -> tuple[np.ndarray, int] | None:
+    """The sorted order of one key read as 32-bit codes (4 bytes per row while scanning; 8 for
+    an integer column, coded at the end), or ``None`` when the rows do not come in id order or
+    the values do not fit the codes (the general sort then reads them again)."""
+    from tokenloom.loader.order import float_codes, int_codes, sort_codes
+
+    codes: np.ndarray | None = None
+    values: np.ndarray | None = None  # an integer key's values (coded once the range is known)
+    missing: np.ndarray | None = None
+    at, last = 0, None
+    for ids, vals, gone in _key_batches(ds, filter, key.column, canonical):
+        k = ids.shape[0]
+        if k == 0:
+            continue
+        if (last is not None and ids[0] <= last) or bool(np.any(ids[1:] <= ids[:-1])):
+            return None
+        last = ids[-1]
+        if at + k > rows:
+            break
+        if np.issubdtype(vals.dtype, np.floating):
+            part = float_codes(vals, gone, key)
+            if part is None:
+                return None
+            if codes is None:
+                codes = np.empty(rows, dtype=np.uint32)
+            codes[at : at + k] = part
+        else:
+            if values is None or missing is None:
+                values, missing = np.empty(rows, dtype=vals.dtype), np.empty(rows, dtype=bool)
+            values[at : at + k], missing[at : at + k] = vals, gone
+        at += k
+    if at != rows or (rows and codes is None and values is None):
+        raise LoaderError(
+            f"order_by {canonical!r}: the key scan returned other rows than the plan inputs "
+            f"({rows:,}; version {ds.version}); restart the job"
+        )
+    if values is not None and missing is not None:
+        codes = int_codes(values, missing, key)
+        del values
+        if codes is None:
+            return None
+    if codes is None:  # no rows
+        codes = np.empty(0, dtype=np.uint32)
+    low = np.uint32(0) if key.nulls_first else np.uint32(0xFFFFFFFF)
+    null_rows = int(np.count_nonzero(codes == low))
+    return sort_codes(codes), null_rows

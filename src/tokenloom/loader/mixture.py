@@ -4,7 +4,9 @@
 share and an optional cap on passes. Pool ``p`` is planned alone with the job's
 :class:`~tokenloom.loader.recipe.Recipe`; its pass ``q`` uses the permutation of
 ``(pool_seed(seed, p, q), epoch)`` (:func:`pool_seed`), so a pool whose quota exceeds its inventory
-repeats with a new order each pass, up to its cap.
+repeats with a new order each pass, up to its cap. With an ``order_by`` every pass of a pool visits
+its rows in the pool's curriculum order (:mod:`~tokenloom.loader.order`; the buckets shuffled by
+the pass's seed).
 
 **Schedule** (:mod:`~tokenloom.loader.schedule`). Shares become integer weights ``w_p``
 (:func:`share_weights`, ``W = sum(w)``). The mixture lays out its own global steps of ``G``
@@ -83,6 +85,9 @@ class Pool:
     """Target share of the blocks (any positive number; shares are normalised)."""
     max_passes: int | None = None
     """At most this many passes over the pool per epoch (``None``: as many as the quota needs)."""
+    ordering: Any = None
+    """Optional :class:`~tokenloom.loader.order.Ordering` of the pool's rows: every pass visits
+    them in that curriculum order (its buckets shuffled by the pass's seed)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -307,6 +312,7 @@ def _pool_plan(
             seq_len=seq_len,
             recipe=recipe,
             store=store,
+            ordering=pl.ordering,
         )
         cache[key] = plan
         # A pass is consumed in order: keep the recent ones. The reader thread and the main

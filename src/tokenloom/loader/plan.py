@@ -5,7 +5,8 @@ The plan is computed from the stored ``n_tokens`` column alone, never from the t
 * **Visiting order.** Rows with ``n_tokens == 0`` (null or empty token lists) contribute *nothing*
   to the stream, not even an EOS, and are counted as ``empty_rows``; an EOS that separates nothing
   would only add a label-less position. The remaining rows are visited in
-  :func:`~tokenloom.loader.shuffle.epoch_permutation` order.
+  :func:`~tokenloom.loader.shuffle.epoch_permutation` order, or with an ``order_by`` in the
+  curriculum order of :mod:`~tokenloom.loader.order`.
 * **Token stream.** Document ``k`` (``k``-th in visiting order) occupies stream positions
   ``[starts[k], starts[k + 1])``: its ``lengths[k]`` tokens, then one EOS at ``starts[k + 1] - 1``.
 * **Blocks.** Block ``b`` is stream positions ``[b * seq_len, (b + 1) * seq_len)``; the last block
@@ -272,7 +273,12 @@ def _first_not_ascending(ids: np.ndarray) -> int | None:
 
 
 def visiting_order(
-    lens: np.ndarray, *, seed: int, epoch: int, out: np.ndarray | None = None
+    lens: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    out: np.ndarray | None = None,
+    ordering: Any = None,
 ) -> np.ndarray:
     """Positions of the non-empty rows of ``lens`` in visiting order (see the module docstring).
 
@@ -282,12 +288,19 @@ def visiting_order(
         epoch: The epoch.
         out: Optional ``(n,)`` array of ``order_dtype(N)`` to write the result into (e.g. the
             plan store's file, mapped for writing).
+        ordering: Optional :class:`~tokenloom.loader.order.Ordering` of the selection: a
+            curriculum (:func:`~tokenloom.loader.order.curriculum_order`) instead of the
+            uniform permutation.
 
     Returns:
         ``(n,)`` :func:`~tokenloom.loader.shuffle.order_dtype` ``(N)`` positions into ``lens``
         of its ``n`` non-empty rows, in :func:`~tokenloom.loader.shuffle.epoch_permutation`
-        order of those rows.
+        order of those rows (or the curriculum's).
     """
+    if ordering is not None:
+        from tokenloom.loader.order import curriculum_order
+
+        return curriculum_order(lens, ordering, seed=seed, epoch=epoch, out=out)
     N = lens.shape[0]
     kept = count_nonzero(lens)  # counts are >= 0: non-zero is non-empty
     dtype = np.dtype(order_dtype(N))
@@ -379,6 +392,7 @@ def plan_epoch(
     seq_len: int,
     store: Any = None,
     visit: Visit | None = None,
+    ordering: Any = None,
 ) -> EpochPlan:
     """Lay out one epoch of the filtered rows as a token stream cut into blocks. O(n log n).
 
@@ -394,6 +408,8 @@ def plan_epoch(
         visit: Optional :data:`Visit`, called with each chunk of the visiting order and its
             counts while the layout is built here (not when it is mapped from ``store``): a
             planner that needs every count in visiting order reads them once, with the marks.
+        ordering: Optional :class:`~tokenloom.loader.order.Ordering`: visit the rows in its
+            curriculum order instead of the uniform permutation.
 
     Returns:
         The :class:`EpochPlan`.
@@ -409,11 +425,14 @@ def plan_epoch(
         out = None
         if alloc is not None:  # the store's file for the order, mapped for writing
             out = alloc(count_nonzero(lens), order_dtype(lens.shape[0]))
-        order = visiting_order(lens, seed=int(seed), epoch=int(epoch), out=out)
+        order = visiting_order(lens, seed=int(seed), epoch=int(epoch), out=out, ordering=ordering)
         return order, stream_marks(order, lens, visit=visit)
 
     if store is not None:
-        order, marks = store.layout(ids, lens, seed=int(seed), epoch=int(epoch), build=build)
+        variant = None if ordering is None else ordering.digest
+        order, marks = store.layout(
+            ids, lens, seed=int(seed), epoch=int(epoch), build=build, variant=variant
+        )
     else:
         order, marks = build()
     n = int(order.shape[0])

@@ -41,6 +41,7 @@ from tokenloom.loader.inputs import (
     compact_inputs,
     input_parts,
     inputs_from,
+    scan_ordering,
     scan_plan_inputs,
     table_identity,
 )
@@ -169,6 +170,25 @@ class Planner:
                 allow_missing=spec.allow_missing,
                 store=self.store,
             )
+        self.orderings: list[Any] = []
+        """With ``spec.order_by``: per pool (one without a mixture), the
+        :class:`~tokenloom.loader.order.Ordering` of its rows."""
+        if spec.order_by is not None:
+            self.orderings = [
+                scan_ordering(
+                    ds,
+                    inp,
+                    filter=flt,
+                    order_by=spec.order_by,
+                    jitter=spec.order_jitter,
+                    store=self.store,
+                )
+                for inp, flt in zip(
+                    self.pool_inputs or [self.inputs],
+                    [and_filters(ds, p.filter, spec.filter) for p in spec.mixture] or [spec.filter],
+                    strict=True,
+                )
+            ]
         recipe = spec.recipe
         self.cuts: Any
         if (recipe.long_docs == "window" or recipe.packing == "best_fit") and not spec.mixture:
@@ -274,8 +294,9 @@ class Planner:
                     n_tokens=inp.n_tokens,
                     share=p.share,
                     max_passes=p.max_passes,
+                    ordering=self.orderings[i] if self.orderings else None,
                 )
-                for p, inp in zip(spec.mixture, self.pool_inputs, strict=True)
+                for i, (p, inp) in enumerate(zip(spec.mixture, self.pool_inputs, strict=True))
             ]
             plan: BlockPlan = plan_mixture(
                 pools,
@@ -298,6 +319,7 @@ class Planner:
                 recipe=spec.recipe,
                 cut_points=self.cuts,
                 store=self.store,
+                ordering=self.orderings[0] if self.orderings else None,
             )
         self._plans[epoch] = plan
         while len(self._plans) > _PLANS_KEPT:
@@ -415,8 +437,11 @@ class Planner:
                     n_tokens=n,
                     share=p.share,
                     max_passes=p.max_passes,
+                    ordering=self.orderings[i] if self.orderings else None,
                 )
-                for p, inp, n in zip(spec.mixture, self.pool_inputs, lens, strict=True)
+                for i, (p, inp, n) in enumerate(
+                    zip(spec.mixture, self.pool_inputs, lens, strict=True)
+                )
             ]
             return plan_mixture(
                 pools,
@@ -457,6 +482,7 @@ class Planner:
             seq_len=spec.seq_len,
             recipe=recipe,
             cut_points=cuts,
+            ordering=self.orderings[0] if self.orderings else None,  # a curriculum goes on
         )
 
     def _empty_epoch(self, view: EpochView, epoch: int) -> str:
@@ -542,6 +568,9 @@ class Planner:
             }
             info["tokens"] = _head_tokens(view) + plan.num_tokens
             info["blocks"] = view.at * view.global_batch + plan.num_blocks
+        if self.orderings:
+            info["order_by"] = self.spec.order_by
+            info["order_null_rows"] = sum(o.null_rows for o in self.orderings)
         if self.spec.mixture and hasattr(plan, "limited_by"):
             info["limited_by"] = plan.limited_by  # type: ignore[attr-defined]
             info["pools"] = [dataclasses.asdict(r) for r in plan.reports]  # type: ignore[attr-defined]

@@ -141,9 +141,19 @@ class PlanStore:
             self._digests.pop(next(iter(self._digests)))
         return key
 
-    def path(self, ids: np.ndarray, lens: np.ndarray, *, seed: int, epoch: int) -> str:
-        """Directory of the layout of this selection and ``(seed, epoch)``."""
-        return os.path.join(self.root, self.selection_key(ids, lens), f"s{seed}-e{epoch}")
+    def path(
+        self,
+        ids: np.ndarray,
+        lens: np.ndarray,
+        *,
+        seed: int,
+        epoch: int,
+        variant: str | None = None,
+    ) -> str:
+        """Directory of the layout of this selection and ``(seed, epoch)`` (``variant``: the
+        digest of a curriculum order, :attr:`~tokenloom.loader.order.Ordering.digest`)."""
+        name = f"s{seed}-e{epoch}" + (f"-o{variant}" if variant else "")
+        return os.path.join(self.root, self.selection_key(ids, lens), name)
 
     def layout(
         self,
@@ -153,6 +163,7 @@ class PlanStore:
         seed: int,
         epoch: int,
         build: Callable[..., tuple[np.ndarray, np.ndarray]],
+        variant: str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(order, marks)`` of an epoch: mapped from the store, built there first if absent.
 
@@ -165,13 +176,15 @@ class PlanStore:
                 passed ``alloc(n, dtype)``, which returns the ``(n,)`` array to write the order
                 into: the store's file mapped for writing (so the order being built lives in
                 the page cache once, not also in the builder's heap), or a plain array.
+            variant: A digest of what else the order depends on (a curriculum's sorted order
+                and buckets), kept apart from the uniform order of the same selection.
 
         Returns:
             Read-only arrays, memory-mapped (or in memory below ``min_docs`` rows).
         """
         if ids.shape[0] < self.min_docs:
             return build(_alloc)
-        final = self.path(ids, lens, seed=seed, epoch=epoch)
+        final = self.path(ids, lens, seed=seed, epoch=epoch, variant=variant)
         parent = os.path.dirname(final)
         lock = self._lock(final, "planning")
         if lock is None:
@@ -314,7 +327,7 @@ class PlanStore:
             raise
 
     def _prune(self, parent: str, seed: int, epoch: int) -> None:
-        pattern = re.compile(rf"s{seed}-e(\d+)(\.lock)?$")
+        pattern = re.compile(rf"s{seed}-e(\d+)(?:-o[0-9a-f]+)?(\.lock)?$")
         for name in os.listdir(parent):
             m = pattern.match(name)
             if m and int(m.group(1)) <= epoch - self.keep_epochs:

@@ -216,6 +216,7 @@ def stable_argsort_u64(
     threads: int | None = None,
     max_sorting: int | None = None,
     out: np.ndarray | None = None,
+    exact: bool = False,
 ) -> np.ndarray:
     """``np.argsort(keys, kind="stable")`` of ``n`` uint64 keys, by a packed in-place sort.
 
@@ -231,6 +232,9 @@ def stable_argsort_u64(
             per group). The result does not depend on it.
         out: Optional ``(n,)`` array of :func:`order_dtype` ``(n)`` to write the result into
             (e.g. a file mapped for writing), instead of a new one.
+        exact: The caller's keys have their low ``bit_length(n - 1)`` bits zero, so the packed
+            values hold them whole and equal high bits are equal keys: no tie to repair (a key
+            with few distinct values would otherwise send most items through the repair).
 
     Returns:
         ``(n,)`` :func:`order_dtype` positions ordered by ``(key, position)`` (``out`` if given).
@@ -250,6 +254,8 @@ def stable_argsort_u64(
         m = packed.shape[0]
         for a in range(0, max(m - 1, 0), _CHUNK):
             z = min(a + _CHUNK, m - 1)
+            if exact:
+                break
             same = ((packed[a + 1 : z + 1] ^ packed[a:z]) >> shift) == 0
             if same.any():
                 slot = np.flatnonzero(same) + (at + a)

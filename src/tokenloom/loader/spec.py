@@ -148,10 +148,11 @@ class LoaderSpec:
     instead of completing it with whole padding blocks."""
     lookahead: bool = True
     """Read one token past a block ending mid-document so its last label is real."""
-    block_order: str = "interleave"
+    block_order: str | None = None
     """``interleave``: global slot ``j`` of step ``s`` holds block ``j*S + s`` (one block from
     each of ``G`` far-apart stretches of the stream, so a long document spreads over steps);
-    ``sequential``: ``G`` consecutive blocks."""
+    ``sequential``: ``G`` consecutive blocks. ``None``: ``interleave``, or ``sequential`` with
+    an ``order_by`` (interleaving would give every step blocks from the whole curriculum)."""
     recipe: Recipe = field(default_factory=Recipe)
     """How documents become blocks: packing, fit window, long-document policy, windows, cut
     column (:class:`~tokenloom.loader.recipe.Recipe`)."""
@@ -167,6 +168,14 @@ class LoaderSpec:
     allow_missing: bool = False
     """Plan rows whose token count (or a column the filter reads) is not computed: null counts
     as zero-length, a null filter drops the row. Default: refuse, naming the command to run."""
+    order_by: str | None = None
+    """Curriculum: visit each epoch's rows sorted by these columns instead of shuffled, spelled
+    ``"quality DESC"`` or ``"a DESC NULLS FIRST, b ASC"`` (:mod:`~tokenloom.loader.order`:
+    nulls and NaN last unless ``NULLS FIRST``; ties in ``id`` order). Stored canonical, every
+    rule written out. ``None``: the uniform shuffle."""
+    order_jitter: int = 1
+    """With ``order_by``: the sorted documents are cut into buckets of this many, each shuffled
+    by ``(seed, epoch)`` (1: the strict order)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
@@ -191,7 +200,7 @@ class LoaderSpec:
         for name in ("drop_last", "lookahead", "allow_missing"):
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        check_block_order(self.block_order)
+        self._check_order()
         if not isinstance(self.recipe, Recipe):
             raise PlanError(f"recipe must be a Recipe, got {type(self.recipe).__name__}")
         if self.recipe.window is not None and self.recipe.window > self.seq_len:
@@ -203,6 +212,32 @@ class LoaderSpec:
         _int("budget_tokens", self.budget_tokens, low=1, optional=True)
         if self.budget_tokens is not None and not self.mixture:
             raise PlanError("budget_tokens applies to a mixture only; pass mixture= or drop it")
+
+    def _check_order(self) -> None:
+        from tokenloom.loader.order import OrderError, format_order_by, parse_order_by
+
+        _int("order_jitter", self.order_jitter, low=1)
+        if self.order_by is None:
+            if self.order_jitter != 1:
+                raise PlanError(
+                    f"order_jitter={self.order_jitter} applies to an order_by only; pass "
+                    "order_by= (--order-by) or drop it"
+                )
+            order = "interleave" if self.block_order is None else self.block_order
+        else:
+            try:
+                canonical = format_order_by(parse_order_by(self.order_by))
+            except OrderError as exc:
+                raise PlanError(str(exc)) from None
+            object.__setattr__(self, "order_by", canonical)
+            order = "sequential" if self.block_order is None else self.block_order
+            if order == "interleave":
+                raise PlanError(
+                    f"order_by={canonical!r} needs block_order='sequential': interleave fills "
+                    "every step with blocks from the whole epoch, which undoes the curriculum; "
+                    "drop block_order (--block-order) or pass 'sequential'"
+                )
+        object.__setattr__(self, "block_order", check_block_order(order))
 
     # -- derived ------------------------------------------------------------------------------
 
@@ -254,6 +289,12 @@ class LoaderSpec:
             out["cut_column"] = self.recipe.cut_column
         if self.block_order != "sequential":
             out["block_order"] = self.block_order
+        if self.order_by is not None:  # absent otherwise: older checkpoints still resume
+            from tokenloom.loader.order import ORDER_ALGORITHM
+
+            out["order_by"] = self.order_by
+            out["order_jitter"] = self.order_jitter
+            out["order_algorithm"] = ORDER_ALGORITHM
         return out
 
     # -- serialisation ------------------------------------------------------------------------
@@ -310,7 +351,9 @@ class LoaderSpec:
         pools = ", ".join(f"{p.name} {p.share:.0%}" for p in self.mixture)
         return (
             f"{what}, {self.global_batch} x {self.seq_len} per step, {self.block_order} order, "
-            f"seed {self.seed}" + (f", mixture {pools}" if pools else "")
+            f"seed {self.seed}"
+            + (f", order by {self.order_by} jitter {self.order_jitter}" if self.order_by else "")
+            + (f", mixture {pools}" if pools else "")
         )
 
 

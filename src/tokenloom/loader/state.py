@@ -41,7 +41,12 @@ DATA_KEYS = frozenset(
 """Inputs that select *which data* is read; ``allow_data_change=True`` lets these differ."""
 
 _OVERRIDE = {"table_version": "version"}  # input name -> loader argument, where they differ
-_WHAT = {"table_version": "table version", "token_column": "token column"}
+_WHAT = {
+    "table_version": "table version",
+    "token_column": "token column",
+    "order_by": "curriculum order (--order-by)",
+    "order_jitter": "order jitter (--order-jitter)",
+}
 _NEWER = frozenset({"table_identity"})
 """Inputs later releases added: a state saved without them is not refused for that alone."""
 

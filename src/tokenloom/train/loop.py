@@ -194,7 +194,10 @@ def evaluate(run: _Run, model: GPT, spec: LoaderSpec, by: ProvenanceLoss | None 
     (``by``: also by provenance, reported by the caller)."""
     cfg, dist = run.cfg, run.dist
     by = by or ProvenanceLoss((), lambda _: None, dist.device)
-    val_spec = spec.replace(filter=cfg.val_filter, seed=0, mixture=(), budget_tokens=None)
+    # Shuffled even when training follows a curriculum: the first batches must be a fair sample.
+    val_spec = spec.replace(
+        filter=cfg.val_filter, seed=0, mixture=(), budget_tokens=None, order_by=None, order_jitter=1
+    )
     ds = _dataset(val_spec, dist, cfg.storage_options)
     was_training = model.training
     model.eval()
