@@ -188,7 +188,11 @@ class PackedStream:
         self.spec = self.planner.spec
         """The spec, with the table version pinned."""
         self.reader = TokenReader(
-            self.uri, self.version, self.spec.token_column, storage_options=self._storage_options
+            self.uri,
+            self.version,
+            self.spec.token_column,
+            storage_options=self._storage_options,
+            mask_column=self.spec.loss_mask_column,
         )
         self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
 
@@ -364,7 +368,7 @@ class PackedStream:
         fetched = None
         if fetch is not None:
             fetched = fetch[0].result()
-        tokens, offsets, read = self.reader.read_ranges(
+        tokens, offsets, masked, read = self.reader.read_masked(
             rowids, layout.starts, layout.stops, spans.doc_len, fetched
         )
         if fetched is not None and fetch is not None and fetch[1]:
@@ -378,7 +382,7 @@ class PackedStream:
             slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
         if slot is None:
             out = self._buffers.take(shape)
-        packed = view.pack_group(layout, tokens, offsets, out=out)
+        packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked)
         counts = view.count_group(layout, packed, len(self.spec.pool_names))
         if slot is not None:
             packed = replace(packed, arrays=None)  # the training process reads the slot

@@ -167,13 +167,16 @@ class LoaderSpec:
     allow_missing: bool = False
     """Plan rows whose token count (or a column the filter reads) is not computed: null counts
     as zero-length, a null filter drops the row. Default: refuse, naming the command to run."""
+    loss_mask_column: str | None = None
+    """A column of token spans per row (``list<int32>`` of flat ``[start, end)`` pairs) whose
+    targets get label ``-100`` (:mod:`~tokenloom.loader.lossmask`); ``None``: no mask."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
             raise PlanError(f"table must be a path or URI, got {self.table!r}")
         object.__setattr__(self, "table", absolute_uri(self.table))
         _int("version", self.version, low=0, optional=True)
-        for name in ("token_column", "count_column"):
+        for name in ("token_column", "count_column", "loss_mask_column"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise PlanError(f"{name} must be a column name, got {value!r}")
@@ -254,6 +257,8 @@ class LoaderSpec:
             out["cut_column"] = self.recipe.cut_column
         if self.block_order != "sequential":
             out["block_order"] = self.block_order
+        if self.loss_mask_column:  # its name; its values are the table version's
+            out["loss_mask_column"] = self.loss_mask_column
         return out
 
     # -- serialisation ------------------------------------------------------------------------
