@@ -77,7 +77,7 @@ def check_mask_field(schema: pa.Schema, column: str, uri: str) -> None:
     if not ok:
         raise LossMaskColumnError(
             f"--loss-mask-column {column!r} has type {typ}, but a loss-mask column must be "
-            f"{MASK_TYPE} (flat [start, end) token pairs per row); pick another column, or "
+            "list<int32> (flat [start, end) token pairs per row); pick another column, or "
             f"compute one with `tokenloom backfill run --table {uri} "
             f"--udf tokenloom.backfill.builtin:LossMask --column NAME`"
         )
