@@ -140,6 +140,18 @@ def test_a_recomputed_mask_changes_the_labels_without_retokenizing(tmp_path, tab
                 if any(a <= s + j + 1 < b for a, b in spans[rid]):
                     want[blk, pos + j] = -100
         np.testing.assert_array_equal(n["labels"], want)
+    # a cursor taken on the old mask continues onto the new one (--version NEW
+    # --allow-data-change): the same plan, the new labels
+    first = PackedDataset(uri, version=before, **opts)
+    it = first.batches()
+    next(it), next(it)
+    moved = PackedDataset(uri, version=after, allow_data_change=True, **opts)
+    moved.load_state_dict(first.state_dict())
+    rest = list(moved.batches())
+    assert len(rest) == len(new) - 2
+    for got, want_batch in zip(rest, new[2:], strict=True):
+        for key in ("input_ids", "labels", "spans"):
+            np.testing.assert_array_equal(got[key], want_batch[key])
 
 
 def _train_cmd(table: str, out, *extra: str) -> list[str]:
