@@ -234,3 +234,55 @@ def test_stretch_mask_equals_the_naive_reference():
         got = stretch_mask(pairs, ptr.astype(np.int64), rows, starts, stops, offsets)
         want = naive_stretch_mask(spans_of, rows.tolist(), starts.tolist(), stops.tolist())
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_reader_gives_the_same_mask_from_a_take_a_fetch_and_its_cache(table):
+    """Spans come with the rows whatever the source: one take, a fetch ahead (whole or partial),
+    and the long-document cache across calls (a document read in pieces by several calls)."""
+    import lance
+
+    from tokenloom.loader.read import TokenReader
+
+    ds = lance.dataset(table)
+    t = ds.to_table(columns=["id", "n_tokens"], with_row_id=True)
+    rowids = t["_rowid"].to_numpy().astype(np.uint64)
+    counts = t["n_tokens"].to_numpy().astype(np.int64)
+    ids = t["id"].to_numpy()
+    spans_of = _spans_of(table, "mask")
+    rng = np.random.default_rng(2)
+    pick = rng.choice(len(rowids), 40)
+    starts = rng.integers(0, np.maximum(counts[pick] // 2, 1))
+    stops = np.maximum(starts, counts[pick] - rng.integers(0, 3, len(pick)))
+    want = naive_stretch_mask(spans_of, ids[pick].tolist(), starts.tolist(), stops.tolist())
+    reader = TokenReader(table, ds.version, "input_ids", mask_column="mask")
+    for held in (None, rowids[pick], rowids[pick[:10]]):
+        fresh = TokenReader(table, ds.version, "input_ids", mask_column="mask")
+        fetched = None if held is None else reader.fetch(held, parts=2)
+        _, _, got, _ = fresh.read_masked(rowids[pick], starts, stops, counts[pick], fetched)
+        np.testing.assert_array_equal(got, want)
+    # the longest row in four calls, each a piece of it: later calls hit the cache
+    j = int(np.argmax(counts))
+    cached = TokenReader(table, ds.version, "input_ids", mask_column="mask")
+    cuts = np.linspace(0, counts[j], 5).astype(np.int64)
+    pieces = []
+    for k in range(4):
+        pieces.append(cached.read_masked(rowids[[j]], cuts[[k]], cuts[[k + 1]], counts[[j]])[2])
+        assert (int(rowids[j]) in cached._masks) == (k < 3)  # kept with its tokens until done
+    whole = naive_stretch_mask(spans_of, [int(ids[j])], [0], [int(counts[j])])
+    np.testing.assert_array_equal(np.concatenate(pieces), whole)
+
+
+def test_dataloader_workers_deliver_the_same_masked_labels(table):
+    torch = pytest.importorskip("torch")
+    from tokenloom.loader import DataLoader
+
+    opts = {"seq_len": L, "global_batch": 4, "seed": 3, "loss_mask_column": "mask"}
+    inproc = PackedDataset(table, **opts)
+    want = [b["labels"].copy() for b in inproc.batches()]
+    dl = DataLoader(PackedDataset(table, **opts), num_workers=2)
+    got = [b["labels"] for b in dl]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, torch.from_numpy(w))
+    assert dl.stats.masked_tokens == inproc.stats.masked_tokens > 0
+    assert dl.ledger.pools()[0].masked_tokens == inproc.stats.masked_tokens
