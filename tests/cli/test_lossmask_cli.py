@@ -96,6 +96,12 @@ def test_verify_and_ledger_count_the_masked_tokens(table):
     assert led["pools"][0]["loss_positions"] == ds.stats.loss_positions
     text = _ok("ledger", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask").stdout
     assert "masked" in text and f"{ds.stats.masked_tokens:,}" in text
+    stats = json.loads(
+        _ok("stats", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json").stdout
+    )["loss_mask"]
+    spans = _spans_of(table, "loss_mask")
+    assert stats["rows"] == len(spans) and stats["rows_masked"] == sum(map(bool, spans.values()))
+    assert stats["masked_tokens"] == sum(b - a for v in spans.values() for a, b in v)  # disjoint
 
 
 def _token_files(uri: str, version: int) -> set[str]:

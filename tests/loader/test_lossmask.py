@@ -286,3 +286,20 @@ def test_dataloader_workers_deliver_the_same_masked_labels(table):
         assert torch.equal(g, torch.from_numpy(w))
     assert dl.stats.masked_tokens == inproc.stats.masked_tokens > 0
     assert dl.ledger.pools()[0].masked_tokens == inproc.stats.masked_tokens
+
+
+def test_masked_token_count_counts_overlaps_once():
+    from tokenloom.loader.lossmask import masked_token_count
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        R = int(rng.integers(1, 6))
+        spans_of = {r: [] for r in range(R)}
+        for r in range(R):
+            for _ in range(int(rng.integers(0, 5))):
+                a = int(rng.integers(0, 30))
+                spans_of[r].append((a, a + int(rng.integers(0, 9))))
+        ptr = np.concatenate([[0], np.cumsum([len(spans_of[r]) for r in range(R)])])
+        pairs = np.array([p for r in range(R) for p in spans_of[r]], dtype=np.int64).reshape(-1, 2)
+        want = [len({t for a, b in spans_of[r] for t in range(a, b)}) for r in range(R)]
+        assert masked_token_count(pairs, ptr.astype(np.int64)).tolist() == want

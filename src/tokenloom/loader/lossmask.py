@@ -44,6 +44,8 @@ __all__ = [
     "naive_stretch_mask",
     "null_mask_rows",
     "MaskReader",
+    "masked_token_count",
+    "mask_summary",
 ]
 
 MASK_TYPE = pa.list_(pa.int32())
@@ -243,3 +245,36 @@ class MaskReader:
         pairs, ptr = mask_pairs(col, column=self.column, rowids=ids)
         check_pairs(pairs, ptr, spans.doc_len[first], column=self.column, rowids=ids)
         return stretch_mask(pairs, ptr, inv, layout.starts, layout.stops, offsets)
+
+
+def masked_token_count(pairs: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """``(R,)`` int64 tokens each row's spans cover (overlaps counted once). Vectorised: the
+    rows' spans laid end to end on one axis (row ``r`` shifted past every earlier row's largest
+    end), sorted, and each span counted past the running maximum of the ends before it."""
+    R = len(ptr) - 1
+    if not len(pairs):
+        return np.zeros(R, dtype=np.int64)
+    row = np.repeat(np.arange(R), np.diff(ptr))
+    width = int(pairs[:, 1].max()) + 1
+    lo, hi = pairs[:, 0] + row * width, pairs[:, 1] + row * width
+    order = np.argsort(lo, kind="stable")
+    lo, hi, row = lo[order], hi[order], row[order]
+    reach = np.maximum.accumulate(hi)  # farthest end so far, this span included
+    before = np.concatenate([[lo[0]], reach[:-1]])
+    new = np.maximum(hi - np.maximum(lo, before), 0)
+    return np.bincount(row, weights=new, minlength=R).astype(np.int64)
+
+
+def mask_summary(ds: Any, column: str, filter: str | None) -> dict[str, int]:
+    """What the loss mask holds over the rows ``filter`` selects: ``rows``, ``rows_masked``
+    (with at least one token in a span), ``spans`` and ``masked_tokens`` (tokens in a span,
+    overlaps counted once; the labels masked are these, less the first token of a document)."""
+    col = ds.to_table(columns=[column], filter=filter).column(column)
+    pairs, ptr = mask_pairs(col, column=column)
+    per_row = masked_token_count(pairs, ptr)
+    return {
+        "rows": int(len(ptr) - 1),
+        "rows_masked": int((per_row > 0).sum()),
+        "spans": int(len(pairs)),
+        "masked_tokens": int(per_row.sum()),
+    }
