@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill.udf import UDFError, udf
+from tokenloom.loader.lossmask import MASK_TYPE
 
 __all__ = ["n_words", "LossMask", "MASK_PATTERNS"]
 
@@ -35,7 +36,7 @@ license headers (a line naming copyright, an SPDX identifier or a license grant)
 
 @udf(
     inputs=["id", "text", "input_ids"],
-    output=pa.field("loss_mask", pa.list_(pa.int32())),
+    output=pa.field("loss_mask", MASK_TYPE),
     version="1",
     batch_size=256,
 )
@@ -127,4 +128,4 @@ class LossMask:
                     "tokenize again (`tokenloom tokenize --table T --tokenizer SPEC`)"
                 ) from None
             out.append(tokens_touching(ranges, np.asarray(found)).reshape(-1).tolist())
-        return pa.array(out, type=pa.list_(pa.int32()))
+        return pa.array(out, type=MASK_TYPE)
