@@ -215,6 +215,7 @@ def test_kill_9_and_resume_give_the_same_batches(table, tmp_path):
         ("train", "n_tokens", "has type int64"),
         ("ledger", "nope", "no such column"),
         ("verify", "meta", "has type"),
+        ("train", "input_ids", "is the token or count column"),
     ],
 )
 def test_a_bad_mask_column_is_a_usage_error_naming_the_option(

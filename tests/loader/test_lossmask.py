@@ -212,6 +212,27 @@ def test_a_column_of_another_type_is_refused(tmp_path, typ):
         PackedDataset(uri, seq_len=8, global_batch=2, loss_mask_column="nope")
 
 
+def test_a_token_column_is_not_a_mask(tmp_path):
+    import lance
+
+    from tokenloom.loader.plan import PlanError
+
+    uri = _with_column(tmp_path, {})
+    with pytest.raises(PlanError, match="is the token or count column"):
+        PackedDataset(uri, seq_len=8, global_batch=2, loss_mask_column="input_ids")
+    ds = lance.dataset(uri)  # another token column (it records a tokenizer) is refused too
+    t = ds.to_table(columns=["id", "input_ids"])
+    field = t.schema.field("input_ids").with_name("copy")
+    ds.merge(
+        pa.table(
+            {"id": t["id"], "copy": t["input_ids"]}, schema=pa.schema([t.schema.field("id"), field])
+        ),
+        left_on="id",
+    )
+    with pytest.raises(LossMaskColumnError, match="is a token column"):
+        PackedDataset(uri, seq_len=8, global_batch=2, loss_mask_column="copy")
+
+
 def test_stretch_mask_equals_the_naive_reference():
     rng = np.random.default_rng(0)
     for _ in range(200):

@@ -72,7 +72,14 @@ def check_mask_field(schema: pa.Schema, column: str, uri: str) -> None:
             f"{', '.join(schema.names)}); compute one with `tokenloom backfill run --table {uri} "
             f"--udf tokenloom.backfill.builtin:LossMask --column {column}`"
         )
-    typ = schema.field(column).type
+    field = schema.field(column)
+    if b"tokenloom.tokenizer" in (field.metadata or {}):
+        raise LossMaskColumnError(
+            f"--loss-mask-column {column!r} is a token column (it records a tokenizer), not "
+            "[start, end) spans; name the mask column, e.g. one computed with `tokenloom backfill "
+            f"run --table {uri} --udf tokenloom.backfill.builtin:LossMask`"
+        )
+    typ = field.type
     ok = (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and pa.types.is_integer(
         typ.value_type
     )

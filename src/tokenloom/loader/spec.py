@@ -182,6 +182,11 @@ class LoaderSpec:
                 raise PlanError(f"{name} must be a column name, got {value!r}")
         if self.count_column is None:
             object.__setattr__(self, "count_column", count_column_for(self.token_column))
+        if self.loss_mask_column in (self.token_column, self.count_column):
+            raise PlanError(
+                f"loss_mask_column {self.loss_mask_column!r} is the token or count column; name "
+                "a column of [start, end) token spans"
+            )
         if self.filter is not None and (
             not isinstance(self.filter, str) or not self.filter.strip()
         ):
