@@ -212,10 +212,11 @@ def test_kill_9_and_resume_give_the_same_batches(table, tmp_path):
     ("command", "column", "match"),
     [
         ("train", "text", "has type large_string"),
-        ("train", "n_tokens", "has type int64"),
+        ("train", "n_chars", "has type int"),
         ("ledger", "nope", "no such column"),
         ("verify", "meta", "has type"),
-        ("train", "input_ids", "is the token or count column"),
+        ("train", "input_ids", "holds the token ids or their counts"),
+        ("ledger", "n_tokens", "holds the token ids or their counts"),
     ],
 )
 def test_a_bad_mask_column_is_a_usage_error_naming_the_option(

@@ -218,7 +218,7 @@ def test_a_token_column_is_not_a_mask(tmp_path):
     from tokenloom.loader.plan import PlanError
 
     uri = _with_column(tmp_path, {})
-    with pytest.raises(PlanError, match="is the token or count column"):
+    with pytest.raises(PlanError, match="holds the token ids or their counts"):
         PackedDataset(uri, seq_len=8, global_batch=2, loss_mask_column="input_ids")
     ds = lance.dataset(uri)  # another token column (it records a tokenizer) is refused too
     t = ds.to_table(columns=["id", "input_ids"])

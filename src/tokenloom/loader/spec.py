@@ -184,8 +184,8 @@ class LoaderSpec:
             object.__setattr__(self, "count_column", count_column_for(self.token_column))
         if self.loss_mask_column in (self.token_column, self.count_column):
             raise PlanError(
-                f"loss_mask_column {self.loss_mask_column!r} is the token or count column; name "
-                "a column of [start, end) token spans"
+                f"loss_mask_column {self.loss_mask_column!r} holds the token ids or their counts, "
+                "not [start, end) token spans; name the mask (e.g. loss_mask)"
             )
         if self.filter is not None and (
             not isinstance(self.filter, str) or not self.filter.strip()
