@@ -91,7 +91,7 @@ def test_document_counts_folded_in_batches_equal_per_step_counting(monkeypatch, 
     import numpy as np
 
     from tokenloom.loader.ledger import LedgerCounter
-    from tokenloom.loader.view import StepCounts
+    from tokenloom.loader.view import COUNT_FIELDS, StepCounts
 
     monkeypatch.setattr(LedgerCounter, "_FLUSH_IDS", fold_every)
     rng = np.random.default_rng(0)
@@ -103,7 +103,7 @@ def test_document_counts_folded_in_batches_equal_per_step_counting(monkeypatch, 
         starts = tuple(rng.choice(u, size=rng.integers(0, 6)) for u in universes)
         if step < 2:
             starts = (np.concatenate([starts[0], hot[:150]]), starts[1])
-        counter.add(StepCounts(counts=np.ones((2, 6), np.int64), starts=starts))
+        counter.add(StepCounts(counts=np.ones((2, len(COUNT_FIELDS)), np.int64), starts=starts))
         for p, ids in enumerate(starts):
             np.add.at(naive[p], np.searchsorted(universes[p], ids), 1)
         if step % 13 == 0:  # reading mid-run folds what is pending
@@ -111,5 +111,5 @@ def test_document_counts_folded_in_batches_equal_per_step_counting(monkeypatch, 
                 np.testing.assert_array_equal(counter.seen[p], np.minimum(naive[p], 255))
     for p in range(2):
         np.testing.assert_array_equal(counter.seen[p], np.minimum(naive[p], 255))
-    assert counter.counts.sum() == 40 * 12
+    assert counter.counts.sum() == 40 * 2 * len(COUNT_FIELDS)
     assert counter.seen[0][2] == 255  # id 4

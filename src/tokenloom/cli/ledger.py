@@ -50,7 +50,8 @@ def command(
     as_json: bool,
     **loader: Any,
 ) -> None:
-    """Per pool: body, separator, padding, loss and overlap positions, documents, passes.
+    """Per pool: body, separator, padding, loss and overlap positions, documents, passes (and
+    the labels a --loss-mask-column masks).
 
     Computed from the plan alone (no token is read); a training run with the same options
     counts the same numbers from the batches it is fed.
@@ -79,13 +80,14 @@ def command(
         f"  {'pool':<12} {'blocks':>9} {'body':>12} {'EOS':>9} {'padding':>10} "
         f"{'loss':>12} {'overlap':>9} {'docs':>8} {'repeats':>8} {'passes':>6}"
     )
-    click.echo(head)
+    masked = planner.spec.loss_mask_column is not None  # a column only with a loss mask
+    click.echo(head + (f" {'masked':>10}" if masked else ""))
     for p in led.pools:
         click.echo(
             f"  {p.name:<12} {p.blocks:>9,} {p.body_tokens:>12,} {p.separator_tokens:>9,} "
             f"{p.padding_positions:>10,} {p.loss_positions:>12,} {p.overlap_tokens:>9,} "
             f"{p.unique_documents:>8,} {p.documents_seen_more_than_once:>8,} "
-            f"{p.passes:>6}"
+            f"{p.passes:>6}" + (f" {p.masked_tokens:>10,}" if masked else "")
         )
     if lineage:
         pools = ", ".join(f"{p['name']} {p['tokens']:,}" for p in lineage["pools"])

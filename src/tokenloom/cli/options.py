@@ -227,6 +227,7 @@ LOADER_KEYS = (
     "allow_missing",
     "order_by",
     "order_jitter",
+    "loss_mask_column",
 )
 """The keyword arguments :func:`loader_options` adds to a command (:func:`loader_spec` takes
 them back out)."""
@@ -376,6 +377,14 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
             help="Plan rows whose token count or filter column is not computed (after an "
             "append) instead of refusing; `tokenloom refresh` computes them.",
         ),
+        click.option(
+            "--loss-mask-column",
+            default=None,
+            metavar="COLUMN",
+            help="Token spans per row (list<int32> of [start, end) pairs) whose targets get "
+            "label -100, e.g. from `tokenloom backfill run --udf "
+            "tokenloom.backfill.builtin:LossMask`.",
+        ),
     ]
     if epoch:
         opts.append(
@@ -436,7 +445,29 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
             check_structure(pool.filter)
         except FilterError as exc:  # as --filter: a malformed one is a usage error
             raise click.BadParameter(f"pool {pool.name!r}: {exc}", param_hint="--mixture") from None
+    check_loss_mask_option(spec)
     return spec
+
+
+def check_loss_mask_option(spec: Any, storage_options: dict | None = None) -> None:
+    """``--loss-mask-column``: a missing column or one of another type is a usage error
+    (exit 2, naming the option). A table that cannot be opened here is left to the command,
+    which reports it as it would without the option."""
+    if spec.loss_mask_column is None:
+        return
+    from tokenloom.loader.lossmask import LossMaskColumnError, check_mask_field
+
+    try:
+        import lance
+
+        ds = lance.dataset(spec.table, version=spec.version, storage_options=storage_options)
+        schema = ds.schema
+    except Exception:  # noqa: BLE001 - the command opens the table again and says why
+        return
+    try:
+        check_mask_field(schema, spec.loss_mask_column, spec.table)
+    except LossMaskColumnError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--loss-mask-column'") from None
 
 
 def run_record(run: str, *, option: str = "--run") -> Any:

@@ -68,6 +68,11 @@ def command(  # noqa: ANN003 - the loader options
         raise click.UsageError(f"the filter {filter!r} selects no rows")
     stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)
     epoch = planner.epoch_info(0)
+    mask = None
+    if spec.loss_mask_column:
+        from tokenloom.loader.lossmask import mask_summary
+
+        mask = {"column": spec.loss_mask_column, **mask_summary(ds, spec.loss_mask_column, filter)}
     if plot:
         from tokenloom.stats import plot_length_histogram
 
@@ -78,6 +83,7 @@ def command(  # noqa: ANN003 - the loader options
                 **stats.to_json(),
                 "loader": spec.to_dict(),
                 "epoch": epoch,
+                **({"loss_mask": mask} if mask else {}),
                 **({"plot": plot} if plot else {}),
             }
         )
@@ -106,5 +112,11 @@ def command(  # noqa: ANN003 - the loader options
         )
         if planner.inputs.left_out():
             click.echo(planner.inputs.left_out())
+        if mask:
+            click.echo(
+                f"loss mask {mask['column']!r}: {mask['rows_masked']:,} of {mask['rows']:,} rows "
+                f"have spans ({mask['spans']:,}), {mask['masked_tokens']:,} tokens in them "
+                f"({mask['masked_tokens'] / max(stats.tokens, 1):.2%} of the tokens)"
+            )
         if plot:
             click.echo(f"histogram: {plot}")

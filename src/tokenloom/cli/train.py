@@ -12,6 +12,7 @@ import click
 from tokenloom.cli.options import (
     LOADER_KEYS,
     check_filter_option,
+    check_loss_mask_option,
     check_table_option,
     emit_json,
     given,
@@ -213,6 +214,7 @@ def train(
         )
     cfg = _config(ctx, options, resume)
     _check_slices(cfg)
+    check_loss_mask_option(cfg.loader, cfg.storage_options)  # on --resume too
     try:
         result = run(
             cfg,

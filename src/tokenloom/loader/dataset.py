@@ -223,7 +223,11 @@ class PackedStream:
         self.spec = self.planner.spec
         """The spec, with the table version pinned."""
         self.reader = TokenReader(
-            self.uri, self.version, self.spec.token_column, storage_options=self._storage_options
+            self.uri,
+            self.version,
+            self.spec.token_column,
+            storage_options=self._storage_options,
+            mask_column=self.spec.loss_mask_column,
         )
         self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
 
@@ -461,17 +465,19 @@ class PackedStream:
                 source.version,
                 self.spec.token_column,
                 storage_options=self._storage_options,
+                mask_column=self.spec.loss_mask_column,  # each version's own mask values
             )
             self._readers[source.version] = reader
         return reader
 
     def _read_sources(
         self, layout: Any, fetched: Any
-    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, float]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int, float]]:
         """A group spliced by a stream change: each phase's stretches read from its own table
-        version, concatenated in the packer's layout."""
+        version (its loss-mask spans with them), concatenated in the packer's layout."""
         spans = layout.spans
         tokens, offsets, rows, nbytes, secs = [], [np.zeros(1, np.int64)], 0, 0, 0.0
+        masks: list[np.ndarray] = []
         lo = 0
         for end, source in layout.sources:
             if end == lo:
@@ -479,7 +485,7 @@ class PackedStream:
             inputs = source.inputs
             rowids = inputs.rowids[np.searchsorted(inputs.row_ids, spans.row_id[lo:end])]
             own = source.version == self.version
-            t, o, read = self._reader_of(source).read_ranges(
+            t, o, m, read = self._reader_of(source).read_masked(
                 rowids,
                 layout.starts[lo:end],
                 layout.stops[lo:end],
@@ -488,11 +494,16 @@ class PackedStream:
             )
             base = offsets[-1][-1]
             tokens.append(t)
+            if m is not None:
+                masks.append(m)
             offsets.append(o[1:] + base)
             rows, nbytes, secs = rows + read[0], nbytes + read[1], secs + read[2]
             lo = end
         out = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
-        return out, np.concatenate(offsets), (rows, nbytes, secs)
+        masked = None
+        if self.spec.loss_mask_column is not None:
+            masked = np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
+        return out, np.concatenate(offsets), masked, (rows, nbytes, secs)
 
     def _build_group(
         self,
@@ -516,10 +527,10 @@ class PackedStream:
         if fetch is not None:
             fetched = fetch[0].result()
         if layout.sources:
-            tokens, offsets, read = self._read_sources(layout, fetched)
+            tokens, offsets, masked, read = self._read_sources(layout, fetched)
         else:
             rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
-            tokens, offsets, read = self.reader.read_ranges(
+            tokens, offsets, masked, read = self.reader.read_masked(
                 rowids, layout.starts, layout.stops, spans.doc_len, fetched
             )
         if fetched is not None and fetch is not None and fetch[1]:
@@ -533,7 +544,7 @@ class PackedStream:
             slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
         if slot is None:
             out = self._buffers.take(shape)
-        packed = view.pack_group(layout, tokens, offsets, out=out)
+        packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked)
         counts = view.count_group(layout, packed, len(self.spec.pool_names))
         if slot is not None:
             packed = replace(packed, arrays=None)  # the training process reads the slot

@@ -62,6 +62,10 @@ class PackedGroup:
     padding_positions: np.ndarray
     loss_positions: np.ndarray
     context_positions: np.ndarray
+    masked_positions: np.ndarray | None = None
+    """``(k,)`` int64 labels a loss mask set to ``-100`` per step (``None``: no mask)."""
+    masked_blocks: np.ndarray | None = None
+    """``(k * B,)`` int64 of them per block (``None``: no mask)."""
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -103,6 +107,8 @@ class PackedGroup:
             loss_positions=int(self.loss_positions[i]),
             context=None if self.context is None else self.context[a:b],
             context_positions=int(self.context_positions[i]),
+            masked_positions=0 if self.masked_positions is None else int(self.masked_positions[i]),
+            masked_blocks=None if self.masked_blocks is None else self.masked_blocks[rows],
         )
 
 
@@ -118,6 +124,7 @@ def pack_group(
     pad_id: int,
     lookahead: bool,
     out: np.ndarray | None = None,
+    masked: np.ndarray | None = None,
 ) -> PackedGroup:
     """Pack ``k`` steps' stretches with one :func:`~tokenloom.loader.pack.pack_blocks` call.
 
@@ -127,8 +134,8 @@ def pack_group(
         tokens, token_offsets: As :func:`~tokenloom.loader.pack.pack_blocks`.
         steps: ``k``.
         blocks_per_step: ``B``.
-        seq_len, eos_id, pad_id, lookahead, out: As :func:`~tokenloom.loader.pack.pack_blocks`
-            (``out`` of shape ``(4, k * B, L)``).
+        seq_len, eos_id, pad_id, lookahead, out, masked: As
+            :func:`~tokenloom.loader.pack.pack_blocks` (``out`` of shape ``(4, k * B, L)``).
 
     Returns:
         The :class:`PackedGroup`.
@@ -154,6 +161,7 @@ def pack_group(
         pad_id=pad_id,
         lookahead=lookahead,
         out=out,
+        masked=masked,
     )
     step_of = spans.block // B  # (S,) step of each stretch within the group
     stretch_bounds = np.searchsorted(spans.block, np.arange(k + 1, dtype=np.int64) * B)
@@ -181,7 +189,12 @@ def pack_group(
         if not lookahead:
             lost = per_step(None, ~spans.has_eos & (spans.tok_end != spans.doc_len))
         loss = real - lost
+        if packed.masked_blocks is not None:
+            loss -= packed.masked_blocks.reshape(k, B).sum(axis=1)
         context_positions = np.zeros(k, dtype=np.int64)
+    masked_steps = None
+    if packed.masked_blocks is not None:
+        masked_steps = packed.masked_blocks.reshape(k, B).sum(axis=1).astype(np.int64)
     provenance = packed.spans  # a fresh array of pack_blocks: made step-relative in place
     provenance[:, 0] -= step_of * B
     return PackedGroup(
@@ -200,6 +213,8 @@ def pack_group(
         padding_positions=B * L - real - eos,
         loss_positions=loss,
         context_positions=context_positions,
+        masked_positions=masked_steps,
+        masked_blocks=packed.masked_blocks,
     )
 
 
@@ -286,5 +301,6 @@ class BuiltGroup:
             "eos": int(p.eos_positions[i]),
             "padding": int(p.padding_positions[i]),
             "loss_positions": int(p.loss_positions[i]),
+            "masked_tokens": 0 if p.masked_positions is None else int(p.masked_positions[i]),
             "pack_seconds": self.pack_seconds / p.steps,
         }

@@ -2,7 +2,9 @@
 
 For each step the ledger builds the same spans the loader builds and packs them with placeholder
 token ids — labels, padding and the loss mask depend only on the layout, never on the ids — so
-its counts equal what the loader delivers (``DataLoader.stats``) for the same steps.
+its counts equal what the loader delivers (``DataLoader.stats``) for the same steps. With a
+loss-mask column the ledger reads that column (never the tokens) for the rows of each step, and
+counts the labels it masks apart (``masked_tokens``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class PoolLedger:
     """Positions whose label is not -100."""
     overlap_tokens: int = 0
     """Context-only tokens repeated from the previous window (no loss on their targets)."""
+    masked_tokens: int = 0
+    """Labels a loss-mask column set to -100 (targets in a masked span; not in
+    ``loss_positions``)."""
     unique_documents: int = 0
     documents_seen_more_than_once: int = 0
     passes: int = 1
@@ -162,6 +167,22 @@ class LedgerCounter:
         return out
 
 
+def _mask_reader(planner: Any) -> Any:
+    """With a loss-mask column, what reads its spans for a layout (the ledger's one read)."""
+    column = planner.spec.loss_mask_column
+    if column is None:
+        return None
+    import lance
+
+    from tokenloom.loader.lossmask import MaskReader
+
+    planner = getattr(planner, "planner", planner)  # a PackedDataset holds its planner
+    ds = lance.dataset(
+        planner.uri, version=planner.version, storage_options=planner.storage_options
+    )
+    return MaskReader(ds, column, planner.inputs)
+
+
 def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
     """Count what the first ``steps`` global steps of ``epoch`` hold, per pool.
 
@@ -177,9 +198,10 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
     steps = view.steps if steps is None else min(int(steps), view.steps)
     counter = LedgerCounter(spec.pool_names, planner.run_universes())
     P = len(spec.pool_names)
+    masks = _mask_reader(planner)
     for s in range(steps):
         layout = view.layout(s)
-        counter.add(view.count(layout, view.skeleton(layout), P))
+        counter.add(view.count(layout, view.skeleton(layout, masks), P))
     pools = counter.pools()
     if spec.mixture and not isinstance(view, SplicedView):
         plan = view.plan

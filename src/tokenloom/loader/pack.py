@@ -30,6 +30,12 @@ token's label, the first new token, is trained. A stretch that ``ends_window`` g
 last label and reads no lookahead token, because the next window trains that target with its
 context. Both fields ``None`` (the default planners) leave every output exactly as before; when
 either is set, :attr:`PackedArrays.context` holds each stretch's context token range.
+
+**Loss masks** (optional ``masked``, :mod:`~tokenloom.loader.lossmask`): a ``(T,)`` bool array
+aligned with ``tokens`` saying which read tokens lie in a masked span of their row. A position
+whose target is such a token (the next token of the stretch, or its lookahead token) gets
+``-100``; :attr:`PackedArrays.masked_positions` counts the labels this turned to ``-100``.
+``None`` leaves every output exactly as before.
 """
 
 from __future__ import annotations
@@ -83,6 +89,11 @@ class PackedArrays:
     range when none), in ``spans`` order; ``None`` unless the spans carry window fields."""
     context_positions: int = 0
     """Context-only token positions in the batch (counted in :attr:`real_tokens` too)."""
+    masked_positions: int = 0
+    """Positions a loss mask set to ``-100`` that would otherwise carry a label (not in
+    :attr:`loss_positions`)."""
+    masked_blocks: np.ndarray | None = None
+    """``(B,)`` int64 :attr:`masked_positions` of each block; ``None`` without a loss mask."""
 
 
 def token_ranges(spans: Spans, *, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -160,6 +171,7 @@ def pack_blocks(
     pad_id: int,
     lookahead: bool,
     out: np.ndarray | None = None,
+    masked: np.ndarray | None = None,
 ) -> PackedArrays:
     """Pack stretches into a ``(B, L)`` batch. Vectorised: O(B * L + S), no per-stretch loop.
 
@@ -175,6 +187,8 @@ def pack_blocks(
         out: Optional ``(4, B, L)`` int64 C-contiguous buffer that receives ``input_ids``,
             ``labels``, ``position_ids`` and ``doc_ids`` (e.g. shared memory a DataLoader
             worker hands over without a copy); the returned arrays are views of it.
+        masked: Optional ``(T,)`` bool, aligned with ``tokens``: the read tokens in a loss-mask
+            span (see the module docstring).
 
     Returns:
         The :class:`PackedArrays`.
@@ -190,6 +204,10 @@ def pack_blocks(
         raise PlanError(f"tokens must hold integer ids, got dtype {toks.dtype}")
     offs = np.asarray(token_offsets).astype(np.int64, copy=False)
     _check_inputs(spans, offs, int(toks.shape[0]), B, L, bool(lookahead))
+    if masked is not None:
+        masked = np.asarray(masked, dtype=bool).reshape(-1)
+        if masked.shape != toks.shape:
+            raise PlanError(f"masked must have shape {toks.shape}, got {masked.shape}")
     if out is None:
         out = np.empty((4, B, L), dtype=np.int64)
     elif out.shape != (4, B, L) or out.dtype != np.int64 or not out.flags.c_contiguous:
@@ -248,6 +266,24 @@ def pack_blocks(
     elif windowed:
         context = np.stack([spans.tok_start, spans.tok_start], axis=1).astype(np.int64)
         context = context.reshape(S, 2)
+    n_masked, masked_blocks = 0, None
+    if masked is not None:
+        # The mask of each position's target: the next filled value's (EOS never masked), or
+        # for a stretch cut by its block's end, its lookahead token's.
+        mv = np.zeros(P, dtype=bool)
+        mv[is_tok] = masked[keep] if extra.any() else masked
+        drop = np.zeros(P, dtype=bool)
+        drop[:-1] = mv[1:]
+        drop[eos_at] = False
+        drop[last] = False
+        if lookahead:
+            drop[last[~doc_done]] = masked[offs[1:][cut][~doc_done] - 1]
+        drop &= lab != IGNORE_INDEX  # only labels that would train count as masked
+        hit = np.flatnonzero(drop)
+        lab[hit] = IGNORE_INDEX
+        n_masked = int(hit.shape[0])
+        stretch = np.searchsorted(end, hit, side="right")  # (M,) stretch of each masked position
+        masked_blocks = np.bincount(spans.block[stretch], minlength=B).astype(np.int64)
 
     # Lay the filled prefixes into (B, L).
     filled = np.zeros(B, dtype=np.int64)
@@ -302,9 +338,12 @@ def pack_blocks(
         real_tokens=real,
         eos_positions=eos,
         padding_positions=B * L - real - eos,
-        loss_positions=int((lab != IGNORE_INDEX).sum()) if windowed else real - lost,
+        # windowed: counted on the final labels; else from the counts, less the masked ones
+        loss_positions=int((lab != IGNORE_INDEX).sum()) if windowed else real - lost - n_masked,
         context=context,
         context_positions=int((context[:, 1] - context[:, 0]).sum()) if windowed else 0,
+        masked_positions=n_masked,
+        masked_blocks=masked_blocks,
     )
 
 

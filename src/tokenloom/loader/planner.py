@@ -215,6 +215,8 @@ class Planner:
                 recipe.window or spec.seq_len,
                 bool(spec.mixture),
             )
+        if spec.loss_mask_column is not None:
+            check_loss_mask(ds, spec, self.inputs.rowids, handle.uri)
         tok = self.inputs.tokenizer
         eos = spec.eos_id if spec.eos_id is not None else tok.get("eos_id")
         if eos is None:
@@ -631,3 +633,26 @@ def _head_tokens(view: SplicedView) -> int:
         spans = view.head.group(np.arange(lo, min(lo + 256, view.at))).spans
         tokens += int((spans.tok_end - spans.tok_start).sum())
     return tokens
+def check_loss_mask(ds: Any, spec: LoaderSpec, rowids: np.ndarray, uri: str) -> None:
+    """Refuse a loss-mask column of the wrong type, or null on selected rows (unless
+    ``allow_missing``, when a null masks nothing), naming the fix.
+
+    Raises:
+        LossMaskColumnError: The column is missing or not a list of integers.
+        LoaderError: Selected rows have no mask computed.
+    """
+    from tokenloom.loader.lossmask import check_mask_field, null_mask_rows
+
+    column = spec.loss_mask_column
+    assert column is not None
+    check_mask_field(ds.schema, column, uri)
+    if spec.allow_missing:
+        return
+    nulls = null_mask_rows(ds, column, rowids)
+    if len(nulls):
+        raise LoaderError(
+            f"{len(nulls):,} selected rows have no value in the loss-mask column {column!r} "
+            f"(rows added since it was computed, or left out by its --where); compute them "
+            f"with `tokenloom refresh --table {uri}`, or pass --allow-missing to mask nothing "
+            "on them"
+        )

@@ -49,6 +49,10 @@ class Fetched:
     """Every row's tokens, one after another (the column's dtype)."""
     read: tuple[int, int, float]
     """Rows, bytes and seconds the fetch cost."""
+    mask_pairs: np.ndarray | None = None
+    """With a loss-mask column: ``(K, 2)`` int64 spans of the rows (taken with their tokens)."""
+    mask_ptr: np.ndarray | None = None
+    """``(R + 1,)`` int64: row ``r``'s spans are ``mask_pairs[mask_ptr[r]:mask_ptr[r + 1]]``."""
 
     def find(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, index)``: which of ``rowids`` this holds, and at which position."""
@@ -83,10 +87,14 @@ class TokenReader:
         *,
         storage_options: dict | None = None,
         cache_tokens: int = 32 << 20,
+        mask_column: str | None = None,
     ) -> None:
         self.uri = uri
         self.version = version
         self.token_column = token_column
+        self.mask_column = mask_column
+        """A loss-mask column read in the same take as the tokens
+        (:mod:`~tokenloom.loader.lossmask`), or ``None``."""
         self.storage_options = storage_options
         self.cache_tokens = cache_tokens
         self.block_size: int | None = None
@@ -97,6 +105,7 @@ class TokenReader:
         self._pool_size = 0
         self._lock = threading.Lock()  # I/O threads share the cache and the counters
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._masks: dict[int, np.ndarray] = {}  # the cached rows' loss-mask spans
         self._cached = 0
         self.rows_read = 0
         self.bytes_read = 0
@@ -109,6 +118,7 @@ class TokenReader:
         state["_pool_size"] = 0
         state["_lock"] = None
         state["_cache"] = OrderedDict()
+        state["_masks"] = {}
         state["_cached"] = 0
         return state
 
@@ -150,7 +160,8 @@ class TokenReader:
         doc_len: np.ndarray,
         fetched: Fetched | None = None,
     ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, float]]:
-        """Tokens ``[starts[i], stops[i])`` of row ``rowids[i]`` for every ``i``, concatenated.
+        """Tokens ``[starts[i], stops[i])`` of row ``rowids[i]`` for every ``i``, concatenated
+        (:meth:`read_masked` without the mask).
 
         The rows come from the long-document cache, else from ``fetched``, else from one
         ``take``; then one vectorised gather per source buffer (the fetched or taken values, each
@@ -171,13 +182,40 @@ class TokenReader:
         Raises:
             LoaderError: A row holds fewer tokens than the plan (its ``n_tokens``) says.
         """
+        tokens, offsets, _, read = self.read_masked(rowids, starts, stops, doc_len, fetched)
+        return tokens, offsets, read
+
+    def read_masked(
+        self,
+        rowids: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        doc_len: np.ndarray,
+        fetched: Fetched | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int, float]]:
+        """:meth:`read_ranges`, and with a :attr:`mask_column` which read tokens lie in a
+        loss-mask span of their row (the spans come with the rows: same take, fetch or cache).
+
+        Returns:
+            ``(tokens, offsets, masked, read)``: ``masked`` is ``(T,)`` bool aligned with
+            ``tokens`` (:func:`~tokenloom.loader.lossmask.stretch_mask`), ``None`` without a
+            mask column.
+
+        Raises:
+            LoaderError: A row holds fewer tokens than the plan says.
+            LossMaskDataError: A row's spans break the mask column's contract.
+        """
         S = len(rowids)
+        want_mask = self.mask_column is not None
+        msrc: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        # (uniq rows, their index into the source's ptr, source pairs, source ptr)
         lengths = (stops - starts).astype(np.int64, copy=False)
         offsets = np.zeros(S + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         read = (0, 0, 0.0)
         if S == 0:
-            return np.empty(0, dtype=np.int64), offsets, read
+            empty = np.zeros(0, dtype=bool) if want_mask else None
+            return np.empty(0, dtype=np.int64), offsets, empty, read
         uniq, first, inv = np.unique(rowids, return_index=True, return_inverse=True)
         source = np.zeros(len(uniq), dtype=np.int64)  # which buffer holds each row
         base = np.zeros(len(uniq), dtype=np.int64)  # where its tokens start in that buffer
@@ -201,12 +239,18 @@ class TokenReader:
             base[have] = fetched.starts[pos]
             row_len[have] = fetched.lengths[pos]
             buffers[0] = fetched.values
+            if want_mask:
+                msrc.append((have, pos, fetched.mask_pairs, fetched.mask_ptr))  # type: ignore[arg-type]
             missing = missing[~found]
         if len(missing):
             k = 0 if fetched is None else len(buffers)  # rows a fetch lacked: their own buffer
             started = time.perf_counter()
-            col = self._take(uniq[missing]).combine_chunks()
+            col, mcol = self._take(uniq[missing])
+            col = col.combine_chunks()
             read = (len(missing), col.nbytes, time.perf_counter() - started)
+            if mcol is not None:
+                pairs, ptr = self._pairs(mcol, uniq[missing])
+                msrc.append((missing, np.arange(len(missing)), pairs, ptr))
             with self._lock:
                 self.read_seconds += read[2]
                 self.rows_read += read[0]
@@ -228,6 +272,16 @@ class TokenReader:
                 f"count is {int(doc_len[i])}); the count column is stale: run "
                 f"`tokenloom refresh --table {self.uri}`"
             )
+        masked = None
+        mpairs = mptr = None
+        if want_mask:
+            mpairs, mptr = self._row_pairs(uniq, cached, msrc)
+            from tokenloom.loader.lossmask import check_pairs
+
+            check_pairs(
+                mpairs, mptr, row_len, column=str(self.mask_column), rowids=uniq,
+                what="stable row id",
+            )  # fmt: skip
         dtype = next((b.dtype for b in buffers if len(b)), np.dtype(np.int64))
         tokens = np.empty(int(offsets[-1]), dtype=dtype)
         begin = base[inv] + starts - offsets[:-1]  # (S,) buffer position of each range's
@@ -253,13 +307,51 @@ class TokenReader:
         if ended:
             with self._lock:
                 for rid in ended:
+                    self._masks.pop(rid, None)
                     arr = self._cache.pop(rid, None)
                     if arr is not None:
                         self._cached -= len(arr)
         for j in np.flatnonzero(~cached & ~done).tolist():
             lo = int(base[j])
-            self._remember(int(uniq[j]), buffers[source[j]][lo : lo + int(row_len[j])].copy())
-        return tokens, offsets, read
+            held = None if mpairs is None else mpairs[mptr[j] : mptr[j + 1]].copy()  # type: ignore[index]
+            self._remember(int(uniq[j]), buffers[source[j]][lo : lo + int(row_len[j])].copy(), held)
+        if mpairs is not None:
+            from tokenloom.loader.lossmask import stretch_mask
+
+            masked = stretch_mask(mpairs, mptr, inv, starts, stops, offsets)  # type: ignore[arg-type]
+        return tokens, offsets, masked, read
+
+    def _pairs(self, mcol: Any, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The spans of a taken mask column (:func:`~tokenloom.loader.lossmask.mask_pairs`)."""
+        from tokenloom.loader.lossmask import mask_pairs
+
+        return mask_pairs(mcol, column=str(self.mask_column), rowids=rowids, what="stable row id")
+
+    def _row_pairs(
+        self, uniq: np.ndarray, cached: np.ndarray, sources: list
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The spans of each of ``uniq`` (CSR by its index) from the cache and the sources
+        (``(rows, index into the source's ptr, pairs, ptr)`` each): one gather per source."""
+        counts = np.zeros(len(uniq), dtype=np.int64)
+        held: dict[int, np.ndarray] = {}
+        if cached.any():
+            with self._lock:
+                for j in np.flatnonzero(cached).tolist():
+                    held[j] = self._masks.get(int(uniq[j]), np.zeros((0, 2), dtype=np.int64))
+        for j, arr in held.items():
+            counts[j] = len(arr)
+        for rows, at, _, ptr in sources:
+            counts[rows] = ptr[at + 1] - ptr[at]
+        out_ptr = np.zeros(len(uniq) + 1, dtype=np.int64)
+        np.cumsum(counts, out=out_ptr[1:])
+        out = np.empty((int(out_ptr[-1]), 2), dtype=np.int64)
+        for rows, at, pairs, ptr in sources:
+            n = counts[rows]
+            within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+            out[np.repeat(out_ptr[rows], n) + within] = pairs[np.repeat(ptr[at], n) + within]
+        for j, arr in held.items():
+            out[out_ptr[j] : out_ptr[j + 1]] = arr
+        return out, out_ptr
 
     def fetch(self, rowids: np.ndarray, *, parts: int = SPLIT_TAKE_PARTS) -> Fetched:
         """The token lists of ``rowids`` (any order, repeats allowed), fetched for
@@ -273,9 +365,13 @@ class TokenReader:
                 held = np.fromiter(self._cache.keys(), dtype=np.uint64, count=len(self._cache))
             ids = ids[~np.isin(ids, held)]
         started = time.perf_counter()
+        mask = (np.zeros((0, 2), dtype=np.int64), np.zeros(len(ids) + 1, dtype=np.int64))
         if len(ids):
-            col = self._take(ids, parts=parts).combine_chunks()
+            col, mcol = self._take(ids, parts=parts)
+            col = col.combine_chunks()
             lists, nbytes = token_lists(col, self.field), col.nbytes
+            if mcol is not None:
+                mask = self._pairs(mcol, ids)
         else:
             lists, nbytes = token_lists(pa.array([], self.field.type), self.field), 0
         values, offs, lengths = lists.values, lists.offsets, lists.lengths
@@ -284,23 +380,37 @@ class TokenReader:
             self.read_seconds += read[2]
             self.rows_read += read[0]
             self.bytes_read += read[1]
-        return Fetched(rowids=ids, starts=offs[:-1], lengths=lengths, values=values, read=read)
+        if self.mask_column is None:
+            return Fetched(rowids=ids, starts=offs[:-1], lengths=lengths, values=values, read=read)
+        return Fetched(
+            rowids=ids, starts=offs[:-1], lengths=lengths, values=values, read=read,
+            mask_pairs=mask[0], mask_ptr=mask[1],
+        )  # fmt: skip
 
-    def _take(self, ids: np.ndarray, parts: int = SPLIT_TAKE_PARTS) -> Any:
-        """The token column of rows ``ids`` (ascending) as one Arrow list array. On an object
-        store the take is split into up to ``parts`` runs of neighbouring rows taken at once:
-        one take's requests are issued in waves, so parallel takes keep more GETs in flight."""
+    def _take(self, ids: np.ndarray, parts: int = SPLIT_TAKE_PARTS) -> tuple[Any, Any]:
+        """The token column of rows ``ids`` (ascending) as one Arrow list array, and the loss-mask
+        column's (in the same take; ``None`` without one). On an object store the take is split
+        into up to ``parts`` runs of neighbouring rows taken at once: one take's requests are
+        issued in waves, so parallel takes keep more GETs in flight."""
         column = self.token_column
+        columns = [column] if self.mask_column is None else [column, self.mask_column]
         runs = [ids]
         if is_remote(self.uri):
             runs = split_rows(ids, min_rows=SPLIT_TAKE_ROWS, max_parts=parts)
         if len(runs) == 1:
-            return self.dataset._take_rows(ids.tolist(), columns=[column]).column(column)
-        ds = self.dataset
-        pool = self._take_pool(len(runs))
-        tables = list(pool.map(lambda p: ds._take_rows(p.tolist(), columns=[column]), runs))
-        chunks = [c for t in tables for c in t.column(column).chunks]
-        return pa.chunked_array(chunks, type=tables[0].schema.field(column).type)
+            tables = [self.dataset._take_rows(ids.tolist(), columns=columns)]
+        else:
+            ds = self.dataset
+            pool = self._take_pool(len(runs))
+            tables = list(pool.map(lambda p: ds._take_rows(p.tolist(), columns=columns), runs))
+
+        def joined(name: str) -> Any:
+            if len(tables) == 1:
+                return tables[0].column(name)
+            chunks = [c for t in tables for c in t.column(name).chunks]
+            return pa.chunked_array(chunks, type=tables[0].schema.field(name).type)
+
+        return joined(column), None if self.mask_column is None else joined(self.mask_column)
 
     def _take_pool(self, threads: int) -> ThreadPoolExecutor:
         """The threads running concurrent takes, at least ``threads`` of them (a pool too
@@ -315,16 +425,19 @@ class TokenReader:
         """Make room for ``threads`` concurrent takes (fetches running at once x their parts)."""
         self._take_pool(threads)
 
-    def _remember(self, rid: int, arr: np.ndarray) -> None:
+    def _remember(self, rid: int, arr: np.ndarray, pairs: np.ndarray | None = None) -> None:
         if len(arr) > self.cache_tokens:
             arr = arr.copy()  # keep just this document, not the whole Arrow buffer
         with self._lock:
             if rid in self._cache:
                 return
             self._cache[rid] = arr
+            if pairs is not None:
+                self._masks[rid] = pairs
             self._cached += len(arr)
             while self._cached > self.cache_tokens and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
+                gone, old = self._cache.popitem(last=False)
+                self._masks.pop(gone, None)
                 self._cached -= len(old)
 
 

@@ -176,18 +176,26 @@ class LoaderSpec:
     order_jitter: int = 1
     """With ``order_by``: the sorted documents are cut into buckets of this many, each shuffled
     by ``(seed, epoch)`` (1: the strict order)."""
+    loss_mask_column: str | None = None
+    """A column of token spans per row (``list<int32>`` of flat ``[start, end)`` pairs) whose
+    targets get label ``-100`` (:mod:`~tokenloom.loader.lossmask`); ``None``: no mask."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
             raise PlanError(f"table must be a path or URI, got {self.table!r}")
         object.__setattr__(self, "table", absolute_uri(self.table))
         _int("version", self.version, low=0, optional=True)
-        for name in ("token_column", "count_column"):
+        for name in ("token_column", "count_column", "loss_mask_column"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise PlanError(f"{name} must be a column name, got {value!r}")
         if self.count_column is None:
             object.__setattr__(self, "count_column", count_column_for(self.token_column))
+        if self.loss_mask_column in (self.token_column, self.count_column):
+            raise PlanError(
+                f"loss_mask_column {self.loss_mask_column!r} holds the token ids or their counts, "
+                "not [start, end) token spans; name the mask (e.g. loss_mask)"
+            )
         if self.filter is not None and (
             not isinstance(self.filter, str) or not self.filter.strip()
         ):
@@ -295,6 +303,8 @@ class LoaderSpec:
             out["order_by"] = self.order_by
             out["order_jitter"] = self.order_jitter
             out["order_algorithm"] = ORDER_ALGORITHM
+        if self.loss_mask_column:  # its name; its values are the table version's
+            out["loss_mask_column"] = self.loss_mask_column
         return out
 
     # -- serialisation ------------------------------------------------------------------------

@@ -39,6 +39,8 @@ class LoaderStats:
     eos: int = 0
     padding: int = 0
     loss_positions: int = 0
+    masked_tokens: int = 0
+    """Labels a loss-mask column set to ``-100`` (not in :attr:`loss_positions`)."""
     bytes_read: int = 0
     read_seconds: float = 0.0
     """I/O-thread time spent fetching rows (``take``)."""

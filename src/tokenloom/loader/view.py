@@ -10,7 +10,7 @@ torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -44,8 +44,10 @@ COUNT_FIELDS = (
     "padding_positions",
     "loss_positions",
     "overlap_tokens",
+    "masked_tokens",
 )
-"""Per-pool counters of :class:`StepCounts`, in this order."""
+"""Per-pool counters of :class:`StepCounts`, in this order (``masked_tokens``: labels a
+loss-mask column set to ``-100``, :mod:`~tokenloom.loader.lossmask`)."""
 
 _SCAN_BLOCKS = 1 << 16  # blocks per chunk when searching an epoch for rows
 
@@ -273,9 +275,11 @@ class EpochView:
         tokens: np.ndarray,
         offsets: np.ndarray,
         out: np.ndarray | None = None,
+        masked: np.ndarray | None = None,
     ) -> PackedGroup:
         """Pack a group's tokens (``offsets``: CSR over its stretches) into its steps' batches
-        (``out``: an optional ``(4, k * B, L)`` int64 buffer, see :func:`pack_group`)."""
+        (``out``: an optional ``(4, k * B, L)`` int64 buffer; ``masked``: the read tokens in a
+        loss-mask span; see :func:`pack_group`)."""
         return pack_group(
             layout.spans,
             tokens,
@@ -287,6 +291,7 @@ class EpochView:
             pad_id=self.pad_id,
             lookahead=self.lookahead,
             out=out,
+            masked=masked,
         )
 
     def count_group(self, layout: GroupLayout, packed: PackedGroup, num_pools: int) -> GroupCounts:
@@ -300,6 +305,8 @@ class EpochView:
         out[:, 0] = np.bincount(key[pools >= 0], minlength=n)
         out[:, 3] = np.bincount(key, weights=(packed.doc_ids == -1).sum(axis=1), minlength=n)
         out[:, 4] = np.bincount(key, weights=(packed.labels != -100).sum(axis=1), minlength=n)
+        if packed.masked_blocks is not None:
+            out[:, 6] = np.bincount(key, weights=packed.masked_blocks, minlength=n)
         ids = np.zeros(0, dtype=np.int64)
         bounds = np.zeros(n + 1, dtype=np.int64)
         if len(spans):
@@ -326,8 +333,15 @@ class EpochView:
             step=step, blocks=g.blocks, spans=g.spans, starts=g.starts, stops=g.stops, pools=g.pools
         )
 
-    def pack(self, layout: StepLayout, tokens: np.ndarray, offsets: np.ndarray) -> PackedArrays:
-        """Pack a layout's tokens (``offsets``: CSR over its stretches) into its batch."""
+    def pack(
+        self,
+        layout: StepLayout,
+        tokens: np.ndarray,
+        offsets: np.ndarray,
+        masked: np.ndarray | None = None,
+    ) -> PackedArrays:
+        """Pack a layout's tokens (``offsets``: CSR over its stretches; ``masked``: the read
+        tokens in a loss-mask span) into its batch."""
         return pack_blocks(
             layout.spans,
             tokens,
@@ -337,6 +351,7 @@ class EpochView:
             eos_id=self.eos_id,
             pad_id=self.pad_id,
             lookahead=self.lookahead,
+            masked=masked,
         )
 
     def count(self, layout: StepLayout, packed: PackedArrays, num_pools: int) -> StepCounts:
@@ -354,12 +369,15 @@ class EpochView:
         )
         return self.count_group(one, packed, num_pools).step(0)  # type: ignore[arg-type]
 
-    def skeleton(self, layout: StepLayout) -> PackedArrays:
-        """:meth:`pack` with placeholder token ids: every field but the ids, without reading."""
+    def skeleton(self, layout: StepLayout, masks: Any = None) -> PackedArrays:
+        """:meth:`pack` with placeholder token ids: every field but the ids, without reading
+        tokens. ``masks``: a function of ``(layout, offsets)`` returning the read tokens in a
+        loss-mask span (it reads the mask column only), or ``None``."""
         lengths = layout.stops - layout.starts
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return self.pack(layout, np.zeros(int(offsets[-1]), dtype=np.int64), offsets)
+        masked = masks(layout, offsets) if masks is not None else None
+        return self.pack(layout, np.zeros(int(offsets[-1]), dtype=np.int64), offsets, masked)
 
     def steps_holding(self, row_ids: np.ndarray) -> list[int]:
         """Ascending global steps whose blocks hold any token or EOS of ``row_ids``."""

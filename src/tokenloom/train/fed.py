@@ -39,5 +39,6 @@ def pool_line(pools: list[dict]) -> str:
     return "  ".join(
         f"{p['name']} {p['body_tokens'] / 1e6:.2f}M tok/{p['unique_documents']:,} docs/"
         f"{p['documents_seen_more_than_once']:,} rep"
+        + (f"/{p['masked_tokens']:,} masked" if p.get("masked_tokens") else "")  # a loss mask
         for p in pools
     )

@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from tokenloom.loader.spec import LoaderSpec
@@ -419,7 +420,10 @@ class _Trainer:
         self.step = state.step
         self.history = dict(state.history) or self.history
         if state.fed is not None and self.dist.is_main:  # all-rank totals continue on rank 0
-            self.loader.ledger.counts = state.fed["counts"].numpy().copy()
+            saved = state.fed["counts"].numpy()
+            counts = np.zeros_like(self.loader.ledger.counts)  # an older checkpoint lacks
+            counts[:, : saved.shape[1]] = saved  # the newer counters: they start at 0
+            self.loader.ledger.counts = counts
             # a change made here moved the ledger onto more rows: carry the counters over
             before = self.ds.planner.previous().run_universes() if self.ds.change else None
             self.loader.ledger.merge_seen([t.numpy() for t in state.fed["seen"]], before)

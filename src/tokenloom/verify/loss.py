@@ -13,6 +13,11 @@ positions equals what the loader's ``stats.loss_positions`` counted for those ba
 the whole epoch each target ``1..n`` of each fixed document (``n`` = its EOS) is trained exactly
 once per visit (a mixture pool that repeats delivers it once per pass; a visit its pool's epoch
 ends inside trains the targets it reached, once), target 0 never.
+
+With a loss-mask column (:mod:`~tokenloom.loader.lossmask`) a target token ``t`` inside one of
+its row's spans is expected to be ``-100`` too (the spans are read from the column apart from the
+loader), the labels it takes out are expected to equal the loader's ``stats.masked_tokens``, and
+the coverage rule leaves masked targets out ("trained exactly once" becomes "never").
 """
 
 from __future__ import annotations
@@ -29,8 +34,21 @@ from tokenloom.verify.text import stretches, visits
 __all__ = ["expected_labels", "check_loss"]
 
 
-def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+def _in_spans(target: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Which targets lie in one of the ``(K, 2)`` ``[start, end)`` spans."""
+    if not len(mask):
+        return np.zeros(target.shape, dtype=bool)
+    t = target[:, None]
+    return ((mask[None, :, 0] <= t) & (t < mask[None, :, 1])).any(axis=1)
+
+
+def expected_labels(
+    batch: StepBatch, rows: dict, eos_id: int, masked: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The labels the batch should carry, and where its EOS ids should be.
+
+    Args:
+        masked: If given, receives (appended) the number of labels a loss mask takes out.
 
     Returns:
         ``(labels, eos)``: ``(B, L)`` int64 expected labels and ``(B, L)`` bool EOS positions.
@@ -50,6 +68,10 @@ def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarr
             trained &= target >= int(sp.ctx_end[i])  # a context token is never a target
         if sp.ends_window is not None and bool(sp.ends_window[i]) and e > s:
             trained[-1] = False  # the next window trains it, with its context
+        hit = trained & (target < n) & _in_spans(target, rows[int(sp.row_id[i])].mask)
+        if masked is not None:
+            masked.append(int(hit.sum()))
+        trained &= ~hit
         labels[blk, pos : pos + e - s] = np.where(trained, value, IGNORE_INDEX)
         if bool(sp.has_eos[i]):
             eos[blk, pos + e - s] = True
@@ -80,6 +102,7 @@ def _fixed_coverage(sample: Sample) -> str | None:
                 np.add.at(count, np.arange(st.start + 1, st.end + 1)[trained[id(st)]], 1)
             want = np.ones(n + 1, dtype=np.int64)
             want[0] = 0
+            want[:n][_in_spans(np.arange(n), sample.rows[rid].mask)] = 0  # masked targets
             if any(st.order in sample.epoch_ends for st in visit):
                 reach = max(st.end for st in visit)  # the pool's epoch ends inside this visit
                 want[reach + 1 :] = 0
@@ -98,8 +121,11 @@ def check_loss(sample: Sample) -> CheckResult:
     started = time.perf_counter()
     problem = None
     expected = counted = 0
+    masked: list[int] = []
+    counted_masked = 0
     for batch in sample.batches:
-        want, eos = expected_labels(batch, sample.rows, sample.eos_id)
+        counted_masked += batch.masked_tokens
+        want, eos = expected_labels(batch, sample.rows, sample.eos_id, masked)
         got = batch.arrays["labels"]
         inp = batch.arrays["input_ids"]
         expected += int((want != IGNORE_INDEX).sum())
@@ -119,6 +145,11 @@ def check_loss(sample: Sample) -> CheckResult:
         problem = (
             f"{expected:,} positions should carry loss but the loader's stats counted {counted:,}"
         )
+    if problem is None and sum(masked) != counted_masked:
+        problem = (
+            f"the loss-mask column takes {sum(masked):,} labels out but the loader's stats "
+            f"counted {counted_masked:,} masked tokens"
+        )
     if problem is None:
         problem = _fixed_coverage(sample)
     seconds = time.perf_counter() - started
@@ -131,6 +162,11 @@ def check_loss(sample: Sample) -> CheckResult:
             f"{expected:,} labelled positions in {len(sample.batches)} steps, each the next token "
             "of its document or its EOS, -100 elsewhere; equal to the loader's "
             "stats.loss_positions; every target of the fixed rows trained exactly once per visit"
+            + (
+                f"; {sum(masked):,} labels in loss-mask spans -100, equal to stats.masked_tokens"
+                if sample.spec.loss_mask_column
+                else ""
+            )
         ),
         seconds=seconds,
     )

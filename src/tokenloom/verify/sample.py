@@ -11,6 +11,7 @@ rows are read back from the table and tokenized again from their text.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class StepBatch:
     has one, as a mixture does; else its block index), ``-1`` for a padding block."""
     loss_positions: int
     """What the loader's ``stats.loss_positions`` counted for this batch."""
+    masked_tokens: int = 0
+    """What the loader's ``stats.masked_tokens`` counted for this batch."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -73,6 +76,9 @@ class Row:
     """The stored count column (the plan's input)."""
     fresh: np.ndarray
     """``(m,)`` int64: the tokenizer's ids of ``text``, computed now."""
+    mask: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    """``(K, 2)`` int64 ``[start, end)`` token spans of the loss-mask column (none without one),
+    read from the column apart from the loader."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -152,7 +158,7 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
         ds.load_state_dict(state.to_dict())
         dl = DataLoader(ds, num_workers=0)
         it = iter(dl)
-        counted = dl.stats.loss_positions
+        counted, masked = dl.stats.loss_positions, dl.stats.masked_tokens
         for step in run:
             batch = next(it)
             arrays = {k: v.numpy() for k, v in batch.items() if hasattr(v, "numpy")}
@@ -165,9 +171,10 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
                     plan=spans,
                     order=_stream_order(view.plan, spans.blocks),
                     loss_positions=dl.stats.loss_positions - counted,
+                    masked_tokens=dl.stats.masked_tokens - masked,
                 )
             )
-            counted = dl.stats.loss_positions
+            counted, masked = dl.stats.loss_positions, dl.stats.masked_tokens
         it.close()
     return out
 
@@ -194,9 +201,17 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
         return {}
     pos = np.searchsorted(ds.inputs.row_ids, ids)
     rowids = ds.inputs.rowids[pos]
-    column, count = ds.spec.token_column, ds.spec.count_column
+    column, count, mask = ds.spec.token_column, ds.spec.count_column, ds.spec.loss_mask_column
     opened = Table.open(ds.uri, version=ds.version, storage_options=ds.planner.storage_options)
-    table = opened.dataset._take_rows(rowids.tolist(), columns=["id", "text", column, count])
+    columns = ["id", "text", column, count, *([mask] if mask else [])]
+    table = opened.dataset._take_rows(rowids.tolist(), columns=columns)
+    spans = [np.zeros((0, 2), dtype=np.int64)] * table.num_rows
+    if mask:
+        from tokenloom.loader.lossmask import mask_pairs
+
+        ids_ = table.column("id").to_numpy()
+        pairs, ptr = mask_pairs(table.column(mask), column=mask, rowids=ids_)
+        spans = [pairs[ptr[r] : ptr[r + 1]] for r in range(table.num_rows)]
     texts = table.column("text").to_pylist()
     stored = as_token_lists(table.column(column), table.schema.field(column)).to_pylist()
     counts = table.column(count).to_pylist()
@@ -208,9 +223,10 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
             stored=np.asarray(s or [], dtype=np.int64),
             n_tokens=int(c or 0),
             fresh=np.asarray(f or [], dtype=np.int64),
+            mask=m,
         )
-        for i, t, s, c, f in zip(
-            table.column("id").to_pylist(), texts, stored, counts, fresh, strict=True
+        for i, t, s, c, f, m in zip(
+            table.column("id").to_pylist(), texts, stored, counts, fresh, spans, strict=True
         )
     }
 
