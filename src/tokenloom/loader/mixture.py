@@ -83,6 +83,9 @@ class Pool:
     """Target share of the blocks (any positive number; shares are normalised)."""
     max_passes: int | None = None
     """At most this many passes over the pool per epoch (``None``: as many as the quota needs)."""
+    cuts: Any = None
+    """Optional windows of the pool's long rows (a :class:`~tokenloom.loader.window.WindowTable`
+    cut at a cut column, the same every pass), else cut by the recipe alone."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -306,6 +309,7 @@ def _pool_plan(
             epoch=epoch,
             seq_len=seq_len,
             recipe=recipe,
+            cut_points=pl.cuts,
             store=store,
         )
         cache[key] = plan

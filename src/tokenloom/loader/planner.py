@@ -44,7 +44,7 @@ from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
-from tokenloom.loader.window import window_table
+from tokenloom.loader.window import WindowTable, window_table
 from tokenloom.table.filters import and_filters
 
 __all__ = ["Planner", "EmptyEpochError"]
@@ -156,22 +156,22 @@ class Planner:
             )
         recipe = spec.recipe
         self.cuts: Any
-        if (recipe.long_docs == "window" or recipe.packing == "best_fit") and not spec.mixture:
+        self.pool_cuts: list[Any] = [None] * len(self.pool_inputs)
+        """Per mixture pool, its :class:`WindowTable` (windows or best-fit), else ``None``."""
+        if recipe.windows or recipe.packing == "best_fit":
             # The windows (best-fit's pieces of long rows too) do not depend on the epoch: cut
-            # them once, reading the cut points a batch of long rows at a time, and keep only
-            # the windows.
-            column, inputs = recipe.cut_column, self.inputs
-            reader = None
-            if column is not None:
-                check_cut_column(ds, column, bool(spec.mixture))
-                reader = lambda at: take_cut_points(ds, inputs, column, at)  # noqa: E731
-            self.cuts = window_table(
-                inputs.row_ids,
-                inputs.n_tokens,
-                window=recipe.window or spec.seq_len,
-                overlap=recipe.overlap,
-                cut_points=reader,
-            )
+            # them once per selection (per pool in a mixture), reading the cut points a batch
+            # of long rows at a time, and keep only the windows.
+            if recipe.cut_column is not None:
+                check_cut_column(ds, recipe.cut_column, units=recipe.long_docs == "units")
+            tables = [
+                _window_table(ds, inp, recipe, spec.seq_len)
+                for inp in (self.pool_inputs if spec.mixture else [self.inputs])
+            ]
+            if spec.mixture:
+                self.cuts, self.pool_cuts = None, tables
+            else:
+                self.cuts = tables[0]
         else:
             self.cuts = read_cut_points(
                 ds,
@@ -223,8 +223,9 @@ class Planner:
                     n_tokens=inp.n_tokens,
                     share=p.share,
                     max_passes=p.max_passes,
+                    cuts=cuts,
                 )
-                for p, inp in zip(spec.mixture, self.pool_inputs, strict=True)
+                for p, inp, cuts in zip(spec.mixture, self.pool_inputs, self.pool_cuts, strict=True)
             ]
             plan: BlockPlan = plan_mixture(
                 pools,
@@ -380,3 +381,19 @@ class Planner:
                 "algorithm": MIXTURE_ALGORITHM,
             }
         return out
+
+
+def _window_table(ds: Any, inputs: PlanInputs, recipe: Any, seq_len: int) -> WindowTable:
+    """The windows of one selection's long rows, cut at the recipe's cut column if any."""
+    column = recipe.cut_column
+    reader = None
+    if column is not None:
+        reader = lambda at: take_cut_points(ds, inputs, column, at)  # noqa: E731
+    return window_table(
+        inputs.row_ids,
+        inputs.n_tokens,
+        window=recipe.window or seq_len,
+        overlap=recipe.overlap,
+        cut_points=reader,
+        units=recipe.long_docs == "units",
+    )
