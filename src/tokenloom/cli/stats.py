@@ -66,6 +66,9 @@ def command(  # noqa: ANN003 - the loader options
         raise click.UsageError(f"the filter {filter!r} selects no rows")
     stats = length_stats(n_tokens, seq_len=seq_len, sources=sources)
     epoch = planner.epoch_info(0)
+    from tokenloom.loader.ends import window_end_counts
+
+    ends = window_end_counts(planner)
     if plot:
         from tokenloom.stats import plot_length_histogram
 
@@ -76,6 +79,7 @@ def command(  # noqa: ANN003 - the loader options
                 **stats.to_json(),
                 "loader": spec.to_dict(),
                 "epoch": epoch,
+                **({"window_ends": ends} if ends is not None else {}),
                 **({"plot": plot} if plot else {}),
             }
         )
@@ -102,6 +106,12 @@ def command(  # noqa: ANN003 - the loader options
             f"({epoch['padding_positions'] / positions:.2%}), dropped {epoch['dropped_tokens']:,} "
             "tokens"
         )
+        if ends is not None:
+            click.echo(
+                f"windows of {ends['long_docs']:,} long documents end at: section "
+                f"{ends['section']:,}, paragraph {ends['paragraph']:,}, line {ends['line']:,}, "
+                f"none {ends['none']:,} (of {ends['windows']:,} windows before a document's end)"
+            )
         if planner.inputs.left_out():
             click.echo(planner.inputs.left_out())
         if plot:

@@ -118,6 +118,7 @@ def pack_group(
     pad_id: int,
     lookahead: bool,
     out: np.ndarray | None = None,
+    overlap_loss: bool = False,
 ) -> PackedGroup:
     """Pack ``k`` steps' stretches with one :func:`~tokenloom.loader.pack.pack_blocks` call.
 
@@ -154,6 +155,7 @@ def pack_group(
         pad_id=pad_id,
         lookahead=lookahead,
         out=out,
+        overlap_loss=overlap_loss,
     )
     step_of = spans.block // B  # (S,) step of each stretch within the group
     stretch_bounds = np.searchsorted(spans.block, np.arange(k + 1, dtype=np.int64) * B)

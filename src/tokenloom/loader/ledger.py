@@ -32,7 +32,8 @@ class PoolLedger:
     loss_positions: int = 0
     """Positions whose label is not -100."""
     overlap_tokens: int = 0
-    """Context-only tokens repeated from the previous window (no loss on their targets)."""
+    """Tokens repeated from the previous window as context (no loss on their targets, unless
+    the ledger's ``overlap_loss``: then they are trained again and in ``loss_positions``)."""
     unique_documents: int = 0
     documents_seen_more_than_once: int = 0
     passes: int = 1
@@ -47,6 +48,8 @@ class Ledger:
     seq_len: int
     global_batch: int
     pools: list[PoolLedger]
+    overlap_loss: bool = False
+    """Whether the windows' overlap tokens keep their loss (the recipe's ``overlap_loss``)."""
 
     @property
     def total(self) -> dict[str, int]:
@@ -61,6 +64,7 @@ class Ledger:
             "steps": self.steps,
             "seq_len": self.seq_len,
             "global_batch": self.global_batch,
+            "overlap_loss": self.overlap_loss,
             "pools": pools,
             "total": self.total,
         }
@@ -166,5 +170,10 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
         for i, led in enumerate(pools):
             led.passes = int(done[i]) + int(taken[i] > plan.pass_ends[i][done[i]])
     return Ledger(
-        epoch=epoch, steps=steps, seq_len=spec.seq_len, global_batch=spec.global_batch, pools=pools
+        epoch=epoch,
+        steps=steps,
+        seq_len=spec.seq_len,
+        global_batch=spec.global_batch,
+        pools=pools,
+        overlap_loss=bool(spec.recipe.overlap_loss),
     )

@@ -274,6 +274,7 @@ class Planner:
             lookahead=s.lookahead,
             eos_id=self.eos_id,
             pad_id=self.pad_id,
+            overlap_loss=s.recipe.overlap_loss,
         )
         if view.steps == 0:
             raise EmptyEpochError(self._empty_epoch(view, int(epoch)))

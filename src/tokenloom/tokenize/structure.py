@@ -100,8 +100,9 @@ def _fences(lines: list[str]) -> np.ndarray:
                 open_ = (m.group(1)[0], len(m.group(1)))
             continue
         inside[i] = True
-        if m and m.group(1)[0] == open_[0] and len(m.group(1)) >= open_[1] and not m.group(2).strip():
-            open_ = None
+        fence = m.group(1) if m else ""
+        if fence[:1] == open_[0] and len(fence) >= open_[1] and not m.group(2).strip():
+            open_ = None  # a closing fence: the same character, at least as long, nothing after
     return inside
 
 
@@ -191,8 +192,10 @@ class StructureBoundaries:
         enc = getattr(tok, "_enc", None)
         if enc is not None:  # tiktoken: every id is a fixed byte string
             self.byte_len = np.array(
-                [len(enc.decode_single_token_bytes(i)) if _known(enc, i) else 0
-                 for i in range(tok.vocab_size)],
+                [
+                    len(enc.decode_single_token_bytes(i)) if _known(enc, i) else 0
+                    for i in range(tok.vocab_size)
+                ],
                 dtype=np.int64,
             )
 

@@ -29,8 +29,11 @@ from tokenloom.verify.text import stretches, visits
 __all__ = ["expected_labels", "check_loss"]
 
 
-def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """The labels the batch should carry, and where its EOS ids should be.
+def expected_labels(
+    batch: StepBatch, rows: dict, eos_id: int, overlap_loss: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """The labels the batch should carry, and where its EOS ids should be (with
+    ``overlap_loss``, a context token is a target too: the recipe trains the overlap again).
 
     Returns:
         ``(labels, eos)``: ``(B, L)`` int64 expected labels and ``(B, L)`` bool EOS positions.
@@ -46,7 +49,7 @@ def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarr
         target = np.arange(s + 1, e + 1)  # (e - s,) token index each position should predict
         value = np.where(target < n, ids[np.minimum(target, max(n - 1, 0))], eos_id)
         trained = np.ones(e - s, dtype=bool)
-        if sp.ctx_end is not None:
+        if sp.ctx_end is not None and not overlap_loss:
             trained &= target >= int(sp.ctx_end[i])  # a context token is never a target
         if sp.ends_window is not None and bool(sp.ends_window[i]) and e > s:
             trained[-1] = False  # the next window trains it, with its context
@@ -56,8 +59,9 @@ def expected_labels(batch: StepBatch, rows: dict, eos_id: int) -> tuple[np.ndarr
     return labels, eos
 
 
-def _fixed_coverage(sample: Sample) -> str | None:
-    """Why some target of a fixed document is not trained exactly once per visit (or None).
+def _fixed_coverage(sample: Sample, overlap_loss: bool = False) -> str | None:
+    """Why some target of a fixed document is not trained exactly once per visit (or None);
+    with ``overlap_loss``, once more for each window that holds it as a context token.
 
     A mixture pool that repeats delivers the document once per pass (each a visit); a visit that
     its pool's epoch ends inside trains the targets it delivered, once, and no other."""
@@ -80,6 +84,12 @@ def _fixed_coverage(sample: Sample) -> str | None:
                 np.add.at(count, np.arange(st.start + 1, st.end + 1)[trained[id(st)]], 1)
             want = np.ones(n + 1, dtype=np.int64)
             want[0] = 0
+            if overlap_loss:  # a window's context tokens (but its first) are trained again
+                goes_on = {st.start for st in visit if st.ctx_end > st.start}
+                for st in visit:
+                    want[st.start + 1 : st.ctx_end] += 1
+                    if st.ctx_end == st.end > st.start and st.end in goes_on:
+                        want[st.end] += 1  # the context runs on in the next block
             if any(st.order in sample.epoch_ends for st in visit):
                 reach = max(st.end for st in visit)  # the pool's epoch ends inside this visit
                 want[reach + 1 :] = 0
@@ -98,8 +108,9 @@ def check_loss(sample: Sample) -> CheckResult:
     started = time.perf_counter()
     problem = None
     expected = counted = 0
+    overlap_loss = bool(sample.spec.recipe.overlap_loss)
     for batch in sample.batches:
-        want, eos = expected_labels(batch, sample.rows, sample.eos_id)
+        want, eos = expected_labels(batch, sample.rows, sample.eos_id, overlap_loss)
         got = batch.arrays["labels"]
         inp = batch.arrays["input_ids"]
         expected += int((want != IGNORE_INDEX).sum())
@@ -120,7 +131,7 @@ def check_loss(sample: Sample) -> CheckResult:
             f"{expected:,} positions should carry loss but the loader's stats counted {counted:,}"
         )
     if problem is None:
-        problem = _fixed_coverage(sample)
+        problem = _fixed_coverage(sample, overlap_loss)
     seconds = time.perf_counter() - started
     if problem:
         return CheckResult(name="loss_positions", passed=False, detail=problem, seconds=seconds)
