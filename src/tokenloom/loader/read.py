@@ -345,9 +345,7 @@ def check_cut_column(ds: Any, column: str, mixture: bool = False, *, units: bool
             "(ranked, column cut_structure)"
         )
     t = ds.schema.field(column).type
-    plain = (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(
-        t.value_type
-    )
+    plain = (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
     if not (plain or is_ranked(t)):
         raise LoaderError(
             f"cut column {column!r} is {t}, not a list of token offsets (list<int32>) or of "

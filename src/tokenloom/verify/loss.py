@@ -142,6 +142,7 @@ def check_loss(sample: Sample) -> CheckResult:
             f"{expected:,} labelled positions in {len(sample.batches)} steps, each the next token "
             "of its document or its EOS, -100 elsewhere; equal to the loader's "
             "stats.loss_positions; every target of the fixed rows trained exactly once per visit"
+            + (" (a window's overlap once more: --overlap-loss)" if overlap_loss else "")
         ),
         seconds=seconds,
     )
