@@ -104,6 +104,16 @@ def test_markdown_kinds_and_no_cut_inside_code_fences():
         assert not ((offsets >= a) & (offsets < b)).any()  # the blank line inside included
 
 
+def test_crlf_text_has_the_structure_of_lf_text():
+    for text in (MARKDOWN, RST, PYTHON):
+        lf = text_boundaries(text)
+        crlf = text_boundaries(text.replace("\n", "\r\n"))
+        assert np.array_equal(lf[1], crlf[1])
+        assert [text[:o].count("\n") for o in lf[0]] == [
+            text.replace("\n", "\r\n")[:o].count("\n") for o in crlf[0]
+        ]
+
+
 def test_unclosed_fence_runs_to_the_end():
     text = "para\n\n```\ncode\n\nmore code\n"
     assert kinds_at(text) == [("line", ""), ("paragraph", "```")]

@@ -113,11 +113,12 @@ def text_boundaries(text: str) -> tuple[np.ndarray, np.ndarray]:
         ``(offsets, kinds)``: int64 character offsets (line starts, ``0 < offset < len(text)``,
         ascending) and the int8 kind of each.
     """
-    lines = text.split("\n")
-    n = len(lines)
+    raw = text.split("\n")
+    n = len(raw)
     starts = np.zeros(n, dtype=np.int64)
     if n > 1:
-        np.cumsum([len(s) + 1 for s in lines[:-1]], out=starts[1:])
+        np.cumsum([len(s) + 1 for s in raw[:-1]], out=starts[1:])
+    lines = [s.rstrip("\r") for s in raw]  # CRLF text: the same structure as LF text
     blank = [not s.strip() for s in lines]
     adorn = [bool(_ADORN.match(s)) for s in lines]
     fence = _fences(lines)
