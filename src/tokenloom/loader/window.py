@@ -482,11 +482,17 @@ def _snapped_windows(
         slack = max(1, W // 8)
     else:
         levels = []
+        # only this batch's stretch of the offsets (rows ascend: their segments lie in it)
+        has = seg_hi > seg_lo  # a row without cut points has the segment (0, 0)
+        a = int(seg_lo[has].min()) if has.any() else 0
+        b = int(seg_hi[has].max()) if has.any() else 0
+        ranks, values = cuts.ranks[a:b], cuts.values[a:b]
+        lo_b, hi_b = np.where(has, seg_lo - a, 0), np.where(has, seg_hi - a, 0)
         for r in (SECTION_RANK, 1, 0):  # strongest first: offsets of rank >= r, CSR per row
-            keep = cuts.ranks >= r
+            keep = ranks >= r
             cm = np.zeros(keep.shape[0] + 1, dtype=np.int64)
             np.cumsum(keep, out=cm[1:])
-            levels.append((r, cuts.values[keep], cm[seg_lo], cm[seg_hi]))
+            levels.append((r, values[keep], cm[lo_b], cm[hi_b]))
         slack = max(1, W // 4)
     s = np.zeros(M, dtype=np.int64)
     active = np.arange(M, dtype=np.int64)
