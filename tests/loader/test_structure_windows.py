@@ -262,3 +262,33 @@ def test_overlap_loss_is_in_the_fingerprint_and_the_ledger(md_table):
     later_windows = after["overlap_tokens"] // OVERLAP
     # each later window trains its overlap's targets again (all but its first token's)
     assert after["loss_positions"] - before["loss_positions"] == later_windows * (OVERLAP - 1)
+
+
+def test_a_ranked_column_with_unknown_kinds_or_fields_is_refused(tmp_path):
+    import pyarrow as pa
+
+    from tests.loader.tables import token_table
+    from tokenloom.backfill import add_column, udf
+
+    uri = token_table(tmp_path, ["\n".join(real_paragraphs(30))] * 2)
+    bad_kind = pa.list_(pa.struct([("offset", pa.int32()), ("kind", pa.int8())]))
+    wrong = pa.list_(pa.struct([("at", pa.int32()), ("rank", pa.int8())]))
+
+    @udf(inputs=["n_tokens"], output=pa.field("cut_bad", bad_kind), version="1")
+    def cut_bad(batch):
+        return pa.array([[{"offset": 10, "kind": 7}]] * batch.num_rows, type=bad_kind)
+
+    @udf(inputs=["n_tokens"], output=pa.field("cut_wrong", wrong), version="1")
+    def cut_wrong(batch):
+        return pa.array([[{"at": 10, "rank": 1}]] * batch.num_rows, type=wrong)
+
+    add_column(uri, None, cut_bad, workers=0)
+    add_column(uri, None, cut_wrong, workers=0)
+    res = run_cli("stats", "--table", uri, "--seq-len", "64", "--long-docs", "window",
+                  "--cut-column", "cut_bad")  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert "holds kind 7" in res.stderr and "--structure" in res.stderr
+    res = run_cli("stats", "--table", uri, "--seq-len", "64", "--long-docs", "window",
+                  "--cut-column", "cut_wrong")  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "not a list of token offsets" in res.stderr

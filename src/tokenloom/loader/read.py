@@ -386,6 +386,13 @@ def take_cut_points(ds: Any, inputs: Any, column: str, positions: np.ndarray) ->
         offs = col.offsets.to_numpy().astype(np.int64, copy=False)
         values = col.values.field("offset").to_numpy(zero_copy_only=False)
         ranks = col.values.field("kind").to_numpy(zero_copy_only=False)
+        if ranks.size and (int(ranks.min()) < 0 or int(ranks.max()) > 2):
+            bad = int(ranks[(ranks < 0) | (ranks > 2)][0])
+            raise LoaderError(
+                f"cut column {column!r} holds kind {bad}; kinds are 0 (line), 1 (paragraph) "
+                f"and 2 (section): compute it again with `tokenloom tokenize --table {ds.uri} "
+                "--tokenizer SPEC --structure`"
+            )
     else:
         values, offs = _list_values(col)
     counts = np.diff(offs)

@@ -77,9 +77,15 @@ def structure_column_for(token_column: str) -> str:
 
 def is_ranked(field_type: pa.DataType) -> bool:
     """Whether a cut column's type is the ranked :data:`STRUCTURE_TYPE` (offset plus kind)."""
-    return (
-        pa.types.is_list(field_type) or pa.types.is_large_list(field_type)
-    ) and pa.types.is_struct(field_type.value_type)
+    if not (pa.types.is_list(field_type) or pa.types.is_large_list(field_type)):
+        return False
+    v = field_type.value_type
+    if not pa.types.is_struct(v) or {v.field(i).name for i in range(v.num_fields)} != {
+        "offset",
+        "kind",
+    }:
+        return False
+    return pa.types.is_integer(v.field("offset").type) and pa.types.is_integer(v.field("kind").type)
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
