@@ -75,9 +75,10 @@ def test_every_check_passes_on_a_faithful_loader(good, longest):
     [
         {"packing": "best_fit", "fit_window": 8},
         {"long_docs": "window", "window": 48, "overlap": 8, "filter": "id % 3 != 1"},
+        {"long_docs": "window", "window": 48, "overlap": 8, "overlap_loss": True},
         {"mixture": {"a": ("id % 2 = 0", 0.5), "b": ("id % 2 = 1", 0.5)}, "budget_tokens": 6000},
     ],
-    ids=["best_fit", "windows", "mixture"],
+    ids=["best_fit", "windows", "overlap_loss", "mixture"],
 )
 def test_every_check_passes_with_data_recipes(good, options):
     report = verify(good, **{**SMALL, **options})

@@ -220,6 +220,7 @@ LOADER_KEYS = (
     "window",
     "overlap",
     "cut_column",
+    "overlap_loss",
     "mixture",
     "budget_tokens",
     "eos_id",
@@ -330,9 +331,11 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
         ),
         click.option(
             "--long-docs",
-            type=click.Choice(["split", "window"]),
+            type=click.Choice(["split", "window", "units"]),
             default=_default("long_docs"),
             show_default=True,
+            help="units: windows that keep a section or function whole when it fits (needs "
+            "--cut-column cut_structure).",
         ),
         click.option(
             "--window",
@@ -350,7 +353,14 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
         click.option(
             "--cut-column",
             default=None,
-            help="With --long-docs window: end windows at these offsets (cut_points).",
+            help="With --long-docs window/units: end windows at these offsets (cut_points: "
+            "line breaks; cut_structure: ranked section/paragraph/line boundaries).",
+        ),
+        click.option(
+            "--overlap-loss",
+            is_flag=True,
+            default=False,
+            help="Train the overlap's tokens again in later windows (default: context only).",
         ),
         click.option(
             "--mixture",
@@ -446,6 +456,8 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
         except FilterError as exc:  # as --filter: a malformed one is a usage error
             raise click.BadParameter(f"pool {pool.name!r}: {exc}", param_hint="--mixture") from None
     check_loss_mask_option(spec)
+    if spec.recipe.cut_column:
+        _check_cut_column(spec)
     return spec
 
 
@@ -468,6 +480,26 @@ def check_loss_mask_option(spec: Any, storage_options: dict | None = None) -> No
         check_mask_field(schema, spec.loss_mask_column, spec.table)
     except LossMaskColumnError as exc:
         raise click.BadParameter(str(exc), param_hint="'--loss-mask-column'") from None
+
+
+def _check_cut_column(spec: Any) -> None:
+    """A ``--cut-column`` the table lacks, or of the wrong type, is a usage error (exit 2); a
+    table that cannot be opened is left to the command to report."""
+    from tokenloom.errors import TokenloomError
+    from tokenloom.loader.read import LoaderError, check_cut_column
+    from tokenloom.table import Table
+    from tokenloom.table.storage import is_remote
+
+    if is_remote(spec.table):  # its credentials are the command's: it checks the column itself
+        return
+    try:
+        ds = Table.open(spec.table, version=spec.version).dataset
+    except (TokenloomError, OSError, ValueError):
+        return
+    try:
+        check_cut_column(ds, spec.recipe.cut_column, units=spec.recipe.long_docs == "units")
+    except LoaderError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--cut-column'") from None
 
 
 def run_record(run: str, *, option: str = "--run") -> Any:

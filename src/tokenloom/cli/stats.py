@@ -73,6 +73,9 @@ def command(  # noqa: ANN003 - the loader options
         from tokenloom.loader.lossmask import mask_summary
 
         mask = {"column": spec.loss_mask_column, **mask_summary(ds, spec.loss_mask_column, filter)}
+    from tokenloom.loader.ends import window_end_counts
+
+    ends = window_end_counts(planner)
     if plot:
         from tokenloom.stats import plot_length_histogram
 
@@ -84,6 +87,7 @@ def command(  # noqa: ANN003 - the loader options
                 "loader": spec.to_dict(),
                 "epoch": epoch,
                 **({"loss_mask": mask} if mask else {}),
+                **({"window_ends": ends} if ends is not None else {}),
                 **({"plot": plot} if plot else {}),
             }
         )
@@ -110,6 +114,12 @@ def command(  # noqa: ANN003 - the loader options
             f"({epoch['padding_positions'] / positions:.2%}), dropped {epoch['dropped_tokens']:,} "
             "tokens"
         )
+        if ends is not None:
+            click.echo(
+                f"windows of {ends['long_docs']:,} long documents end at: section "
+                f"{ends['section']:,}, paragraph {ends['paragraph']:,}, line {ends['line']:,}, "
+                f"none {ends['none']:,} (of {ends['windows']:,} windows before a document's end)"
+            )
         if planner.inputs.left_out():
             click.echo(planner.inputs.left_out())
         if mask:

@@ -74,6 +74,18 @@ unless --allow-lossy.""",
     is_flag=True,
     help="Also add the line-break offsets (cut_points) that windows may end at.",
 )
+@click.option(
+    "--structure",
+    is_flag=True,
+    help="Also add ranked structure boundaries (cut_structure: sections, paragraphs, lines; "
+    "never inside a fenced code block) for --long-docs window/units --cut-column cut_structure.",
+)
+@click.option(
+    "--text-column",
+    default="text",
+    show_default=True,
+    help="With --structure: the text the token column encodes.",
+)
 @json_option
 def tokenize(
     table: str,
@@ -86,6 +98,8 @@ def tokenize(
     allow_lossy: bool,
     layout: str | None,
     boundaries: bool,
+    structure: bool,
+    text_column: str,
     as_json: bool,
 ) -> None:
     """Tokenize the text column into token ids and counts (a backfill)."""
@@ -108,8 +122,21 @@ def tokenize(
 
         added = add_boundaries(table, column, workers=workers, storage_options=storage_options)
         cuts = {"column": boundaries_column_for(column), "version": added.version}
+    ranked = None
+    if structure:
+        from tokenloom.tokenize.structure import add_structure, structure_column_for
+
+        added = add_structure(
+            table,
+            column,
+            text_column=text_column,
+            workers=workers,
+            storage_options=storage_options,
+        )
+        ranked = {"column": structure_column_for(column), "version": added.version}
     if as_json:
-        emit_json({**res.to_json(), **({"boundaries": cuts} if cuts else {})})
+        extra = {"boundaries": cuts, "structure": ranked}
+        emit_json({**res.to_json(), **{k: v for k, v in extra.items() if v}})
         return
     tok = res.tokenizer
     if res.version is None:
@@ -123,6 +150,10 @@ def tokenize(
         )
     if cuts:
         click.echo(f"{cuts['column']}: line-break offsets -> version {cuts['version']}")
+    if ranked:
+        click.echo(
+            f"{ranked['column']}: section/paragraph/line offsets -> version {ranked['version']}"
+        )
     bad = res.roundtrip_failed
     click.echo(
         f"round-trip: {res.roundtrip_checked - bad}/{res.roundtrip_checked} sampled rows "

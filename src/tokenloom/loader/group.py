@@ -125,6 +125,7 @@ def pack_group(
     lookahead: bool,
     out: np.ndarray | None = None,
     masked: np.ndarray | None = None,
+    overlap_loss: bool = False,
 ) -> PackedGroup:
     """Pack ``k`` steps' stretches with one :func:`~tokenloom.loader.pack.pack_blocks` call.
 
@@ -162,6 +163,7 @@ def pack_group(
         lookahead=lookahead,
         out=out,
         masked=masked,
+        overlap_loss=overlap_loss,
     )
     step_of = spans.block // B  # (S,) step of each stretch within the group
     stretch_bounds = np.searchsorted(spans.block, np.arange(k + 1, dtype=np.int64) * B)

@@ -35,7 +35,8 @@ class PoolLedger:
     loss_positions: int = 0
     """Positions whose label is not -100."""
     overlap_tokens: int = 0
-    """Context-only tokens repeated from the previous window (no loss on their targets)."""
+    """Tokens repeated from the previous window as context (no loss on their targets, unless
+    the ledger's ``overlap_loss``: then they are trained again and in ``loss_positions``)."""
     masked_tokens: int = 0
     """Labels a loss-mask column set to -100 (targets in a masked span; not in
     ``loss_positions``)."""
@@ -57,6 +58,8 @@ class Ledger:
     """When a stream change splices the epoch within the steps counted: the change
     (:meth:`~tokenloom.loader.change.StreamChange.to_dict`) with ``dropped_by_change``, the
     tokens of rows partly fed before it that the rest of the epoch leaves out."""
+    overlap_loss: bool = False
+    """Whether the windows' overlap tokens keep their loss (the recipe's ``overlap_loss``)."""
 
     @property
     def total(self) -> dict[str, int]:
@@ -71,6 +74,7 @@ class Ledger:
             "steps": self.steps,
             "seq_len": self.seq_len,
             "global_batch": self.global_batch,
+            "overlap_loss": self.overlap_loss,
             "pools": pools,
             "total": self.total,
             **({"change": self.change} if self.change is not None else {}),
@@ -223,4 +227,5 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
         global_batch=spec.global_batch,
         pools=pools,
         change=change,
+        overlap_loss=bool(spec.recipe.overlap_loss),
     )

@@ -88,6 +88,9 @@ class Pool:
     ordering: Any = None
     """Optional :class:`~tokenloom.loader.order.Ordering` of the pool's rows: every pass visits
     them in that curriculum order (its buckets shuffled by the pass's seed)."""
+    cuts: Any = None
+    """Optional windows of the pool's long rows (a :class:`~tokenloom.loader.window.WindowTable`
+    cut at a cut column, the same every pass), else cut by the recipe alone."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -311,6 +314,7 @@ def _pool_plan(
             epoch=epoch,
             seq_len=seq_len,
             recipe=recipe,
+            cut_points=pl.cuts,
             store=store,
             ordering=pl.ordering,
         )

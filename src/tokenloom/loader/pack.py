@@ -172,6 +172,7 @@ def pack_blocks(
     lookahead: bool,
     out: np.ndarray | None = None,
     masked: np.ndarray | None = None,
+    overlap_loss: bool = False,
 ) -> PackedArrays:
     """Pack stretches into a ``(B, L)`` batch. Vectorised: O(B * L + S), no per-stretch loop.
 
@@ -189,6 +190,8 @@ def pack_blocks(
             worker hands over without a copy); the returned arrays are views of it.
         masked: Optional ``(T,)`` bool, aligned with ``tokens``: the read tokens in a loss-mask
             span (see the module docstring).
+        overlap_loss: Keep the loss on targets that are context tokens (a window's overlap is
+            trained again; ``context`` still reports the range). Default: context only.
 
     Returns:
         The :class:`PackedArrays`.
@@ -255,8 +258,11 @@ def pack_blocks(
         lab[end[np.asarray(spans.ends_window, dtype=bool)] - 1] = IGNORE_INDEX
     if spans.ctx_end is not None:
         ctx_end = np.asarray(spans.ctx_end, dtype=np.int64)
-        # Positions holding tokens t < ctx_end - 1 target a context token t + 1: no loss.
+        # Positions holding tokens t < ctx_end - 1 target a context token t + 1: no loss (none
+        # masked with overlap_loss: the overlap is trained again).
         c = np.clip(ctx_end - 1 - spans.tok_start, 0, ntok)  # (S,)
+        if overlap_loss:
+            c = np.zeros_like(c)
         first_pos = end - m  # (S,) first filled position of each stretch
         c_total = int(c.sum())
         idx = np.repeat(first_pos, c) + (np.arange(c_total) - np.repeat(np.cumsum(c) - c, c))

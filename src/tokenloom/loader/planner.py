@@ -57,7 +57,7 @@ from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
-from tokenloom.loader.window import window_table
+from tokenloom.loader.window import WindowTable, window_table
 from tokenloom.table.filters import and_filters
 
 __all__ = ["Planner", "EmptyEpochError"]
@@ -191,22 +191,22 @@ class Planner:
             ]
         recipe = spec.recipe
         self.cuts: Any
-        if (recipe.long_docs == "window" or recipe.packing == "best_fit") and not spec.mixture:
+        self.pool_cuts: list[Any] = [None] * len(self.pool_inputs)
+        """Per mixture pool, its :class:`WindowTable` (windows or best-fit), else ``None``."""
+        if recipe.windows or recipe.packing == "best_fit":
             # The windows (best-fit's pieces of long rows too) do not depend on the epoch: cut
-            # them once, reading the cut points a batch of long rows at a time, and keep only
-            # the windows.
-            column, inputs = recipe.cut_column, self.inputs
-            reader = None
-            if column is not None:
-                check_cut_column(ds, column, bool(spec.mixture))
-                reader = lambda at: take_cut_points(ds, inputs, column, at)  # noqa: E731
-            self.cuts = window_table(
-                inputs.row_ids,
-                inputs.n_tokens,
-                window=recipe.window or spec.seq_len,
-                overlap=recipe.overlap,
-                cut_points=reader,
-            )
+            # them once per selection (per pool in a mixture), reading the cut points a batch
+            # of long rows at a time, and keep only the windows.
+            if recipe.cut_column is not None:
+                check_cut_column(ds, recipe.cut_column, units=recipe.long_docs == "units")
+            tables = [
+                _window_table(ds, inp, recipe, spec.seq_len)
+                for inp in (self.pool_inputs if spec.mixture else [self.inputs])
+            ]
+            if spec.mixture:
+                self.cuts, self.pool_cuts = None, tables
+            else:
+                self.cuts = tables[0]
         else:
             self.cuts = read_cut_points(
                 ds,
@@ -297,8 +297,11 @@ class Planner:
                     share=p.share,
                     max_passes=p.max_passes,
                     ordering=self.orderings[i] if self.orderings else None,
+                    cuts=cuts,
                 )
-                for i, (p, inp) in enumerate(zip(spec.mixture, self.pool_inputs, strict=True))
+                for i, (p, inp, cuts) in enumerate(
+                    zip(spec.mixture, self.pool_inputs, self.pool_cuts, strict=True)
+                )
             ]
             plan: BlockPlan = plan_mixture(
                 pools,
@@ -369,6 +372,7 @@ class Planner:
             lookahead=s.lookahead,
             eos_id=self.eos_id,
             pad_id=self.pad_id,
+            overlap_loss=s.recipe.overlap_loss,
         )
 
     def _splice(self, change: StreamChange) -> SplicedView:
@@ -440,6 +444,7 @@ class Planner:
                     share=p.share,
                     max_passes=p.max_passes,
                     ordering=self.orderings[i] if self.orderings else None,
+                    cuts=self._tail_cuts(inp, n) if self._windowed() else None,
                 )
                 for i, (p, inp, n) in enumerate(
                     zip(spec.mixture, self.pool_inputs, lens, strict=True)
@@ -457,25 +462,8 @@ class Planner:
             )
         (mask,) = keep
         lens = np.where(mask, np.asarray(self.inputs.n_tokens), 0)
-        cuts = self.cuts
         recipe = spec.recipe
-        if recipe.long_docs == "window" or recipe.packing == "best_fit":
-            reader = None
-            if recipe.cut_column is not None:
-                from tokenloom.table import Table
-
-                ds = Table.open(
-                    self.uri, version=self.version, storage_options=self.storage_options
-                ).dataset
-                inputs = self.inputs
-                reader = lambda at: take_cut_points(ds, inputs, recipe.cut_column, at)  # noqa: E731
-            cuts = window_table(
-                self.inputs.row_ids,
-                lens,
-                window=recipe.window or spec.seq_len,
-                overlap=recipe.overlap,
-                cut_points=reader,
-            )
+        cuts = self._tail_cuts(self.inputs, lens) if self._windowed() else self.cuts
         return plan_recipe_epoch(
             np.asarray(self.inputs.row_ids),
             lens,
@@ -486,6 +474,24 @@ class Planner:
             cut_points=cuts,
             ordering=self.orderings[0] if self.orderings else None,  # a curriculum goes on
         )
+
+    def _windowed(self) -> bool:
+        """Whether the recipe cuts long rows into windows once per selection (windows, units,
+        best-fit's pieces): then a tail's windows are cut again over the rows it keeps."""
+        recipe = self.spec.recipe
+        return bool(recipe.windows or recipe.packing == "best_fit")
+
+    def _tail_cuts(self, inputs: PlanInputs, lens: np.ndarray) -> WindowTable:
+        """The windows of a change's tail: ``inputs``' rows with lengths ``lens`` (left-out
+        rows empty), cut at the cut column of this phase's version."""
+        ds = None
+        if self.spec.recipe.cut_column is not None:
+            from tokenloom.table import Table
+
+            ds = Table.open(
+                self.uri, version=self.version, storage_options=self.storage_options
+            ).dataset
+        return _window_table(ds, inputs, self.spec.recipe, self.spec.seq_len, lens)
 
     def _empty_epoch(self, view: EpochView, epoch: int) -> str:
         """Why epoch ``epoch`` has no step, and what to change."""
@@ -633,6 +639,8 @@ def _head_tokens(view: SplicedView) -> int:
         spans = view.head.group(np.arange(lo, min(lo + 256, view.at))).spans
         tokens += int((spans.tok_end - spans.tok_start).sum())
     return tokens
+
+
 def check_loss_mask(ds: Any, spec: LoaderSpec, rowids: np.ndarray, uri: str) -> None:
     """Refuse a loss-mask column of the wrong type, or null on selected rows (unless
     ``allow_missing``, when a null masks nothing), naming the fix.
@@ -656,3 +664,23 @@ def check_loss_mask(ds: Any, spec: LoaderSpec, rowids: np.ndarray, uri: str) -> 
             f"with `tokenloom refresh --table {uri}`, or pass --allow-missing to mask nothing "
             "on them"
         )
+
+
+def _window_table(
+    ds: Any, inputs: PlanInputs, recipe: Any, seq_len: int, n_tokens: Any = None
+) -> WindowTable:
+    """The windows of one selection's long rows, cut at the recipe's cut column if any
+    (``n_tokens``: other lengths than the stored ones, e.g. a change's tail leaving rows out as
+    empty; ``ds`` is only read for the cut column)."""
+    column = recipe.cut_column
+    reader = None
+    if column is not None:
+        reader = lambda at: take_cut_points(ds, inputs, column, at)  # noqa: E731
+    return window_table(
+        inputs.row_ids,
+        inputs.n_tokens if n_tokens is None else n_tokens,
+        window=recipe.window or seq_len,
+        overlap=recipe.overlap,
+        cut_points=reader,
+        units=recipe.long_docs == "units",
+    )

@@ -441,18 +441,35 @@ class TokenReader:
                 self._cached -= len(old)
 
 
-def check_cut_column(ds: Any, column: str, mixture: bool) -> None:
-    """Refuse a cut column the loader cannot use, naming the fix.
+def check_cut_column(ds: Any, column: str, mixture: bool = False, *, units: bool = False) -> None:
+    """Refuse a cut column the loader cannot use, naming the fix (a mixture reads the column
+    per pool, like one selection).
 
     Raises:
-        LoaderError: With a mixture, or when the table has no such column.
+        LoaderError: The table has no such column, it is not a list of offsets (plain or
+            ranked), or ``units`` asks for a ranked column and it is plain.
     """
-    if mixture:
-        raise LoaderError("cut_column is not supported with mixture= yet; leave one of them out")
+    from tokenloom.tokenize.structure import is_ranked
+
     if column not in ds.schema.names:
         raise LoaderError(
             f"no column {column!r}; add it with `tokenloom tokenize --table {ds.uri} "
-            "--tokenizer SPEC --boundaries`"
+            "--tokenizer SPEC --boundaries` (line breaks, column cut_points) or `--structure` "
+            "(ranked, column cut_structure)"
+        )
+    t = ds.schema.field(column).type
+    plain = (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+    if not (plain or is_ranked(t)):
+        raise LoaderError(
+            f"cut column {column!r} is {t}, not a list of token offsets (list<int32>) or of "
+            "ranked offsets (list<struct<offset, kind>>); pass --cut-column cut_points or "
+            "cut_structure"
+        )
+    if units and not is_ranked(t):
+        raise LoaderError(
+            f"long_docs='units' needs a ranked cut column (sections), and {column!r} is {t}; add "
+            f"one with `tokenloom tokenize --table {ds.uri} --tokenizer SPEC --structure` and "
+            "pass --cut-column cut_structure"
         )
 
 
@@ -477,7 +494,20 @@ def take_cut_points(ds: Any, inputs: Any, column: str, positions: np.ndarray) ->
     col = table.column(column).combine_chunks()
     del table
     # CSR by id, without a Python object per row; a null list is no cut point
-    values, offs = _list_values(col)
+    ranks = None
+    if pa.types.is_struct(col.type.value_type):  # a ranked column: offset and kind
+        offs = col.offsets.to_numpy().astype(np.int64, copy=False)
+        values = col.values.field("offset").to_numpy(zero_copy_only=False)
+        ranks = col.values.field("kind").to_numpy(zero_copy_only=False)
+        if ranks.size and (int(ranks.min()) < 0 or int(ranks.max()) > 2):
+            bad = int(ranks[(ranks < 0) | (ranks > 2)][0])
+            raise LoaderError(
+                f"cut column {column!r} holds kind {bad}; kinds are 0 (line), 1 (paragraph) "
+                f"and 2 (section): compute it again with `tokenloom tokenize --table {ds.uri} "
+                "--tokenizer SPEC --structure`"
+            )
+    else:
+        values, offs = _list_values(col)
     counts = np.diff(offs)
     if col.null_count:
         counts[~col.is_valid().to_numpy(zero_copy_only=False)] = 0
@@ -486,7 +516,9 @@ def take_cut_points(ds: Any, inputs: Any, column: str, positions: np.ndarray) ->
     ptr = np.zeros(ids.shape[0] + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     at = np.repeat(offs[:-1][order] - ptr[:-1], counts) + np.arange(int(ptr[-1]))
-    return CutPoints(ids[order], ptr, np.asarray(values)[at])
+    return CutPoints(
+        ids[order], ptr, np.asarray(values)[at], None if ranks is None else np.asarray(ranks)[at]
+    )
 
 
 def _list_values(col: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:

@@ -355,8 +355,9 @@ class LoaderSpec:
         """One line for logs: the recipe, block length, batch, order and mixture."""
         r = self.recipe
         what = r.packing + (f"(fit {r.fit_window})" if r.packing == "best_fit" else "")
-        if r.long_docs == "window":
-            what += f", windows {r.window or self.seq_len}+{r.overlap}"
+        if r.windows:
+            what += f", {r.long_docs} {r.window or self.seq_len}+{r.overlap}"
+            what += " (overlap trained)" if r.overlap_loss else ""
             what += f" cut at {r.cut_column}" if r.cut_column else ""
         pools = ", ".join(f"{p.name} {p.share:.0%}" for p in self.mixture)
         return (

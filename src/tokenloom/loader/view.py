@@ -184,6 +184,7 @@ class EpochView:
         lookahead: Read one token past a block ending mid-document.
         eos_id: Separator id (placed by :meth:`skeleton` too).
         pad_id: Padding id.
+        overlap_loss: Keep the loss on windows' overlap (the recipe's ``overlap_loss``).
     """
 
     def __init__(
@@ -196,8 +197,10 @@ class EpochView:
         lookahead: bool,
         eos_id: int,
         pad_id: int,
+        overlap_loss: bool = False,
     ) -> None:
         self.plan = plan
+        self.overlap_loss = bool(overlap_loss)
         self.global_batch = int(global_batch)
         self.drop_last = bool(drop_last)
         self.block_order = block_order
@@ -292,6 +295,7 @@ class EpochView:
             lookahead=self.lookahead,
             out=out,
             masked=masked,
+            overlap_loss=self.overlap_loss,
         )
 
     def count_group(self, layout: GroupLayout, packed: PackedGroup, num_pools: int) -> GroupCounts:
@@ -352,6 +356,7 @@ class EpochView:
             pad_id=self.pad_id,
             lookahead=self.lookahead,
             masked=masked,
+            overlap_loss=self.overlap_loss,
         )
 
     def count(self, layout: StepLayout, packed: PackedArrays, num_pools: int) -> StepCounts:

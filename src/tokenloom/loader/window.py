@@ -63,6 +63,8 @@ __all__ = [
     "check_blocks",
     "window_docs",
     "naive_window_docs",
+    "naive_structured_ends",
+    "END_KINDS",
     "plan_windowed_epoch",
     "windowed_spans",
     "piece_stretches",
@@ -256,12 +258,19 @@ class CutPoints(Mapping):
         values: The offsets, sorted within each row.
     """
 
-    def __init__(self, rows: np.ndarray, ptr: np.ndarray, values: np.ndarray) -> None:
+    def __init__(
+        self, rows: np.ndarray, ptr: np.ndarray, values: np.ndarray, ranks: np.ndarray | None = None
+    ) -> None:
         self.rows = np.asarray(rows, dtype=np.int64)
         self.ptr = np.asarray(ptr, dtype=np.int64)
         self.values = np.asarray(values)
+        self.ranks = None if ranks is None else np.asarray(ranks, dtype=np.int8)
+        """Optional kind of each offset (:mod:`~tokenloom.tokenize.structure`: 0 line,
+        1 paragraph, 2 section), parallel to ``values``: a *ranked* column."""
         if self.ptr.shape != (self.rows.shape[0] + 1,):
             raise PlanError(f"cut points: ptr must hold {self.rows.shape[0] + 1} offsets")
+        if self.ranks is not None and self.ranks.shape != self.values.shape:
+            raise PlanError("cut points: ranks must be parallel to the offsets")
 
     @classmethod
     def from_mapping(cls, cuts: Mapping[int, Any], row_ids: np.ndarray | None = None) -> CutPoints:
@@ -317,6 +326,10 @@ class WindowTable:
     bits: np.ndarray
     """``(ceil(N / 8),)`` uint8: bit ``p`` is set when selection position ``p`` is a long row
     (a lookup searches ``rows`` for those only)."""
+    kinds: np.ndarray | None = None
+    """``(T,)`` int8 optional: what each window ends at (:data:`END_KINDS`: ``-1`` the hard
+    limit, ``0`` line, ``1`` paragraph, ``2`` section, ``3`` the document's end); ``None`` when
+    no cut column was given (every window but a row's last ends at the hard limit)."""
 
     @property
     def context_tokens(self) -> int:
@@ -372,6 +385,7 @@ def window_table(
     window: int,
     overlap: int,
     cut_points: Mapping[int, np.ndarray] | Callable[[np.ndarray], Mapping] | None = None,
+    units: bool = False,
 ) -> WindowTable:
     """The :class:`WindowTable` of a selection: the windows :func:`window_docs` cuts, computed
     for the long rows only, vectorised over rows (a batch of rows at a time, one pass per
@@ -385,8 +399,13 @@ def window_table(
         cut_points: Optional ``row id -> sorted offsets`` (a :class:`CutPoints` is used in
             place), or a function reading those of the rows at some selection positions (called
             once per batch of long rows: the cut points are never all held at once).
+        units: ``long_docs="units"``: end a window at the latest *section* boundary that leaves
+            it a new token, so a unit that fits is never cut; else as a window (needs ranked cut
+            points, see :func:`_snapped_windows`).
     """
     W, ov = check_window(window, overlap)
+    if units and cut_points is None:
+        raise PlanError("long_docs='units' needs a ranked cut column (cut_column=cut_structure)")
     N = int(np.shape(lengths)[0])
     if isinstance(lengths, np.ndarray):
         blocks = ((lo, lengths[lo : lo + _SCAN]) for lo in range(0, N, _SCAN))
@@ -404,6 +423,7 @@ def window_table(
         cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
     ptr = np.zeros(M + 1, dtype=np.int64)  # windows per row, then summed in place
     chunks: list[np.ndarray] = []
+    kinds: list[np.ndarray] = []
     for a in range(0, M, _ROWS):
         at = long[a : a + _ROWS]
         P = np.asarray(lengths[at], dtype=np.int64) + 1
@@ -412,7 +432,8 @@ def window_table(
         else:
             ids = np.asarray(row_ids[at], dtype=np.int64)
             mine = CutPoints.from_mapping(cuts(at), ids) if callable(cuts) else cuts
-            J, ends = _snapped_windows(P, ids, mine, W, ov)
+            J, ends, kind = _snapped_windows(P, ids, mine, W, ov, units=units)
+            kinds.append(kind)
         ptr[a + 1 : a + 1 + at.shape[0]] = J
         chunks.append(ends.astype(np.int32 if int(P.max()) < 1 << 31 else np.int64))
     np.cumsum(ptr, out=ptr)
@@ -420,7 +441,10 @@ def window_table(
     ends = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, np.int32)
     bits = np.zeros(-(-N // 8), dtype=np.uint8)
     np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
-    return WindowTable(window=W, overlap=ov, rows=long, ptr=ptr, ends=ends, bits=bits)
+    kind = None
+    if cuts is not None:
+        kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int8)
+    return WindowTable(window=W, overlap=ov, rows=long, ptr=ptr, ends=ends, bits=bits, kinds=kind)
 
 
 _ROWS = 1 << 13  # long rows cut per batch in window_table (their cut points read at once)
@@ -436,37 +460,105 @@ def _even_windows(P: np.ndarray, W: int, ov: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _snapped_windows(
-    P: np.ndarray, ids: np.ndarray, cuts: CutPoints, W: int, ov: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Windows per row and their ends, each window ending at the latest cut point within its
-    last eighth (else at ``W``), as :func:`window_docs`; one pass per window index."""
+    P: np.ndarray, ids: np.ndarray, cuts: CutPoints, W: int, ov: int, *, units: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows per row, their ends and what each ends at (:data:`END_KINDS`); one pass per
+    window index, every row at once.
+
+    Unranked cut points (``cuts.ranks is None``): a window ends at the latest cut point within
+    its last eighth, else at ``W`` (:func:`window_docs`). Ranked: at the *strongest* cut point
+    within its last quarter (the latest of that rank), else at ``W``. With ``units`` (ranked
+    only), first at the latest section boundary anywhere in the window that leaves it a new token.
+    """
     M = P.shape[0]
     seg_lo, seg_hi = cuts.segments(ids)
-    values = cuts.values
-    slack = max(1, W // 8)
+    if cuts.ranks is None:
+        if units:
+            raise PlanError(
+                "long_docs='units' needs a ranked cut column (offsets with a kind each); add one "
+                "with `tokenloom tokenize --table TABLE --tokenizer SPEC --structure`"
+            )
+        levels = [(0, cuts.values, seg_lo, seg_hi)]
+        slack = max(1, W // 8)
+    else:
+        levels = []
+        # only this batch's stretch of the offsets (rows ascend: their segments lie in it)
+        has = seg_hi > seg_lo  # a row without cut points has the segment (0, 0)
+        a = int(seg_lo[has].min()) if has.any() else 0
+        b = int(seg_hi[has].max()) if has.any() else 0
+        ranks, values = cuts.ranks[a:b], cuts.values[a:b]
+        lo_b, hi_b = np.where(has, seg_lo - a, 0), np.where(has, seg_hi - a, 0)
+        for r in (SECTION_RANK, 1, 0):  # strongest first: offsets of rank >= r, CSR per row
+            keep = ranks >= r
+            cm = np.zeros(keep.shape[0] + 1, dtype=np.int64)
+            np.cumsum(keep, out=cm[1:])
+            levels.append((r, values[keep], cm[lo_b], cm[hi_b]))
+        slack = max(1, W // 4)
     s = np.zeros(M, dtype=np.int64)
     active = np.arange(M, dtype=np.int64)
-    who, got = [], []  # per pass: the rows cut and where their window ends
+    who, got, kinds = [], [], []  # per pass: the rows cut, where and at what their window ends
     while active.size:
         p, sa = P[active], s[active]
         done = p - sa <= W
         who.append(active[done])
         got.append(p[done])
+        kinds.append(np.full(int(done.sum()), END_OF_DOC, dtype=np.int8))
         active, sa = active[~done], sa[~done]
         if not active.size:
             break
         limit = sa + W
-        hi = _segment_upper(values, seg_lo[active], seg_hi[active], limit)
+        end = limit.copy()
+        kind = np.full(active.shape[0], -1, dtype=np.int8)
         floor = np.maximum(sa + ov, limit - slack)
-        has = hi > seg_lo[active]
-        c = values[np.maximum(hi - 1, 0)].astype(np.int64) if values.size else limit
-        end = np.where(has & (c > floor), c, limit)
+        tries = [(levels[0], sa + ov)] if units else []
+        for (r, values, lo, hi_all), fl in tries + [(lv, floor) for lv in levels]:
+            lo_a = lo[active]
+            hi = _segment_upper(values, lo_a, hi_all[active], limit)
+            has = hi > lo_a
+            c = values[np.maximum(hi - 1, 0)].astype(np.int64) if values.size else limit
+            ok = has & (c > fl) & (kind < 0)
+            end[ok] = c[ok]
+            kind[ok] = r
         who.append(active)
         got.append(end)
+        kinds.append(kind)
         s[active] = end - ov
     row = np.concatenate(who)
-    ends = np.concatenate(got)[np.argsort(row, kind="stable")]  # row by row, passes in order
-    return np.bincount(row, minlength=M), ends
+    order = np.argsort(row, kind="stable")  # row by row, passes in order
+    return np.bincount(row, minlength=M), np.concatenate(got)[order], np.concatenate(kinds)[order]
+
+
+def naive_structured_ends(
+    n: int, offsets: list[int], ranks: list[int] | None, *, window: int, overlap: int, units: bool
+) -> list[tuple[int, int]]:
+    """Slow reference of one row's windows in :func:`window_table` with cut points:
+    ``(end position, kind)`` per window, one loop per window and per candidate."""
+    W, ov, P = window, overlap, n + 1
+    ranked = ranks is not None
+    rk = list(ranks) if ranked else [0] * len(offsets)
+    slack = max(1, W // 4) if ranked else max(1, W // 8)
+    out, s = [], 0
+    while P - s > W:
+        best = None
+        if units:
+            sec = [c for c, r in zip(offsets, rk, strict=True) if r == 2 and s + ov < c <= s + W]
+            best = (max(sec), 2) if sec else None
+        if best is None:
+            floor = max(s + ov, s + W - slack)
+            inside = [(r, c) for c, r in zip(offsets, rk, strict=True) if floor < c <= s + W]
+            best = (max(inside)[1], max(inside)[0]) if inside else (s + W, -1)
+        out.append(best)
+        s = best[0] - ov
+    out.append((P, END_OF_DOC))
+    return out
+
+
+SECTION_RANK = 2
+"""The rank of a section boundary (a unit's edge under ``long_docs="units"``)."""
+END_OF_DOC = 3
+"""The kind of a row's last window: it ends with the document."""
+END_KINDS = {-1: "none", 0: "line", 1: "paragraph", 2: "section", END_OF_DOC: "end"}
+"""What a window ends at, by :attr:`WindowTable.kinds` value."""
 
 
 _ORDER_CHUNK = 1 << 16  # visiting positions scanned per pass for long rows

@@ -43,9 +43,14 @@ def _in_spans(target: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def expected_labels(
-    batch: StepBatch, rows: dict, eos_id: int, masked: list[int] | None = None
+    batch: StepBatch,
+    rows: dict,
+    eos_id: int,
+    masked: list[int] | None = None,
+    overlap_loss: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The labels the batch should carry, and where its EOS ids should be.
+    """The labels the batch should carry, and where its EOS ids should be (with
+    ``overlap_loss``, a context token is a target too: the recipe trains the overlap again).
 
     Args:
         masked: If given, receives (appended) the number of labels a loss mask takes out.
@@ -64,7 +69,7 @@ def expected_labels(
         target = np.arange(s + 1, e + 1)  # (e - s,) token index each position should predict
         value = np.where(target < n, ids[np.minimum(target, max(n - 1, 0))], eos_id)
         trained = np.ones(e - s, dtype=bool)
-        if sp.ctx_end is not None:
+        if sp.ctx_end is not None and not overlap_loss:
             trained &= target >= int(sp.ctx_end[i])  # a context token is never a target
         if sp.ends_window is not None and bool(sp.ends_window[i]) and e > s:
             trained[-1] = False  # the next window trains it, with its context
@@ -78,8 +83,9 @@ def expected_labels(
     return labels, eos
 
 
-def _fixed_coverage(sample: Sample) -> str | None:
-    """Why some target of a fixed document is not trained exactly once per visit (or None).
+def _fixed_coverage(sample: Sample, overlap_loss: bool = False) -> str | None:
+    """Why some target of a fixed document is not trained exactly once per visit (or None);
+    with ``overlap_loss``, once more for each window that holds it as a context token.
 
     A mixture pool that repeats delivers the document once per pass (each a visit); a visit that
     its pool's epoch ends inside trains the targets it delivered, once, and no other."""
@@ -102,6 +108,12 @@ def _fixed_coverage(sample: Sample) -> str | None:
                 np.add.at(count, np.arange(st.start + 1, st.end + 1)[trained[id(st)]], 1)
             want = np.ones(n + 1, dtype=np.int64)
             want[0] = 0
+            if overlap_loss:  # a window's context tokens (but its first) are trained again
+                goes_on = {st.start for st in visit if st.ctx_end > st.start}
+                for st in visit:
+                    want[st.start + 1 : st.ctx_end] += 1
+                    if st.ctx_end == st.end > st.start and st.end in goes_on:
+                        want[st.end] += 1  # the context runs on in the next block
             want[:n][_in_spans(np.arange(n), sample.rows[rid].mask)] = 0  # masked targets
             if any(st.order in sample.epoch_ends for st in visit):
                 reach = max(st.end for st in visit)  # the pool's epoch ends inside this visit
@@ -123,9 +135,10 @@ def check_loss(sample: Sample) -> CheckResult:
     expected = counted = 0
     masked: list[int] = []
     counted_masked = 0
+    overlap_loss = bool(sample.spec.recipe.overlap_loss)
     for batch in sample.batches:
         counted_masked += batch.masked_tokens
-        want, eos = expected_labels(batch, sample.rows, sample.eos_id, masked)
+        want, eos = expected_labels(batch, sample.rows, sample.eos_id, masked, overlap_loss)
         got = batch.arrays["labels"]
         inp = batch.arrays["input_ids"]
         expected += int((want != IGNORE_INDEX).sum())
@@ -151,7 +164,7 @@ def check_loss(sample: Sample) -> CheckResult:
             f"counted {counted_masked:,} masked tokens"
         )
     if problem is None:
-        problem = _fixed_coverage(sample)
+        problem = _fixed_coverage(sample, overlap_loss)
     seconds = time.perf_counter() - started
     if problem:
         return CheckResult(name="loss_positions", passed=False, detail=problem, seconds=seconds)
@@ -167,6 +180,7 @@ def check_loss(sample: Sample) -> CheckResult:
                 if sample.spec.loss_mask_column
                 else ""
             )
+            + (" (a window's overlap once more: --overlap-loss)" if overlap_loss else "")
         ),
         seconds=seconds,
     )
