@@ -288,6 +288,7 @@ class SplicedView(EpochView):
         self.block_order = tail.block_order
         self.stream_order = tail.stream_order
         self.lookahead = tail.lookahead
+        self.overlap_loss = tail.overlap_loss
         self.eos_id, self.pad_id = tail.eos_id, tail.pad_id
         t = tail.sizes
         L, G = tail.seq_len, tail.global_batch
