@@ -343,11 +343,14 @@ class PackedStream:
     def _local_span_groups(self, view: EpochView, size: int) -> int:
         """Read groups per take on a local table: enough for about
         :data:`~tokenloom.loader.readahead.TAKE_ROWS` distinct rows, at most
-        :data:`_LOCAL_SPAN_TOKENS` of tokens (a long document is not taken again by each span:
-        the groups after its first read it from the long-document cache)."""
+        :data:`_LOCAL_SPAN_TOKENS` of tokens. Not with long documents (a mean row longer than
+        that over ``TAKE_ROWS``): their groups hold few rows, each read once into the
+        long-document cache, which a span fetched ahead would read again."""
         if self.read_group is not None:
             return 1  # an explicit group size is also the take's
         rows = max(len(self.inputs.row_ids), 1)
+        if self.inputs.n_tokens.sum() / rows > _LOCAL_SPAN_TOKENS / TAKE_ROWS:
+            return 1
         per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
         tokens = max(self.step_values // 4 * size, 1)  # positions of a group
         most = max(_LOCAL_SPAN_TOKENS // tokens, 1)
