@@ -32,6 +32,7 @@ from tokenloom.bench.loader_data import (
 )
 from tokenloom.bench.loader_report import (
     _BESTFIT,
+    _BOUND,
     _LONG,
     _MIXTURE,
     _TL0,
@@ -39,6 +40,7 @@ from tokenloom.bench.loader_report import (
     Goal,
     LoaderBench,
     format_report,
+    in_process,
 )
 from tokenloom.bench.loader_rss import TreeSampler, tree_pids
 from tokenloom.progress import progress
@@ -138,13 +140,22 @@ class LoaderBenchConfig:
         return CorpusSpec(docs=self.long_docs, seed=self.seed, fixed_len=self.long_tokens)
 
 
-def _lancedb_label(options: tuple[tuple[str, object], ...]) -> str:
+BASELINE_WORKERS = (2, 0)
+"""Every baseline (LanceDB's settings included) runs with two DataLoader workers and in the
+measuring process: its best of the two is what tokenloom is compared with."""
+
+
+def _lancedb_label(options: tuple[tuple[str, object], ...], workers: int = 2) -> str:
     o = dict(options)
     if o.get("loader") == "own":
-        return f"LanceDB defaults, StreamingDataLoader, {o.get('num_splits')} splits (workers=2)"
+        return (
+            f"LanceDB defaults, StreamingDataLoader, {o.get('num_splits')} splits "
+            f"(workers={workers})"
+        )
     return (
         f"LanceDB {o.get('num_splits')} splits io={o.get('io_queue_depth')} "
-        f"tx={o.get('transform_parallelism')} txq={o.get('transform_queue_depth')} (workers=2)"
+        f"tx={o.get('transform_parallelism')} txq={o.get('transform_queue_depth')} "
+        f"(workers={workers})"
     )
 
 
@@ -168,6 +179,11 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
                     label=label, kind="tokenloom", path=paths["table"], workers=workers, **common
                 )
             )
+    if "tokenloom" in config.only:
+        # the read bound: the same rows, plain takes, no packing (in the measuring process)
+        cases.append(
+            CaseSpec(label=_BOUND, kind="read-bound", path=paths["table"], workers=0, **common)
+        )
     if "long" in config.only:
         cases.append(CaseSpec(label=_LONG, kind="tokenloom", path=paths["long"], **common))
     if "recipes" in config.only:
@@ -191,22 +207,30 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
         )
     if "lancedb" in config.only:
         for options in config.lancedb_sweep:
-            cases.append(
-                CaseSpec(
-                    label=_lancedb_label(options),
-                    kind="lancedb",
-                    path=paths["table"],
-                    options=options,
-                    **common,
+            for workers in BASELINE_WORKERS:
+                cases.append(
+                    CaseSpec(
+                        label=_lancedb_label(options, workers),
+                        kind="lancedb",
+                        path=paths["table"],
+                        options=options,
+                        workers=workers,
+                        **common,
+                    )
                 )
-            )
     for b in BASELINES:
         if b.name in config.only:
-            cases.append(
-                CaseSpec(
-                    label=b.label, kind=b.kind, path=paths[b.copy], options=b.options, **common
+            for workers in BASELINE_WORKERS:
+                cases.append(
+                    CaseSpec(
+                        label=b.label if workers else in_process(b.label),
+                        kind=b.kind,
+                        path=paths[b.copy],
+                        options=b.options,
+                        workers=workers,
+                        **common,
+                    )
                 )
-            )
     return cases
 
 

@@ -121,6 +121,8 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     from tokenloom.loader import DataLoader, PackedDataset
 
     recipe: dict[str, Any] = {}
+    if spec.option("filter"):  # the read bound takes the rows the same filter selects
+        recipe["filter"] = spec.option("filter")
     if spec.option("packing"):
         recipe["packing"] = spec.option("packing")
     if spec.option("mixture"):
@@ -377,6 +379,95 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             notes.figures["reads_taken"] = counts["bytes"] - first[1]
 
 
+BOUND_TAKE_ROWS = 1024
+"""Rows per take of the read bound (:func:`read_bound_batches`)."""
+
+
+def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
+    """The **read bound** of tokenloom on the same table: the rows tokenloom's plan selects
+    (its ``filter`` included: the same :class:`~tokenloom.loader.planner.Planner`), taken in a
+    fresh random order each epoch, :data:`BOUND_TAKE_ROWS` sorted rows per plain Lance take
+    through tokenloom's reader's own take, one take at a time in the measuring process
+    (``options=(("takes_in_flight", N),)``: N at once in threads), and each take's token lists
+    flattened into one int64 tensor — no plan, no packing, no EOS, no labels. The ``(B, L)``
+    batches are views of that tensor (a batch across two takes is joined), so every token read
+    is delivered and counted once."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import torch
+
+    from tokenloom.loader.planner import Planner
+    from tokenloom.loader.read import TokenReader
+    from tokenloom.loader.spec import LoaderSpec
+    from tokenloom.table.tokens import token_lists
+
+    filt = spec.option("filter")
+    planner = Planner(
+        LoaderSpec.from_options(
+            table=spec.path, seq_len=spec.seq_len, global_batch=spec.batch_size,
+            eos_id=spec.eos_id, pad_id=spec.pad_id, **({"filter": filt} if filt else {}),
+        ),
+        storage_options=dict(spec.storage_options) or None,
+    )  # fmt: skip
+    rowids = np.asarray(planner.inputs.rowids, dtype=np.uint64)
+    reader = TokenReader(
+        planner.uri, planner.version, planner.spec.token_column,
+        storage_options=dict(spec.storage_options) or None,
+    )  # fmt: skip
+    field = reader.field
+    k = int(spec.option("take_rows", BOUND_TAKE_ROWS))
+    in_flight = int(spec.option("takes_in_flight", 1))
+    per_batch = spec.batch_size * spec.seq_len
+    counts = {"rows": 0, "tokens": 0}
+
+    def take(ids: np.ndarray) -> torch.Tensor:
+        lists = token_lists(reader._take(np.sort(ids)), field)
+        flat = lists.values[lists.offsets[0] : lists.offsets[-1]].astype(np.int64)
+        counts["rows"] += len(ids)
+        counts["tokens"] += len(flat)
+        return torch.from_numpy(flat)
+
+    def takes() -> Iterator[torch.Tensor]:
+        epoch = 0
+        pool = ThreadPoolExecutor(in_flight, thread_name_prefix="read-bound")
+        try:
+            while True:
+                order = rowids[np.random.default_rng([epoch, 7]).permutation(len(rowids))]
+                if in_flight == 1:
+                    for lo in range(0, len(order), k):
+                        yield take(order[lo : lo + k])
+                else:
+                    ahead: deque = deque()
+                    for lo in range(0, len(order), k):
+                        ahead.append(pool.submit(take, order[lo : lo + k]))
+                        if len(ahead) >= in_flight:
+                            yield ahead.popleft().result()
+                    while ahead:
+                        yield ahead.popleft().result()
+                epoch += 1
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    held = torch.empty(0, dtype=torch.int64)
+    try:
+        for flat in takes():
+            if len(held):  # the batch across the two takes: its two parts joined
+                need = per_batch - len(held)
+                if len(flat) < need:
+                    held = torch.cat([held, flat])
+                    continue
+                yield torch.cat([held, flat[:need]]).view(spec.batch_size, spec.seq_len)
+                flat = flat[need:]
+            n = len(flat) // per_batch
+            yield from flat[: n * per_batch].view(n, spec.batch_size, spec.seq_len)
+            held = flat[n * per_batch :]
+    finally:
+        notes.text = f"read bound: {k} rows per take, {in_flight} take(s) at once"
+        notes.figures = {"rows_read": counts["rows"], "tokens_read": counts["tokens"]}
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
     "prepacked": prepacked_batches,
@@ -386,6 +477,7 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "parquet-rows": parquet_rows_batches,
     "webdataset": webdataset_batches,
     "lance-rows": lance_rows_batches,
+    "read-bound": read_bound_batches,
 }
 
 _IMPORTS = {
@@ -397,6 +489,7 @@ _IMPORTS = {
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
     "lance-rows": ("torch", "lance"),
+    "read-bound": ("torch", "lance", "tokenloom.loader.planner"),
 }
 
 

@@ -100,13 +100,29 @@ class DataLoader(torch.utils.data.DataLoader):
                 "every epoch from its seed (LoaderSpec.seed)"
             )
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+        self._stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+        self._unfolded: LoaderStats | None = None
+        """In-process: the dataset's counters when they were last added into :attr:`stats`
+        (what it has counted since is added when :attr:`stats` is read, not per batch)."""
         self._transit = TransitGauge(2 * num_workers * (self.prefetch_factor or 2))
         self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.run_universes())
         """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
         self._kept: tuple[tuple, WorkerPool] | None = None
         """With ``persistent_workers``: the workers kept between passes, and what they were
         started for (a re-pinned version or other read settings start new ones)."""
+
+    @property
+    def stats(self) -> LoaderStats:
+        """The counters of the batches delivered so far (the workers' and this process's)."""
+        if self._unfolded is not None:  # in-process: the dataset's counts since the last read
+            ds: PackedDataset = self.dataset  # type: ignore[assignment]
+            self._stats.add(ds.stats.delta(self._unfolded))
+            self._unfolded = ds.stats.copy()
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: LoaderStats) -> None:
+        self._stats, self._unfolded = value, None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         ds: PackedDataset = self.dataset  # type: ignore[assignment]
@@ -182,21 +198,26 @@ class DataLoader(torch.utils.data.DataLoader):
         return bool(self.pin_memory) and torch.cuda.is_available()
 
     def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
-        snapshot = ds.stats.copy()
+        # The dataset's counters are added into ``stats`` when it is read (the sum of per-batch
+        # increments is the increment since the pass began): no per-batch copy of them.
+        self.stats  # noqa: B018 - anything pending from a pass before is added first
+        self._unfolded = ds.stats.copy()
         it = ds.batches()
         pin = self._pin()
         last: float | None = None
-        while True:
-            asked = time.monotonic()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            last = self._clock(asked, last)
-            self.stats.add(ds.stats.delta(snapshot))
-            self.ledger.add(ds.last_counts)
-            snapshot = ds.stats.copy()
-            yield as_tensors(batch, pin=pin)
+        try:
+            while True:
+                asked = time.monotonic()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                last = self._clock(asked, last)
+                self.ledger.add(ds.last_counts)
+                yield as_tensors(batch, pin=pin)
+        finally:
+            self.stats  # noqa: B018 - the pass's counts added, then nothing is pending
+            self._unfolded = None
 
     def _clock(self, asked: float, last: float | None) -> float:
         """A batch arrived: the wait since ``asked`` is stall and the time since the previous
@@ -204,11 +225,12 @@ class DataLoader(torch.utils.data.DataLoader):
         wait is start-up (workers spawned, plan built). Returns now (``time.monotonic()``, the
         clock the workers stamp batches with)."""
         now = time.monotonic()
+        stats = self._stats  # this process's own clock: nothing of the dataset's to add
         if last is None:
-            self.stats.startup_seconds += now - asked
+            stats.startup_seconds += now - asked
         else:
-            self.stats.wait_seconds += now - asked
-            self.stats.wall_seconds += now - last
+            stats.wait_seconds += now - asked
+            stats.wall_seconds += now - last
         return now
 
     def state_dict(self) -> dict:

@@ -76,6 +76,11 @@ _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 _PACK_THREADS = 2
 _PACK_AHEAD = 4
 _MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
+# Locally a take of ~1,000 sorted rows costs a third less CPU per token than one of ~300 (a
+# take pays a fixed cost, then each row): the rows of consecutive groups are taken together
+# (loader/fetch.py's spans) once a group holds fewer, up to this many tokens per take.
+_LOCAL_SPAN_TOKENS = 8 << 20
+_LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
 
 
 class PackedStream:
@@ -438,6 +443,22 @@ class PackedStream:
         self.reader.use_block_size(ROW_BLOCK_SIZE if per_row_reads(column) else None)
         return int(max(rows_per_fetch(column, rows) // per_group, 1))
 
+    def _local_span_groups(self, view: EpochView, size: int) -> int:
+        """Read groups per take on a local table: enough for about
+        :data:`~tokenloom.loader.readahead.TAKE_ROWS` distinct rows, at most
+        :data:`_LOCAL_SPAN_TOKENS` of tokens. Not with long documents (a mean row longer than
+        that over ``TAKE_ROWS``): their groups hold few rows, each read once into the
+        long-document cache, which a span fetched ahead would read again."""
+        if self.read_group is not None:
+            return 1  # an explicit group size is also the take's
+        rows = max(len(self.inputs.row_ids), 1)
+        if self.inputs.n_tokens.sum() / rows > _LOCAL_SPAN_TOKENS / TAKE_ROWS:
+            return 1
+        per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
+        tokens = max(self.step_values // 4 * size, 1)  # positions of a group
+        most = max(_LOCAL_SPAN_TOKENS // tokens, 1)
+        return int(min(-(-TAKE_ROWS // per_group), most))
+
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
         """The stable row ids a read group's stretches come from (no I/O)."""
         layout = view.group(
@@ -597,14 +618,18 @@ class PackedStream:
         groups = _groups(first, total, size, wid, workers)
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
-        if is_remote(self.uri) and groups:
+        remote = is_remote(self.uri)
+        # locally, spans in the training process only: in a worker they measured no faster
+        # (more threads per worker on the same cores)
+        local_spans = info is None and not remote and self._local_span_groups(view, size) > 1
+        if groups and (remote or local_spans):
             fetcher = self._start_fetches(
                 view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers)
             )
         self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
-        if fetcher is not None:  # reading is the fetcher's; these threads pack
+        if fetcher is not None and remote:  # reading is the fetcher's; these threads pack
             threads, depth = _PACK_THREADS, _PACK_AHEAD
         gauge = self.gauge
         # the group being handed out stays in the packed queue while its successor is submitted
@@ -671,13 +696,18 @@ class PackedStream:
         goes on into the next one's first spans of this process's groups (``worker``: its index
         and the number of workers) while this one ends, and the next pass reuses them when it
         starts where this one ends."""
-        per_span = self._span_groups(view, size)
+        remote = is_remote(self.uri)
+        if remote:
+            per_span = self._span_groups(view, size)
+            depth, parts = self._fetch_depth(), self._fetch_parts()
+        else:  # one take per span, the next one taken while this one is packed
+            per_span, depth, parts = self._local_span_groups(view, size), _LOCAL_SPANS, 1
         key = SpanKey(
             epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
         )
         fetcher = self._fetcher if keep else None
         if fetcher is None:
-            fetcher = FetchAhead(self.reader, depth=self._fetch_depth(), parts=self._fetch_parts())
+            fetcher = FetchAhead(self.reader, depth=depth, parts=parts)
             if keep:
                 self._fetcher = fetcher
 
@@ -737,14 +767,19 @@ class PackedStream:
         cores = available_cores(max(workers, 1))
         floor = 2
         explicit = self.io_threads is not None and self.read_ahead is not None
-        if explicit or fetcher is None:
+        remote = is_remote(self.uri)
+        if explicit or fetcher is None or not remote:
             size = len(groups[0]) if groups else 1
             ahead = max(self.io_threads or floor, min(4, -(-_AHEAD_STEPS // size)))
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or ahead,
             )  # fmt: skip
-            if fetcher is not None:  # spans in flight and their takes, as given
+            if fetcher is not None and not remote:  # local spans: one take each, 2 in flight
+                span_rows = len(np.unique(fetcher.span_rows(0)))
+                self.sizing = replace(self.sizing, span_rows=span_rows)
+                fetcher.resize(depth=_LOCAL_SPANS, parts=1)
+            elif fetcher is not None:  # spans in flight and their takes, as given
                 assert self.io_threads is not None and self.read_ahead is not None
                 span_rows = len(np.unique(fetcher.span_rows(0)))
                 self.sizing = replace(

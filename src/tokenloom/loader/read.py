@@ -284,19 +284,22 @@ class TokenReader:
             )  # fmt: skip
         dtype = next((b.dtype for b in buffers if len(b)), np.dtype(np.int64))
         tokens = np.empty(int(offsets[-1]), dtype=dtype)
-        begin = base[inv] + starts - offsets[:-1]  # (S,) buffer position of each range's
-        # first token, minus where that token goes in ``tokens``
-        if len(buffers) == 1:  # one source buffer: one gather
-            _gather(buffers[0], begin + offsets[:-1], lengths, offsets, tokens)
+        at = base[inv] + starts  # (S,) where each range starts in its source buffer
+        src = source[inv]  # (S,) buffer of each range
+        other = np.flatnonzero(src != 0)
+        if not len(other):  # one source buffer: one gather
+            _gather(buffers[0], at, lengths, offsets, tokens)
         else:
-            src = source[inv]  # (S,) buffer of each range
-            for k, buf in enumerate(buffers):
-                sel = np.flatnonzero(src == k)
-                n = lengths[sel]
-                if not len(sel) or not n.any():
-                    continue
-                dst = np.repeat(offsets[:-1][sel] - (np.cumsum(n) - n), n) + np.arange(n.sum())
-                tokens[dst] = buf[dst + np.repeat(begin[sel], n)]
+            # The few ranges of cached documents (a document running on from the previous
+            # group) are copied one by one; the rest is one gather from the taken rows, the
+            # cached ranges' positions in it written first and then overwritten.
+            if int(lengths[src == 0].sum()):
+                at0 = at.copy()
+                at0[other] = 0
+                _gather(buffers[0], at0, lengths, offsets, tokens, clip=True)
+            for i in other.tolist():
+                lo = int(at[i])
+                tokens[offsets[i] : offsets[i + 1]] = buffers[src[i]][lo : lo + int(lengths[i])]
         # A document that goes on after this call's last range is needed again by a later
         # call: keep a copy (not a view that would pin the whole fetched or taken buffer); one
         # that ends here is dropped from the cache.
@@ -530,11 +533,18 @@ def _list_values(col: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _gather(
-    buf: np.ndarray, begin: np.ndarray, lengths: np.ndarray, at: np.ndarray, out: np.ndarray
+    buf: np.ndarray,
+    begin: np.ndarray,
+    lengths: np.ndarray,
+    at: np.ndarray,
+    out: np.ndarray,
+    *,
+    clip: bool = False,
 ) -> None:
     """``out[at[i] : at[i] + lengths[i]] = buf[begin[i] : begin[i] + lengths[i]]`` for ranges
     that tile ``out`` in order: one ``take`` through an index built as a running sum of its
-    jumps (in a reused scratch array: no fresh megabyte-sized temporaries)."""
+    jumps (in a reused scratch array: no fresh megabyte-sized temporaries). ``clip``: ranges
+    past the end of ``buf`` are allowed (placeholders the caller overwrites)."""
     nz = lengths > 0
     b, n, o = begin[nz], lengths[nz], at[:-1][nz]
     if not len(b):
@@ -544,4 +554,4 @@ def _gather(
     idx[o[1:]] = b[1:] - (b[:-1] + n[:-1] - 1)
     idx[0] = b[0]
     np.cumsum(idx, out=idx)
-    np.take(buf, idx, out=out)
+    np.take(buf, idx, out=out, mode="clip" if clip else "raise")

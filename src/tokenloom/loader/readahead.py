@@ -118,7 +118,8 @@ class ReadAhead:
     """False when both values were given explicitly (no probe)."""
     span_rows: int = 0
     """On an object store: rows of the probe's fetch span (:mod:`~tokenloom.loader.fetch`;
-    ``read_ahead`` counts such spans and ``io_threads`` the takes they are cut into); 0 when
+    ``read_ahead`` counts such spans and ``io_threads`` the takes they are cut into); locally,
+    rows of the first span when groups are taken several at once (one take per span); 0 when
     reads are one take per read group."""
     pack_cpu_s: float = 0.0
     """On an object store: CPU the probe span's groups cost to pack, estimated from its first

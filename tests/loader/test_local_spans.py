@@ -1,0 +1,44 @@
+"""Local take spans (loader/dataset.py): on a local table the rows of consecutive read groups
+are taken together (one take of ~1,000 rows costs less per token than several small ones), and
+the stream is exactly the one of one take per group, across an epoch boundary; long documents
+keep one take per group."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tokenloom.bench.loader_data import CorpusSpec, build_table
+from tokenloom.loader.dataset import PackedStream
+
+
+def _stream(uri: str, steps: int, **kw) -> tuple[list[dict], PackedStream]:
+    ds = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0, **kw)
+    out: list[dict] = []
+    while len(out) < steps:  # epoch after epoch
+        out += [{k: np.array(v, copy=True) for k, v in b.items()} for b in ds.batches()]
+    return out[:steps], ds
+
+
+def test_local_spans_take_groups_together_and_change_nothing(tmp_path):
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=2000)).path
+    probe = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0)
+    view = probe.view(0)
+    size = probe._group_steps(view)
+    per_span = probe._local_span_groups(view, size)
+    assert 1 < per_span < view.steps / size  # several spans of several groups each
+    steps = view.steps + 3 * size  # into the second epoch
+    got, spans = _stream(uri, steps)
+    want, plain = _stream(uri, steps, read_group=size)  # an explicit group: one take each
+    assert spans.sizing.span_rows > 0 and plain.sizing.span_rows == 0
+    assert len(got) == len(want) == steps
+    for a, b in zip(got, want, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_long_documents_keep_one_take_per_group(tmp_path):
+    uri = build_table(str(tmp_path / "long.lance"), CorpusSpec(docs=4, fixed_len=20_000)).path
+    ds = PackedStream(uri, seq_len=128, global_batch=2, seed=3, eos_id=0, pad_id=0)
+    view = ds.view(0)
+    assert ds._local_span_groups(view, ds._group_steps(view)) == 1
