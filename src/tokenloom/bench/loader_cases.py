@@ -377,6 +377,13 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             notes.figures["reads_taken"] = counts["bytes"] - first[1]
 
 
+def _lazy(module: str, name: str) -> Callable[[CaseSpec, _Notes], Iterator[Any]]:
+    """A source defined in ``tokenloom.bench.<module>`` (imported when the case runs)."""
+    import importlib
+
+    return getattr(importlib.import_module(f"tokenloom.bench.{module}"), name)
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
     "prepacked": prepacked_batches,
@@ -386,6 +393,8 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "parquet-rows": parquet_rows_batches,
     "webdataset": webdataset_batches,
     "lance-rows": lance_rows_batches,
+    "ray": lambda spec, notes: _lazy("loader_ray", "ray_batches")(spec, notes),
+    "litdata": lambda spec, notes: _lazy("loader_litdata", "litdata_batches")(spec, notes),
 }
 
 _IMPORTS = {
@@ -397,6 +406,8 @@ _IMPORTS = {
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
     "lance-rows": ("torch", "lance"),
+    "ray": ("torch", "lance", "tokenloom.bench.loader_ray"),
+    "litdata": ("torch", "tokenloom.bench.loader_litdata"),
 }
 
 
