@@ -342,7 +342,8 @@ row groups) and MDS from it.""",
     metavar="LIST",
     help=(
         "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes "
+        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes, "
+        "ray, ray-shuffle, ray-parquet (Ray Data), litdata "
         "(--store s3: also lance-rows, bare per-row takes: the store's bound)."
     ),
 )
@@ -365,6 +366,15 @@ row groups) and MDS from it.""",
     metavar="MODELS",
     help="Also feed simulated GPT-2 training steps (124M, 354M) on one H100 at 40% MFU from "
     "tokenloom (workers=2) and report the data stall %.",
+)
+@click.option(
+    "--shuffle-docs",
+    default=None,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Also run every loader for two epochs on an N-document corpus and report the shuffle "
+    "it gives (how far documents move between epochs, source shards per batch) beside its "
+    "tokens/s.",
 )
 @click.option(
     "--store",
@@ -406,6 +416,7 @@ def loader_bench(
     cache: str,
     out: str | None,
     gpu_sim: str | None,
+    shuffle_docs: int | None,
     store: str,
     latency_ms: str,
     scale_docs: int | None,
@@ -456,15 +467,30 @@ def loader_bench(
     log = lambda msg: click.echo(msg, err=True)  # noqa: E731
     bench = run_loader_bench(config, log=log)
     simulated = run_gpu_sims(config, sims, log=log) if sims else []
+    shuffles = []
+    if shuffle_docs is not None:
+        from tokenloom.bench.loader_shuffle import run_shuffle_quality
+
+        shuffles = run_shuffle_quality(config, bench, shuffle_docs, log=log)
     written = write_outputs(bench, out or workdir)
     for kind, path in written.items():
         click.echo(f"{kind}: {path}", err=True)
     if as_json:
-        emit_json({**bench.to_json(), "gpu_sim": [r.to_json() for r in simulated]})
+        emit_json(
+            {
+                **bench.to_json(),
+                "gpu_sim": [r.to_json() for r in simulated],
+                "shuffle": [q.to_json() for q in shuffles],
+            }
+        )
         return
     click.echo(format_report(bench))
     if simulated:
         click.echo("\n" + format_gpu_sims(simulated, sims))
+    if shuffles:
+        from tokenloom.bench.loader_shuffle import format_shuffle
+
+        click.echo("\n" + format_shuffle(shuffles, bench))
 
 
 def _loader_s3_bench(
