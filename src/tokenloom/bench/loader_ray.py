@@ -80,7 +80,8 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
     """``(B, L)`` int64 batches from a local Ray Data pipeline, epoch after epoch.
 
     Options: ``read`` (``lance``: the table itself; ``parquet``: the Parquet copy), ``shuffle``
-    (``block`` or ``global``, see the module), ``object_store_mb``.
+    (``block`` or ``global``, see the module), ``object_store_mb``, ``read_blocks`` (Ray's
+    ``override_num_blocks``; default: Ray's own choice).
     """
     ray = _import_ray()
     read = spec.option("read", "lance")
@@ -103,10 +104,9 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     blocks = 0
     try:
-        if read == "lance":
-            source = ray.data.read_lance(spec.path, columns=["input_ids"])
-        else:
-            source = ray.data.read_parquet(spec.path, columns=["input_ids"])
+        blocks_read = spec.option("read_blocks")  # None: Ray picks (~200 blocks, by the CPUs)
+        reader = ray.data.read_lance if read == "lance" else ray.data.read_parquet
+        source = reader(spec.path, columns=["input_ids"], override_num_blocks=blocks_read)
         epoch = 0
         while True:
             ds = (

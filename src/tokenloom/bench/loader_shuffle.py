@@ -237,6 +237,8 @@ def measure_shuffle(spec: CaseSpec, corpus: CorpusSpec, *, shard_docs: int = SHA
     total = 0
     try:
         for batch in it:
+            if tuple(batch.shape) != (spec.batch_size, spec.seq_len):
+                raise AssertionError(f"{spec.label}: batch shape {tuple(batch.shape)}")
             got = delivered_docs(np.asarray(batch), index, eos_id=spec.eos_id)
             parts.append(got)
             total += got.shape[0]
