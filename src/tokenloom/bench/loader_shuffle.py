@@ -51,6 +51,7 @@ __all__ = [
     "delivered_docs",
     "shuffle_figures",
     "measure_shuffle",
+    "run_isolated",
     "run_shuffle_quality",
     "format_shuffle",
 ]
@@ -252,20 +253,22 @@ def measure_shuffle(spec: CaseSpec, corpus: CorpusSpec, *, shard_docs: int = SHA
     return replace(figures, seconds=time.perf_counter() - started).to_json()
 
 
-def _child(spec: CaseSpec, corpus: CorpusSpec, results: mp.Queue) -> None:
+def _child(target: Callable[..., dict], args: tuple, results: mp.Queue) -> None:
     try:
-        results.put(("ok", measure_shuffle(spec, corpus)))
+        results.put(("ok", target(*args)))
     except BaseException as exc:  # noqa: BLE001 - reported as the loader's error
         tail = "".join(traceback.format_exception(exc)[-4:])
         results.put(("error", f"{type(exc).__name__}: {exc}\n{tail}"))
 
 
-def _run_isolated(spec: CaseSpec, corpus: CorpusSpec, timeout_s: float) -> ShuffleQuality:
+def run_isolated(target: Callable[..., dict], args: tuple, timeout_s: float) -> tuple[str, Any]:
+    """``target(*args)`` in a fresh spawned process (a loader's workers, Ray and memory stay
+    its own): ``("ok", its dict)`` or ``("error", why)``, stopped after ``timeout_s``."""
     from tokenloom.bench.loader import _kill_tree
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(spec, corpus, results), name="tokenloom-shuffle")
+    proc = ctx.Process(target=_child, args=(target, args, results), name="tokenloom-bench")
     proc.start()
     deadline = time.monotonic() + timeout_s
     outcome: tuple[str, Any] | None = None
@@ -276,12 +279,16 @@ def _run_isolated(spec: CaseSpec, corpus: CorpusSpec, timeout_s: float) -> Shuff
             if not proc.is_alive():
                 outcome = ("error", f"the loader's process exited ({proc.exitcode}) silently")
             elif time.monotonic() > deadline:
-                outcome = ("error", f"stopped: two epochs not delivered within {timeout_s:.0f}s")
+                outcome = ("error", f"stopped: not done within {timeout_s:.0f}s")
     proc.join(timeout=60)
     if proc.is_alive():
         _kill_tree(proc.pid)
         proc.join()
-    kind, payload = outcome
+    return outcome
+
+
+def _run_isolated(spec: CaseSpec, corpus: CorpusSpec, timeout_s: float) -> ShuffleQuality:
+    kind, payload = run_isolated(measure_shuffle, (spec, corpus), timeout_s)
     if kind == "ok":
         return ShuffleQuality(**payload)
     return ShuffleQuality(label=spec.label, error=str(payload).splitlines()[0])

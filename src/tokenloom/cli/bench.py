@@ -8,6 +8,7 @@ import tempfile
 
 import click
 
+from tokenloom.bench.loader_model import MODELS as _LOOP_MODELS
 from tokenloom.cli.options import emit_json, existing_dir, json_option
 
 __all__ = ["command"]
@@ -377,6 +378,20 @@ row groups) and MDS from it.""",
     "tokens/s.",
 )
 @click.option(
+    "--model",
+    type=click.Choice(sorted(_LOOP_MODELS)),
+    default=None,
+    help="Also train this model on every loader's batches for --model-steps steps each and "
+    "report samples/s, data-stall % and total time per loader.",
+)
+@click.option(
+    "--model-steps",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Training steps per loader with --model (after one warm-up step).",
+)
+@click.option(
     "--store",
     type=click.Choice(["local", "s3"]),
     default="local",
@@ -417,6 +432,8 @@ def loader_bench(
     out: str | None,
     gpu_sim: str | None,
     shuffle_docs: int | None,
+    model: str | None,
+    model_steps: int,
     store: str,
     latency_ms: str,
     scale_docs: int | None,
@@ -467,6 +484,11 @@ def loader_bench(
     log = lambda msg: click.echo(msg, err=True)  # noqa: E731
     bench = run_loader_bench(config, log=log)
     simulated = run_gpu_sims(config, sims, log=log) if sims else []
+    trained = []
+    if model is not None:
+        from tokenloom.bench.loader_model import run_model_in_loop
+
+        trained = run_model_in_loop(config, bench, model, model_steps, log=log)
     shuffles = []
     if shuffle_docs is not None:
         from tokenloom.bench.loader_shuffle import run_shuffle_quality
@@ -481,12 +503,17 @@ def loader_bench(
                 **bench.to_json(),
                 "gpu_sim": [r.to_json() for r in simulated],
                 "shuffle": [q.to_json() for q in shuffles],
+                "model": [r.to_json() for r in trained],
             }
         )
         return
     click.echo(format_report(bench))
     if simulated:
         click.echo("\n" + format_gpu_sims(simulated, sims))
+    if trained:
+        from tokenloom.bench.loader_model import format_model_runs
+
+        click.echo("\n" + format_model_runs(trained))
     if shuffles:
         from tokenloom.bench.loader_shuffle import format_shuffle
 
