@@ -105,8 +105,14 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
     blocks = 0
     try:
         blocks_read = spec.option("read_blocks")  # None: Ray picks (~200 blocks, by the CPUs)
-        reader = ray.data.read_lance if read == "lance" else ray.data.read_parquet
-        source = reader(spec.path, columns=["input_ids"], override_num_blocks=blocks_read)
+        if read == "lance":
+            source = ray.data.read_lance(
+                spec.path, columns=["input_ids"], override_num_blocks=blocks_read
+            )
+        else:  # its columns= is deprecated: the projection is pushed down from select_columns
+            source = ray.data.read_parquet(
+                spec.path, override_num_blocks=blocks_read
+            ).select_columns(["input_ids"])
         epoch = 0
         while True:
             ds = (

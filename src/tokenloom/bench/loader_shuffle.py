@@ -50,6 +50,7 @@ __all__ = [
     "doc_index",
     "delivered_docs",
     "shuffle_figures",
+    "check_batch",
     "measure_shuffle",
     "run_isolated",
     "run_shuffle_quality",
@@ -221,6 +222,13 @@ def shuffle_figures(
     )
 
 
+def check_batch(spec: CaseSpec, batch: Any) -> None:
+    """Rows of ``L`` tokens, at most ``B`` of them: an epoch's last batch may be short (MDS)."""
+    rows, length = (tuple(batch.shape) + (0, 0))[:2]
+    if batch.ndim != 2 or length != spec.seq_len or not 0 < rows <= spec.batch_size:
+        raise AssertionError(f"{spec.label}: batch shape {tuple(batch.shape)}")
+
+
 def measure_shuffle(spec: CaseSpec, corpus: CorpusSpec, *, shard_docs: int = SHARD_DOCS) -> dict:
     """Drive ``spec``'s loader (in this process) until it delivered two epochs' documents.
 
@@ -238,8 +246,7 @@ def measure_shuffle(spec: CaseSpec, corpus: CorpusSpec, *, shard_docs: int = SHA
     total = 0
     try:
         for batch in it:
-            if tuple(batch.shape) != (spec.batch_size, spec.seq_len):
-                raise AssertionError(f"{spec.label}: batch shape {tuple(batch.shape)}")
+            check_batch(spec, batch)
             got = delivered_docs(np.asarray(batch), index, eos_id=spec.eos_id)
             parts.append(got)
             total += got.shape[0]
