@@ -103,6 +103,7 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
     ctx.enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     blocks = 0
+    current: Any = None
     try:
         blocks_read = spec.option("read_blocks")  # None: Ray picks (~200 blocks, by the CPUs)
         if read == "lance":
@@ -127,16 +128,24 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
                 fn_kwargs={"seq_len": spec.seq_len, "eos_id": spec.eos_id},
             )
             local = SHUFFLE_BUFFER_BLOCKS if shuffle == "block" else None
-            for batch in ds.iter_torch_batches(
-                batch_size=spec.batch_size,
-                drop_last=True,
-                local_shuffle_buffer_size=local,
-                local_shuffle_seed=epoch if local else None,
-            ):
+            current = iter(
+                ds.iter_torch_batches(
+                    batch_size=spec.batch_size,
+                    drop_last=True,
+                    local_shuffle_buffer_size=local,
+                    local_shuffle_seed=epoch if local else None,
+                )
+            )
+            for batch in current:
                 blocks += spec.batch_size
                 yield batch["input_ids"]
             epoch += 1
     finally:
+        # the epoch's iterator (its prefetch threads) ends before Ray does: a thread still
+        # using the worker after shutdown makes Ray exit the process
+        close = getattr(current, "close", None)
+        if close is not None:
+            close()
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
         how = "randomize_block_order + local buffer" if shuffle == "block" else "random_shuffle"

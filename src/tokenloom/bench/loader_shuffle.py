@@ -266,6 +266,9 @@ def _child(target: Callable[..., dict], args: tuple, results: mp.Queue) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported as the loader's error
         tail = "".join(traceback.format_exception(exc)[-4:])
         results.put(("error", f"{type(exc).__name__}: {exc}\n{tail}"))
+    # the result is on the pipe before anything (a library's exit hook) can end the process
+    results.close()
+    results.join_thread()
 
 
 def run_isolated(target: Callable[..., dict], args: tuple, timeout_s: float) -> tuple[str, Any]:
