@@ -107,7 +107,7 @@ def test_loader_bench_smoke(tmp_path):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--only", "tokenloom,ray"], "unknown loader(s) ray"),
+        (["--only", "tokenloom,petastorm"], "unknown loader(s) petastorm"),
         (["--cache", "warm,hot"], "warm,cold"),
         (["--gpu-sim", "124M,7B"], "--gpu-sim"),
         (["--store", "s3", "--latency-ms", "0,fast"], "is not a list of numbers"),

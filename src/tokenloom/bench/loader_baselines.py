@@ -16,6 +16,7 @@ from tokenloom.bench.loader_data import (
     CorpusSpec,
     build_mds,
     build_parquet,
+    build_table,
     build_webdataset,
 )
 from tokenloom.bench.loader_report import (
@@ -30,6 +31,12 @@ from tokenloom.bench.loader_report import (
 )
 
 __all__ = ["Copy", "Baseline", "COPIES", "BASELINES"]
+
+
+def _build_litdata(path: str, corpus: CorpusSpec, seq_len: int) -> Built:
+    from tokenloom.bench.loader_litdata import build_litdata
+
+    return build_litdata(path, corpus, seq_len=seq_len)
 
 
 def _build_prepacked(path: str, corpus: CorpusSpec, seq_len: int) -> Built:
@@ -98,6 +105,16 @@ COPIES: dict[str, Copy] = {
         build=lambda path, corpus, seq_len: _build_prepacked(path, corpus, seq_len),
         what="Lance table of blocks, pre-shuffled documents packed once, one block per row",
     ),
+    "table": Copy(
+        suffix=".lance",
+        build=lambda path, corpus, _seq_len: build_table(path, corpus),
+        what="the tokenloom table itself (no copy)",
+    ),
+    "litdata": Copy(
+        suffix=".litdata",
+        build=_build_litdata,
+        what="litdata optimize: documents in id order + EOS, TokensLoader chunks",
+    ),
 }
 
 BASELINES: tuple[Baseline, ...] = (
@@ -127,5 +144,31 @@ BASELINES: tuple[Baseline, ...] = (
     ),
     Baseline(name="parquet-rows", label=_PARQUET_ROWS, kind="parquet-rows", copy="parquet"),
     Baseline(name="prepacked", label=_PREPACKED, kind="prepacked", copy="prepacked"),
+    Baseline(
+        name="ray",
+        label="Ray Data read_lance, block order + local shuffle (2 CPUs)",
+        kind="ray",
+        copy="table",
+    ),
+    Baseline(
+        name="ray-shuffle",
+        label="Ray Data read_lance, random_shuffle (2 CPUs)",
+        kind="ray",
+        copy="table",
+        options=(("shuffle", "global"),),
+    ),
+    Baseline(
+        name="ray-parquet",
+        label="Ray Data read_parquet, block order + local shuffle (2 CPUs)",
+        kind="ray",
+        copy="parquet",
+        options=(("read", "parquet"),),
+    ),
+    Baseline(
+        name="litdata",
+        label="litdata StreamingDataset, shuffle (workers=2)",
+        kind="litdata",
+        copy="litdata",
+    ),
 )
 """In the order they are measured."""

@@ -468,6 +468,13 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         notes.figures = {"rows_read": counts["rows"], "tokens_read": counts["tokens"]}
 
 
+def _lazy(module: str, name: str) -> Callable[[CaseSpec, _Notes], Iterator[Any]]:
+    """A source defined in ``tokenloom.bench.<module>`` (imported when the case runs)."""
+    import importlib
+
+    return getattr(importlib.import_module(f"tokenloom.bench.{module}"), name)
+
+
 SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "tokenloom": tokenloom_batches,
     "prepacked": prepacked_batches,
@@ -478,6 +485,8 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
     "webdataset": webdataset_batches,
     "lance-rows": lance_rows_batches,
     "read-bound": read_bound_batches,
+    "ray": lambda spec, notes: _lazy("loader_ray", "ray_batches")(spec, notes),
+    "litdata": lambda spec, notes: _lazy("loader_litdata", "litdata_batches")(spec, notes),
 }
 
 _IMPORTS = {
@@ -490,6 +499,8 @@ _IMPORTS = {
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
     "lance-rows": ("torch", "lance"),
     "read-bound": ("torch", "lance", "tokenloom.loader.planner"),
+    "ray": ("torch", "lance", "tokenloom.bench.loader_ray"),
+    "litdata": ("torch", "tokenloom.bench.loader_litdata"),
 }
 
 

@@ -8,6 +8,7 @@ import tempfile
 
 import click
 
+from tokenloom.bench.loader_model import MODELS as _LOOP_MODELS
 from tokenloom.cli.options import emit_json, existing_dir, json_option
 
 __all__ = ["command"]
@@ -342,7 +343,8 @@ row groups) and MDS from it.""",
     metavar="LIST",
     help=(
         "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes "
+        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes, "
+        "ray, ray-shuffle, ray-parquet (Ray Data), litdata "
         "(--store s3: also lance-rows, bare per-row takes: the store's bound)."
     ),
 )
@@ -365,6 +367,29 @@ row groups) and MDS from it.""",
     metavar="MODELS",
     help="Also feed simulated GPT-2 training steps (124M, 354M) on one H100 at 40% MFU from "
     "tokenloom (workers=2) and report the data stall %.",
+)
+@click.option(
+    "--shuffle-docs",
+    default=None,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Also run every loader for two epochs on an N-document corpus and report the shuffle "
+    "it gives (how far documents move between epochs, source shards per batch) beside its "
+    "tokens/s.",
+)
+@click.option(
+    "--model",
+    type=click.Choice(sorted(_LOOP_MODELS)),
+    default=None,
+    help="Also train this model on every loader's batches for --model-steps steps each and "
+    "report samples/s, data-stall % and total time per loader.",
+)
+@click.option(
+    "--model-steps",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Training steps per loader with --model (after one warm-up step).",
 )
 @click.option(
     "--store",
@@ -406,6 +431,9 @@ def loader_bench(
     cache: str,
     out: str | None,
     gpu_sim: str | None,
+    shuffle_docs: int | None,
+    model: str | None,
+    model_steps: int,
     store: str,
     latency_ms: str,
     scale_docs: int | None,
@@ -456,15 +484,40 @@ def loader_bench(
     log = lambda msg: click.echo(msg, err=True)  # noqa: E731
     bench = run_loader_bench(config, log=log)
     simulated = run_gpu_sims(config, sims, log=log) if sims else []
+    trained = []
+    if model is not None:
+        from tokenloom.bench.loader_model import run_model_in_loop
+
+        trained = run_model_in_loop(config, bench, model, model_steps, log=log)
+    shuffles = []
+    if shuffle_docs is not None:
+        from tokenloom.bench.loader_shuffle import run_shuffle_quality
+
+        shuffles = run_shuffle_quality(config, bench, shuffle_docs, log=log)
     written = write_outputs(bench, out or workdir)
     for kind, path in written.items():
         click.echo(f"{kind}: {path}", err=True)
     if as_json:
-        emit_json({**bench.to_json(), "gpu_sim": [r.to_json() for r in simulated]})
+        emit_json(
+            {
+                **bench.to_json(),
+                "gpu_sim": [r.to_json() for r in simulated],
+                "shuffle": [q.to_json() for q in shuffles],
+                "model": [r.to_json() for r in trained],
+            }
+        )
         return
     click.echo(format_report(bench))
     if simulated:
         click.echo("\n" + format_gpu_sims(simulated, sims))
+    if trained:
+        from tokenloom.bench.loader_model import format_model_runs
+
+        click.echo("\n" + format_model_runs(trained))
+    if shuffles:
+        from tokenloom.bench.loader_shuffle import format_shuffle
+
+        click.echo("\n" + format_shuffle(shuffles, bench))
 
 
 def _loader_s3_bench(
