@@ -423,7 +423,7 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     counts = {"rows": 0, "tokens": 0}
 
     def take(ids: np.ndarray) -> torch.Tensor:
-        lists = token_lists(reader._take(np.sort(ids)), field)
+        lists = token_lists(reader._take(np.sort(ids))[0], field)  # (tokens, no mask)
         flat = lists.values[lists.offsets[0] : lists.offsets[-1]].astype(np.int64)
         counts["rows"] += len(ids)
         counts["tokens"] += len(flat)
