@@ -177,3 +177,31 @@ def test_a_row_the_filter_does_not_select_fails_the_checks(good):
     assert "not a row the loader's filter selects" in text.detail
     loss = check_loss(sample)
     assert not loss.passed and f"row {stray} is not a row" in loss.detail
+
+
+def test_a_visit_the_pools_epoch_ends_inside_may_miss_windows_but_not_differ(good):
+    """Pool w's third pass is cut by the budget; best-fit delivered only some windows of the fixed
+    row 48 in it. That passes; a changed token in that visit fails."""
+    mix = {"w": ("source = 'web'", 0.9), "c": ("source = 'code'", 0.1)}
+    spec = LoaderSpec.from_options(
+        table=good,
+        seq_len=128,
+        global_batch=4,
+        mixture=mix,
+        budget_tokens=5000,
+        window=80,
+        packing="best_fit",
+        long_docs="window",
+    )
+    sample = read_sample(spec, steps=2)
+    parts = [st for b in sample.batches for st in stretches(b) if st.row == 48]
+    cut = [v for v in visits(parts) if v[0].visit in sample.cut_passes]
+    assert len(cut) == 1
+    assert max(st.end for st in cut[0]) < len(sample.rows[48].stored)  # windows missing
+    assert check_text(sample).passed and check_loss(sample).passed
+    victim = cut[0][0]
+    batch = next(b for b in sample.batches if b.step == victim.step)
+    batch.arrays["input_ids"][victim.block, victim.pos + victim.end - victim.start - 1] += 1
+    result = check_text(sample)
+    assert not result.passed and result.detail.startswith("row 48: the tokens delivered at ")
+    assert "its pool's epoch ends inside this pass" in result.detail
