@@ -2,7 +2,8 @@
 
 The sample is the first ``k`` global steps of epoch 0, ``k`` steps at an offset drawn from the
 seed, and every step holding one of two *fixed documents* (the shortest and the longest selected
-rows), so those two can be followed across every block of the epoch. Batches come from the real
+rows; with a mixture, of the rows its epoch delivers whole, :func:`fixed_candidates`), so those
+two can be followed across every block of the epoch. Batches come from the real
 :class:`~tokenloom.loader.DataLoader`, positioned with a loader state (the public resume path);
 next to each batch the sample keeps the plan's own spans of that step, which carry what the
 batch's provenance does not (whether a stretch holds its EOS, context ranges, window ends). The
@@ -216,15 +217,10 @@ def pass_keys(plan: Any, blocks: np.ndarray) -> np.ndarray:
 def cut_passes(plan: Any) -> frozenset[int]:
     """The :func:`pass_keys` of the passes the epoch stops inside (a mixture pool's partial last
     pass); empty for a plan whose one pass is whole."""
-    ends = getattr(plan, "pass_ends", None)
-    if ends is None:
-        return frozenset()
-    out = set()
-    for p, (e, report) in enumerate(zip(ends, plan.reports, strict=True)):
-        q = int(np.searchsorted(e, report.blocks, side="right")) - 1
-        if report.blocks > e[q]:
-            out.add(q * len(plan.pools) + p)
-    return frozenset(out)
+    reports = getattr(plan, "reports", ())
+    return frozenset(  # a pool's partial pass is the one after its full passes
+        r.full_passes * len(reports) + p for p, r in enumerate(reports) if r.passes > r.full_passes
+    )
 
 
 def fixed_candidates(ds: Any, plan: Any) -> tuple[np.ndarray, np.ndarray]:
