@@ -15,6 +15,7 @@ from tests.verify.tables import FLIPPED_TOKEN, flip_one_id  # noqa: E402
 from tokenloom.backfill import add_column  # noqa: E402
 from tokenloom.loader import LoaderSpec  # noqa: E402
 from tokenloom.verify import verify  # noqa: E402
+from tokenloom.verify.isolation import check_isolation  # noqa: E402
 from tokenloom.verify.loss import check_loss  # noqa: E402
 from tokenloom.verify.sample import read_sample  # noqa: E402
 from tokenloom.verify.text import check_text, stretches, visits  # noqa: E402
@@ -104,6 +105,7 @@ def test_best_fit_delivers_the_plan_and_its_windows_out_of_token_order(good):
     starts = [st.start for st in parts]
     assert starts != sorted(starts), starts  # the case the old rule got wrong
     assert len(visits(parts)) == 1
+    assert check_isolation(sample).passed  # the batches are the plan's stretches
     assert check_text(sample).passed and check_loss(sample).passed
 
 
