@@ -11,8 +11,9 @@ whose next window trains that target. The EOS position and padding have ``-100``
 Then: the batch's ``labels`` equal the expected ones everywhere; the number of expected loss
 positions equals what the loader's ``stats.loss_positions`` counted for those batches; and over
 the whole epoch each target ``1..n`` of each fixed document (``n`` = its EOS) is trained exactly
-once per visit (a mixture pool that repeats delivers it once per pass; a visit its pool's epoch
-ends inside trains the targets it reached, once), target 0 never.
+once per visit (a visit is a pass holding the document: a mixture pool that repeats delivers it
+once per pass; a visit in a pass its pool's epoch ends inside trains each target at most once,
+those inside its delivered stretches exactly once), target 0 never.
 
 With a loss-mask column (:mod:`~tokenloom.loader.lossmask`) a target token ``t`` inside one of
 its row's spans is expected to be ``-100`` too (the spans are read from the column apart from the
@@ -101,6 +102,8 @@ def _fixed_coverage(sample: Sample, overlap_loss: bool = False) -> str | None:
                     IGNORE_INDEX
                 )
     for rid in sample.fixed_rows:
+        if rid not in sample.rows:
+            return f"row {rid}: selected, but no block of the epoch trains any of its targets"
         n = len(sample.rows[rid].stored)
         for i, visit in enumerate(visits(parts[rid]) or [[]]):
             count = np.zeros(n + 1, dtype=np.int64)
@@ -114,11 +117,18 @@ def _fixed_coverage(sample: Sample, overlap_loss: bool = False) -> str | None:
                     want[st.start + 1 : st.ctx_end] += 1
                     if st.ctx_end == st.end > st.start and st.end in goes_on:
                         want[st.end] += 1  # the context runs on in the next block
+            if visit and visit[0].visit in sample.cut_passes:
+                # the pool's epoch ends inside this pass, so any piece may be missing: each
+                # target is trained at most as often as a whole pass trains it, and a delivered
+                # stretch trains its own targets but the first (a context token, or the previous
+                # stretch's) and the last (its window's next one, or a lookahead's)
+                full = want
+                want = np.minimum(count, full)
+                for st in visit:
+                    lo = max(st.ctx_end, st.start + 1)
+                    want[lo : st.end] = full[lo : st.end]
+                want[0] = 0
             want[:n][_in_spans(np.arange(n), sample.rows[rid].mask)] = 0  # masked targets
-            if any(st.order in sample.epoch_ends for st in visit):
-                reach = max(st.end for st in visit)  # the pool's epoch ends inside this visit
-                want[reach + 1 :] = 0
-                want[reach] = count[reach]  # trained only with a lookahead token
             if n and not np.array_equal(count, want):
                 t = int(np.flatnonzero(count != want)[0])
                 return (
@@ -137,6 +147,13 @@ def check_loss(sample: Sample) -> CheckResult:
     counted_masked = 0
     overlap_loss = bool(sample.spec.recipe.overlap_loss)
     for batch in sample.batches:
+        stray = np.setdiff1d(batch.plan.row_id, np.fromiter(sample.rows, dtype=np.int64))
+        if stray.size:
+            problem = (
+                f"step {batch.step}: row {int(stray[0])} is not a row the loader's filter "
+                "selects, so its labels cannot be checked"
+            )
+            break
         counted_masked += batch.masked_tokens
         want, eos = expected_labels(batch, sample.rows, sample.eos_id, masked, overlap_loss)
         got = batch.arrays["labels"]

@@ -2,7 +2,8 @@
 
 The sample is the first ``k`` global steps of epoch 0, ``k`` steps at an offset drawn from the
 seed, and every step holding one of two *fixed documents* (the shortest and the longest selected
-rows), so those two can be followed across every block of the epoch. Batches come from the real
+rows; with a mixture, of the rows its epoch delivers whole, :func:`fixed_candidates`), so those
+two can be followed across every block of the epoch. Batches come from the real
 :class:`~tokenloom.loader.DataLoader`, positioned with a loader state (the public resume path);
 next to each batch the sample keeps the plan's own spans of that step, which carry what the
 batch's provenance does not (whether a stretch holds its EOS, context ranges, window ends). The
@@ -32,6 +33,9 @@ __all__ = [
     "Sample",
     "sample_steps",
     "fixed_rows",
+    "pass_keys",
+    "cut_passes",
+    "fixed_candidates",
     "read_sample",
 ]
 
@@ -58,6 +62,10 @@ class StepBatch:
     order: np.ndarray
     """``(B,)`` each batch row's place in the stream (the plan's ``stream_position`` where it
     has one, as a mixture does; else its block index), ``-1`` for a padding block."""
+    visit: np.ndarray
+    """``(B,)`` the pass each batch row belongs to (:func:`pass_keys`), ``-1`` for a padding
+    block: a document's stretches of one pass are one visit, in whatever blocks the packing put
+    them."""
     loss_positions: int
     """What the loader's ``stats.loss_positions`` counted for this batch."""
     masked_tokens: int = 0
@@ -101,10 +109,11 @@ class Sample:
     batches: list[StepBatch]
     """Ascending by step: the sampled steps and every step holding a fixed row."""
     rows: dict[int, Row]
-    """Every row any of the batches holds."""
-    epoch_ends: frozenset[int] = frozenset()
-    """Stream positions (:attr:`StepBatch.order`) where a mixture pool's epoch stops: a visit of
-    a document reaching one may end early (the pool's last pass is partial). Empty otherwise."""
+    """Every row any of the batches holds that the filter selects (the text check fails a
+    batch holding any other)."""
+    cut_passes: frozenset[int] = frozenset()
+    """Passes (:attr:`StepBatch.visit`) the epoch stops inside (a mixture pool's partial last
+    pass): a visit in one may deliver only some of the document's tokens. Empty otherwise."""
     left_out: str | None = None
     """How many rows the filter left out because a column it reads is null (one line)."""
 
@@ -170,6 +179,7 @@ def read_steps(ds: Any, steps: list[int]) -> list[StepBatch]:
                     max_seqlen=int(batch["max_seqlen"]),
                     plan=spans,
                     order=_stream_order(view.plan, spans.blocks),
+                    visit=pass_keys(view.plan, spans.blocks),
                     loss_positions=dl.stats.loss_positions - counted,
                     masked_tokens=dl.stats.masked_tokens - masked,
                 )
@@ -191,16 +201,72 @@ def _stream_order(plan: Any, blocks: np.ndarray) -> np.ndarray:
     return out
 
 
+def pass_keys(plan: Any, blocks: np.ndarray) -> np.ndarray:
+    """``(m,)`` a key of the pass each block (``>= 0``; ``-1`` stays ``-1``) belongs to.
+
+    A plan delivers each selected row once per pass, but not in token order: best-fit places a
+    long document's windows (and split pieces) in any blocks of its fit window, so a visit is
+    told by the pass it belongs to, never by where token 0 lies. A mixture has a pass per pool
+    and pass number (a row in two pools has a visit in each); any other plan one pass, key 0.
+    """
+    blocks = np.asarray(blocks, dtype=np.int64)
+    out = np.full(blocks.shape, -1, dtype=np.int64)
+    real = blocks >= 0
+    source = getattr(plan, "source", None)
+    if source is None:
+        out[real] = 0
+        return out
+    pool, _, pass_, _ = source(blocks[real])
+    out[real] = pass_ * len(plan.pools) + pool
+    return out
+
+
+def cut_passes(plan: Any) -> frozenset[int]:
+    """The :func:`pass_keys` of the passes the epoch stops inside (a mixture pool's partial last
+    pass); empty for a plan whose one pass is whole."""
+    reports = getattr(plan, "reports", ())
+    return frozenset(  # a pool's partial pass is the one after its full passes
+        r.full_passes * len(reports) + p for p, r in enumerate(reports) if r.passes > r.full_passes
+    )
+
+
+def fixed_candidates(ds: Any, plan: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(row_ids, n_tokens)`` of the rows the epoch certainly delivers whole at least once.
+
+    Without a mixture: every selected row. A mixture delivers a pool's rows only on the passes
+    its quota reaches, so a row of the union may never be delivered: the candidates are the rows
+    of the pools that complete a pass, else the rows of each pool's first block.
+    """
+    inputs = ds.inputs
+    if not hasattr(plan, "pass_ends"):
+        return np.asarray(inputs.row_ids), np.asarray(inputs.n_tokens)
+    pools = ds.planner.pool_inputs
+    full = [i for i, r in enumerate(plan.reports) if r.full_passes >= 1]
+    if full:
+        ids = np.unique(np.concatenate([np.asarray(pools[i].row_ids) for i in full]))
+    else:
+        firsts = [
+            plan.pool_plan(p, 0).spans(np.zeros(1, dtype=np.int64)).row_id
+            for p, r in enumerate(plan.reports)
+            if r.blocks > 0
+        ]
+        ids = np.unique(np.concatenate(firsts)) if firsts else np.zeros(0, dtype=np.int64)
+    union = np.asarray(inputs.row_ids)
+    return ids, np.asarray(inputs.n_tokens)[np.searchsorted(union, ids)]
+
+
 def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     """Text, stored ids and count of rows (by table id), and a fresh tokenization of each text."""
     from tokenloom.table import Table
     from tokenloom.table.tokens import as_token_lists
 
     ids = np.unique(np.asarray(ids, dtype=np.int64))
+    union = np.asarray(ds.inputs.row_ids)
+    pos = np.minimum(np.searchsorted(union, ids), max(union.size - 1, 0))
+    ids = ids[union[pos] == ids] if union.size else ids[:0]  # the rest: not selected (check_text)
     if ids.size == 0:
         return {}
-    pos = np.searchsorted(ds.inputs.row_ids, ids)
-    rowids = ds.inputs.rowids[pos]
+    rowids = ds.inputs.rowids[np.searchsorted(union, ids)]
     column, count, mask = ds.spec.token_column, ds.spec.count_column, ds.spec.loss_mask_column
     opened = Table.open(ds.uri, version=ds.version, storage_options=ds.planner.storage_options)
     columns = ["id", "text", column, count, *([mask] if mask else [])]
@@ -255,7 +321,8 @@ def read_sample(
     tokenizer = load_tokenizer(identity["name"])
     total = len(ds)  # never 0: the planner refuses an epoch without a step
     sampled = sample_steps(total, steps, spec.seed)
-    fixed = fixed_rows(ds.inputs.row_ids, ds.inputs.n_tokens)
+    plan = ds.view(0).plan
+    fixed = fixed_rows(*fixed_candidates(ds, plan))
     wanted = sorted(set(sampled) | set(ds.view(0).steps_holding(np.asarray(fixed))))
     batches = read_steps(ds, wanted)
     ids = np.concatenate([b.arrays["spans"][:, 2] for b in batches])
@@ -271,6 +338,6 @@ def read_sample(
         fixed_rows=fixed,
         batches=batches,
         rows=read_rows(ds, ids, tokenizer),
-        epoch_ends=getattr(ds.view(0).plan, "epoch_ends", frozenset)(),
+        cut_passes=cut_passes(plan),
         left_out=ds.inputs.left_out(),
     )

@@ -45,6 +45,8 @@ class Stretch:
     order: int = 0
     """The block's index in the epoch's stream (from the plan): stream order, whatever the
     block order puts it in which step."""
+    visit: int = 0
+    """The pass the block belongs to (:attr:`~tokenloom.verify.sample.StepBatch.visit`)."""
 
     def where(self) -> str:
         return f"step {self.step} block {self.block} position {self.pos}"
@@ -54,11 +56,11 @@ def stretches(batch: StepBatch) -> Iterator[Stretch]:
     """The batch's stretches, read from its provenance, context ranges and ``input_ids`` only."""
     inp = batch.arrays["input_ids"]
     ctx = batch.arrays.get("context")
-    planned = batch.order
+    planned, passes = batch.order, batch.visit
     for i, (blk, pos, rid, s, e) in enumerate(batch.arrays["spans"].tolist()):
         c = s if ctx is None else min(max(int(ctx[i, 1]), s), e)
         ids = inp[blk, pos : pos + e - s]
-        yield Stretch(batch.step, blk, pos, rid, s, e, c, ids, int(planned[blk]))
+        yield Stretch(batch.step, blk, pos, rid, s, e, c, ids, int(planned[blk]), int(passes[blk]))
 
 
 def _first_diff(a: np.ndarray | str, b: np.ndarray | str) -> int:
@@ -71,21 +73,22 @@ def _first_diff(a: np.ndarray | str, b: np.ndarray | str) -> int:
 
 
 def visits(parts: list[Stretch]) -> list[list[Stretch]]:
-    """Split a document's stretches into visits, in stream order: a mixture pool that repeats
-    delivers the document once per pass, each visit starting again at token 0."""
-    ordered = sorted(parts, key=lambda p: (p.order, p.pos))
-    out: list[list[Stretch]] = []
-    for p in ordered:
-        if p.start == 0 or not out:
-            out.append([])
-        out[-1].append(p)
-    return out
+    """Split a document's stretches into visits, one per pass that holds it (a mixture pool
+    that repeats delivers the document once per pass; a row in two pools, once in each), in
+    stream order. Within a pass the stretches need not come in token order (best-fit places a
+    long document's windows in any blocks of its fit window), so the pass, not token 0, tells
+    the visits apart."""
+    by_pass: dict[int, list[Stretch]] = {}
+    for p in sorted(parts, key=lambda p: (p.order, p.pos)):
+        by_pass.setdefault(p.visit, []).append(p)
+    return list(by_pass.values())
 
 
 def _rebuild(rid: int, parts: list[Stretch], sample: Sample) -> str | None:
     """Why the fixed document ``rid`` does not come back exactly from its stretches (or None)."""
     row = sample.rows[rid]
-    cut = any(p.order in sample.epoch_ends for p in parts)  # the pool's epoch stops inside
+    if parts[0].visit in sample.cut_passes:  # the pool's epoch stops inside this pass
+        return _partial_visit(rid, parts, row.stored)
     new = sorted((p for p in parts if p.end > p.ctx_end), key=lambda p: p.ctx_end)
     tiled: list[np.ndarray] = []
     covered = 0
@@ -99,21 +102,14 @@ def _rebuild(rid: int, parts: list[Stretch], sample: Sample) -> str | None:
             )
         tiled.append(p.ids[p.ctx_end - p.start :])
         covered = p.end
+    if covered < len(row.stored):
+        return f"row {rid}: tokens [{covered}, {len(row.stored)}) are in no block of the epoch"
     ids = np.concatenate(tiled) if tiled else np.zeros(0, dtype=np.int64)
     for p in parts:
         if p.ctx_end > p.start and not np.array_equal(
             p.ids[: p.ctx_end - p.start], ids[p.start : p.ctx_end]
         ):
             return f"row {rid}: context tokens at {p.where()} differ from the tokens they repeat"
-    if cut and covered < len(row.stored):
-        # the epoch ends inside this visit: what it delivered must be the row's first tokens
-        if np.array_equal(ids, row.stored[:covered]):
-            return None
-        at_token = _first_diff(ids, row.stored[:covered])
-        return (
-            f"row {rid}: the {covered} tokens delivered before its pool's epoch ends differ "
-            f"from the stored ids at token {at_token}"
-        )
     text = sample.tokenizer.decode(ids)
     if text == row.text:
         return None
@@ -132,12 +128,44 @@ def _rebuild(rid: int, parts: list[Stretch], sample: Sample) -> str | None:
     )
 
 
+def _partial_visit(rid: int, parts: list[Stretch], stored: np.ndarray) -> str | None:
+    """Why a visit in a pass the epoch stops inside is wrong (or None): it may miss any of the
+    document's pieces, but what it delivers must be the stored ids, each token once."""
+    covered = 0
+    for p in sorted(parts, key=lambda p: (p.ctx_end, p.end)):
+        if not np.array_equal(p.ids, stored[p.start : p.end]):
+            at = p.start + _first_diff(p.ids, stored[p.start : p.end])
+            return (
+                f"row {rid}: the tokens delivered at {p.where()} (its pool's epoch ends inside "
+                f"this pass) differ from the stored ids at token {at}"
+            )
+        if p.end > p.ctx_end:
+            if p.ctx_end < covered:
+                return (
+                    f"row {rid}: tokens [{p.ctx_end}, {min(covered, p.end)}) are delivered "
+                    f"twice (again at {p.where()})"
+                )
+            covered = p.end
+    return None
+
+
 def check_text(sample: Sample) -> CheckResult:
     """Check 1 (see the module docstring)."""
     started = time.perf_counter()
     tok = sample.tokenizer
     fixed: dict[int, list[Stretch]] = {rid: [] for rid in sample.fixed_rows}
     items = [st for batch in sample.batches for st in stretches(batch)]
+    stray = next((st for st in items if st.row not in sample.rows), None)
+    if stray is not None:
+        return CheckResult(
+            name="text_reconstruction",
+            passed=False,
+            detail=(
+                f"row {stray.row} at {stray.where()} is not a row the loader's filter selects "
+                f"({sum(st.row not in sample.rows for st in items):,} such stretches)"
+            ),
+            seconds=time.perf_counter() - started,
+        )
     fresh = [sample.rows[st.row].fresh[st.start : st.end] for st in items]
     for st in items:
         if st.row in fixed:
@@ -156,6 +184,11 @@ def check_text(sample: Sample) -> CheckResult:
                 )
     n_stretch = len(items)
     problems = [
+        f"row {rid}: selected, but no block of the epoch holds any of its tokens"
+        for rid, parts in fixed.items()
+        if not parts
+    ]
+    problems += [
         p
         for rid, parts in fixed.items()
         for visit in visits(parts)
