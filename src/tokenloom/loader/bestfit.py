@@ -462,6 +462,7 @@ def plan_bestfit(
     overlap: int = 0,
     cut_points: Mapping[int, np.ndarray] | None = None,
     store: Any = None,
+    order: np.ndarray | None = None,
 ) -> BestFitPlan:
     """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log L).
 
@@ -478,6 +479,7 @@ def plan_bestfit(
         overlap: ``O`` for ``long_docs="window"``, ``0 <= O < W``.
         cut_points: Optional boundary hook of :func:`~tokenloom.loader.window.window_docs`.
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
+        order: Optional explicit visiting order (see :func:`~tokenloom.loader.plan.plan_epoch`).
 
     Returns:
         The :class:`BestFitPlan`.
@@ -521,6 +523,7 @@ def plan_bestfit(
         cut_points=table,
         store=store,
         visit=packer,
+        order=order,
     )
     if packer.cursor != n:  # the order was mapped from the plan store: read the counts here
         packer = _Packer(table, fit_window=F, seq_len=L, num_docs=n)

@@ -108,6 +108,7 @@ def plan_recipe_epoch(
     recipe: Recipe,
     cut_points: Mapping[int, np.ndarray] | None = None,
     store: Any = None,
+    order: np.ndarray | None = None,
 ) -> RecipePlan:
     """Plan one epoch with the recipe's planner (see the module table).
 
@@ -121,11 +122,13 @@ def plan_recipe_epoch(
         cut_points: Optional window boundary hook (``long_docs="window"`` only).
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` sharing the visiting
             order between the processes of a node.
+        order: Optional explicit visiting order instead of the seeded one (positions of the
+            non-empty rows of ``n_tokens``, each once; :func:`~tokenloom.loader.plan.plan_epoch`).
 
     Returns:
         An :class:`EpochPlan`, :class:`WindowedPlan` or :class:`BestFitPlan`.
     """
-    common = {"seed": seed, "epoch": epoch, "seq_len": seq_len, "store": store}
+    common = {"seed": seed, "epoch": epoch, "seq_len": seq_len, "store": store, "order": order}
     if recipe.packing == "best_fit":
         return plan_bestfit(
             row_ids,

@@ -672,6 +672,7 @@ def plan_windowed_epoch(
     cut_points: Mapping[int, np.ndarray] | WindowTable | None = None,
     store: Any = None,
     visit: Visit | None = None,
+    order: np.ndarray | None = None,
 ) -> WindowedPlan:
     """Concat packing of windows: rows in epoch order, each expanded into windows in place.
 
@@ -687,6 +688,7 @@ def plan_windowed_epoch(
             :class:`WindowTable` already computed (it is the same every epoch).
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
         visit: Optional hook of :func:`~tokenloom.loader.plan.plan_epoch` (the rows' own counts).
+        order: Optional explicit visiting order (see :func:`~tokenloom.loader.plan.plan_epoch`).
 
     Returns:
         The :class:`WindowedPlan`. With ``W = L, O = 0`` its stream equals
@@ -694,7 +696,14 @@ def plan_windowed_epoch(
     """
     W, ov = check_window(window, overlap, seq_len)
     base = plan_epoch(
-        row_ids, n_tokens, seed=seed, epoch=epoch, seq_len=seq_len, store=store, visit=visit
+        row_ids,
+        n_tokens,
+        seed=seed,
+        epoch=epoch,
+        seq_len=seq_len,
+        store=store,
+        visit=visit,
+        order=order,
     )
     if isinstance(cut_points, WindowTable):
         table = check_table(cut_points, int(base.source_ids.shape[0]), window=W, overlap=ov)
