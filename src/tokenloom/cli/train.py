@@ -166,12 +166,28 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     is_flag=True,
     help="On --resume: allow a different --steps/--epochs/--lr/--warmup-steps schedule.",
 )
+@click.option(
+    "--reweight",
+    is_flag=True,
+    help="On --resume with a changed --mixture (shares or max_passes of the same pools): keep "
+    "the quota each pool spent this epoch and plan the rest of its budget with the new shares.",
+)
+@click.option(
+    "--exclude",
+    "exclude",
+    default=None,
+    metavar="QUARANTINE",
+    help="On --resume (of RUN, or of a kept RUN/step-N to rewind): leave the rows of `tokenloom "
+    "quarantine --name QUARANTINE` out of the rest of the run, the stream otherwise unchanged.",
+)
 @click.pass_context
 def train(
     ctx: click.Context,
     resume: bool,
     overwrite: bool,
     reschedule: bool,
+    reweight: bool,
+    exclude: str | None,
     allow_data_change: bool,
     plot: str | None,
     as_json: bool,
@@ -186,7 +202,10 @@ def train(
     from tokenloom.train.loop import train as run
     from tokenloom.train.runs import Interrupted
 
-    cfg = _config(ctx, options, resume)
+    if (reweight or exclude is not None) and not resume:
+        flag = "--reweight" if reweight else "--exclude"
+        raise click.UsageError(f"{flag} changes a run's data mid-stream: it needs --resume")
+    cfg = _config(ctx, options, resume, reweight=reweight)
     _check_slices(cfg)
     try:
         result = run(
@@ -281,7 +300,7 @@ def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
     }
 
 
-def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
+def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool = False):  # noqa: ANN202
     """The run's TrainConfig from the options given (a knob not given keeps TrainConfig's
     default), or on ``--resume`` from the run's record with the options given again laid over it
     (the loader and the resume checks then refuse a change that would break the exact
@@ -310,6 +329,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     changed = {k: v for k, v in given_loader.items() if given(ctx, k)}
     if table is not None:
         changed["table"] = table
+    _check_reweight(record, changed, reweight)
     loader = record.loader
     if changed:
         spec_of = {**record.loader.to_dict(), "table": record.loader.table}
@@ -330,6 +350,44 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
         return TrainConfig.from_record(
             record, loader=loader, out=out, storage_options=storage_options, **own
         )
+
+
+def _check_reweight(record, changed: dict, reweight: bool) -> None:  # noqa: ANN001
+    """A changed ``--mixture`` on a resume needs ``--reweight`` and must keep the run's pools
+    (usage errors naming the option); ``--reweight`` needs a changed mixture."""
+    from tokenloom.loader.reweight import ReweightError, check_pools
+    from tokenloom.loader.spec import parse_pools
+
+    if "mixture" not in changed:
+        if reweight:
+            raise click.UsageError(
+                "--reweight re-plans the rest of the epoch with new shares: give the new "
+                "mixture with --mixture new.json"
+            )
+        return
+    from tokenloom.loader.plan import PlanError
+
+    try:
+        new = parse_pools(parse_mixture_option(changed["mixture"]))
+    except PlanError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--mixture'") from None
+    if new == tuple(record.loader.mixture):
+        return  # the same mixture given again: nothing changes
+    if not reweight:
+        raise click.BadParameter(
+            f"the run was trained with another mixture ({_pools(record.loader.mixture)}); "
+            "pass --reweight to keep what each pool was fed this epoch and plan the rest of its "
+            "budget with the new shares, or give the run's mixture again",
+            param_hint="'--mixture'",
+        )
+    try:
+        check_pools(record.loader.mixture, new)
+    except ReweightError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--mixture'") from None
+
+
+def _pools(pools) -> str:  # noqa: ANN001
+    return ", ".join(f"{p.name} {p.share:g}" for p in pools) or "none"
 
 
 def _given_knobs(ctx: click.Context, options: dict) -> dict:
