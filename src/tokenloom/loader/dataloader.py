@@ -102,7 +102,7 @@ class DataLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
         self._transit = TransitGauge(2 * num_workers * (self.prefetch_factor or 2))
-        self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.universes())
+        self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.run_universes())
         """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
         self._kept: tuple[tuple, WorkerPool] | None = None
         """With ``persistent_workers``: the workers kept between passes, and what they were

@@ -25,6 +25,13 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots, shm_available
+from tokenloom.loader.change import (
+    DATA_CHANGES,
+    StreamChange,
+    changes_from,
+    changes_inputs,
+    selection_blind,
+)
 from tokenloom.loader.fetch import FetchAhead, SpanKey
 from tokenloom.loader.gauge import PipelineGauge
 from tokenloom.loader.group import BuiltGroup
@@ -44,7 +51,7 @@ from tokenloom.loader.readahead import (
     timed,
 )
 from tokenloom.loader.spec import LoaderSpec
-from tokenloom.loader.state import LoaderState
+from tokenloom.loader.state import LoaderState, check_fingerprint, plan_fingerprint
 from tokenloom.loader.stats import LoaderStats
 from tokenloom.loader.view import EpochView, StepCounts
 from tokenloom.process import env_topology
@@ -89,7 +96,13 @@ class PackedStream:
             batch, and each rank packs ``global_batch / world_size`` blocks per step.
         epoch: The epoch to start in.
         storage_options: Object-store options for Lance.
-        allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ.
+        allow_data_change: Accept a checkpoint whose table version/filter/tokenizer differ
+            (the cursor continues on the other data's plan, as is).
+        data_change: What :meth:`load_state_dict` does with a checkpoint taken on other data
+            (:data:`~tokenloom.loader.change.DATA_CHANGES`): ``"refuse"`` (the default; or as
+            ``allow_data_change`` says), or ``"continue"``: record a
+            :class:`~tokenloom.loader.change.StreamChange` and finish the epoch with the rows
+            not yet delivered that still pass plus the new ones, from this loader's version.
         io_threads: Locally, threads reading and packing ahead (default 2, in-process and in
             each DataLoader worker); on an object store, concurrent takes of the fetch spans
             (default: sized from the first span's measured wall and CPU time, see
@@ -112,6 +125,7 @@ class PackedStream:
         epoch: int = 0,
         storage_options: dict | None = None,
         allow_data_change: bool = False,
+        data_change: str = "refuse",
         io_threads: int | None = None,
         read_ahead: int | None = None,
         read_group: int | None = None,
@@ -149,6 +163,22 @@ class PackedStream:
         self._storage_options = storage_options
         self._pin(spec, handle)
         self.allow_data_change = allow_data_change
+        if data_change not in DATA_CHANGES:
+            raise LoaderError(
+                f"data_change must be one of {', '.join(DATA_CHANGES)}, got {data_change!r}"
+            )
+        if data_change == "continue" and allow_data_change:
+            raise LoaderError(
+                "allow_data_change (continue the cursor on the other data's plan) and "
+                "data_change='continue' (finish the epoch with the rows not yet delivered) "
+                "exclude each other; pass one"
+            )
+        self.data_change = data_change
+        self.change: StreamChange | None = None
+        """The stream change :meth:`load_state_dict` recorded (``None``: the data was the
+        checkpoint's)."""
+        self._readers: dict[int, TokenReader] = {}
+        """Readers of earlier phases' table versions (a view spliced by a stream change)."""
         if (
             (io_threads is not None and io_threads < 1)
             or (read_ahead is not None and read_ahead < 1)
@@ -181,10 +211,14 @@ class PackedStream:
         self._epoch = int(epoch)
         self._step = 0
 
-    def _pin(self, spec: LoaderSpec, handle: Any = None) -> None:
+    def _pin(
+        self, spec: LoaderSpec, handle: Any = None, changes: tuple[StreamChange, ...] = ()
+    ) -> None:
         """Plan ``spec`` (its version pinned: the latest now when it names none) and open the
-        token reader on that version."""
-        self.planner = Planner(spec, storage_options=self._storage_options, table=handle)
+        token reader on that version (``changes``: the run's stream changes so far)."""
+        self.planner = Planner(
+            spec, storage_options=self._storage_options, table=handle, changes=changes
+        )
         self.spec = self.planner.spec
         """The spec, with the table version pinned."""
         self.reader = TokenReader(
@@ -195,6 +229,7 @@ class PackedStream:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_fetcher"] = None  # threads and fetched rows stay in this process
+        state["_readers"] = {}
         return state
 
     # -- what the spec resolved to --------------------------------------------------------------
@@ -293,18 +328,55 @@ class PackedStream:
         """
         saved = LoaderState.from_dict(state)
         pinned = saved.inputs.get("table_version")
-        if (
-            not self._version_given
-            and isinstance(pinned, int)
-            and not isinstance(pinned, bool)
-            and pinned != self.version
+        changes = changes_from(saved.inputs.get("changes"))
+        valid = isinstance(pinned, int) and not isinstance(pinned, bool)
+        if self.data_change == "continue" and valid:
+            current = {**self.plan_inputs(), **changes_inputs(changes)}
+            if plan_fingerprint(**current) != saved.fingerprint:
+                self._continue(saved, int(pinned), changes)
+                return
+        if changes != self.planner.changes or (
+            not self._version_given and valid and pinned != self.version
         ):
-            if self._fetcher is not None:  # fetched spans of the other version
-                self._fetcher.close()
-                self._fetcher = None
-            self._pin(self.spec.replace(version=pinned))
+            version = pinned if valid and not self._version_given else self.version
+            self._repin(self.spec.replace(version=version), changes)
         saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
         self._epoch, self._step = saved.epoch, saved.step
+
+    def _repin(self, spec: LoaderSpec, changes: tuple[StreamChange, ...]) -> None:
+        if self._fetcher is not None:  # fetched spans of the other version
+            self._fetcher.close()
+            self._fetcher = None
+        self._pin(spec, changes=changes)
+
+    def _continue(self, saved: LoaderState, pinned: int, changes: tuple[StreamChange, ...]) -> None:
+        """Resume ``saved`` onto this loader's (other) version: a ``continue`` change at its
+        cursor. Only the data may differ (the checks of ``allow_data_change``)."""
+        before = Planner(
+            self.spec.replace(version=pinned),
+            storage_options=self._storage_options,
+            changes=changes,
+        )
+        # everything but which data is read must match the checkpoint
+        saved.check(before.plan_inputs())
+        current = {**self.plan_inputs(), **changes_inputs(changes)}
+        check_fingerprint(
+            selection_blind(saved.inputs), selection_blind(current), allow_data_change=True
+        )
+        epoch, step = saved.epoch, saved.step
+        global_step = sum(before.steps(e) for e in range(epoch)) + step
+        change = StreamChange(
+            kind="continue",
+            epoch=epoch,
+            step=step,
+            global_step=global_step,
+            version_before=pinned,
+            version_after=self.version,
+        )
+        self._repin(self.spec, (*changes, change))
+        self.planner._previous = before  # scanned already
+        self.change = change
+        self._epoch, self._step = epoch, step
 
     # -- iteration ----------------------------------------------------------------------------
 
@@ -340,7 +412,60 @@ class PackedStream:
         layout = view.group(
             np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
-        return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, layout.spans.row_id)]
+        ids = layout.spans.row_id
+        if layout.sources:  # across a stream change: this version's stretches only
+            lo, parts = 0, []
+            for end, source in layout.sources:
+                if source.version == self.version:
+                    parts.append(ids[lo:end])
+                lo = end
+            ids = np.concatenate(parts) if parts else ids[:0]
+        return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, ids)]
+
+    def _reader_of(self, source: Any) -> TokenReader:
+        """The token reader of a phase's table version (this loader's own, or one per earlier
+        version, opened once)."""
+        if source.version == self.version:
+            return self.reader
+        reader = self._readers.get(source.version)
+        if reader is None:
+            reader = TokenReader(
+                source.uri,
+                source.version,
+                self.spec.token_column,
+                storage_options=self._storage_options,
+            )
+            self._readers[source.version] = reader
+        return reader
+
+    def _read_sources(
+        self, layout: Any, fetched: Any
+    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, float]]:
+        """A group spliced by a stream change: each phase's stretches read from its own table
+        version, concatenated in the packer's layout."""
+        spans = layout.spans
+        tokens, offsets, rows, nbytes, secs = [], [np.zeros(1, np.int64)], 0, 0, 0.0
+        lo = 0
+        for end, source in layout.sources:
+            if end == lo:
+                continue
+            inputs = source.inputs
+            rowids = inputs.rowids[np.searchsorted(inputs.row_ids, spans.row_id[lo:end])]
+            own = source.version == self.version
+            t, o, read = self._reader_of(source).read_ranges(
+                rowids,
+                layout.starts[lo:end],
+                layout.stops[lo:end],
+                spans.doc_len[lo:end],
+                fetched if own else None,
+            )
+            base = offsets[-1][-1]
+            tokens.append(t)
+            offsets.append(o[1:] + base)
+            rows, nbytes, secs = rows + read[0], nbytes + read[1], secs + read[2]
+            lo = end
+        out = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
+        return out, np.concatenate(offsets), (rows, nbytes, secs)
 
     def _build_group(
         self,
@@ -360,13 +485,16 @@ class PackedStream:
             np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
         )
         spans = layout.spans
-        rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
         fetched = None
         if fetch is not None:
             fetched = fetch[0].result()
-        tokens, offsets, read = self.reader.read_ranges(
-            rowids, layout.starts, layout.stops, spans.doc_len, fetched
-        )
+        if layout.sources:
+            tokens, offsets, read = self._read_sources(layout, fetched)
+        else:
+            rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
+            tokens, offsets, read = self.reader.read_ranges(
+                rowids, layout.starts, layout.stops, spans.doc_len, fetched
+            )
         if fetched is not None and fetch is not None and fetch[1]:
             r = fetched.read
             read = (read[0] + r[0], read[1] + r[1], read[2] + r[2])

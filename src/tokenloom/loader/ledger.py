@@ -152,13 +152,13 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
     view = planner.view(epoch)
     spec = planner.spec
     steps = view.steps if steps is None else min(int(steps), view.steps)
-    counter = LedgerCounter(spec.pool_names, planner.universes())
+    counter = LedgerCounter(spec.pool_names, planner.run_universes())
     P = len(spec.pool_names)
     for s in range(steps):
         layout = view.layout(s)
         counter.add(view.count(layout, view.skeleton(layout), P))
     pools = counter.pools()
-    if spec.mixture:
+    if spec.mixture and hasattr(view.plan, "passes_done") and not hasattr(view, "at"):
         plan = view.plan
         G = spec.global_batch
         done = plan.passes_done(steps * G)

@@ -9,6 +9,11 @@ the node through a :class:`~tokenloom.loader.planstore.PlanStore` (built once, m
 and so are the scanned inputs of a large selection (one scan per node).
 The dataset reads through a planner; the ledger, ``trace``, ``verify`` and ``stats`` use one
 without torch.
+
+A run whose data changed mid-stream has a planner per phase: the last phase's planner holds the
+run's :class:`~tokenloom.loader.change.StreamChange` records (``changes``) and builds the
+previous phase's on demand (:meth:`Planner.previous`), so :meth:`Planner.view` of a changed epoch
+is a :class:`~tokenloom.loader.change.SplicedView` and every reader sees the run's real stream.
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.change import (
+    SplicedView,
+    StreamChange,
+    change_kind,
+    changes_inputs,
+    delivered_rows,
+)
 from tokenloom.loader.compact import count_nonzero
 from tokenloom.loader.inputs import (
     INPUTS_FORMAT,
@@ -97,6 +109,8 @@ class Planner:
         plan_store: Where epoch layouts are shared between the processes of a node (not part
             of the stream): a :class:`PlanStore`, ``None`` to keep them in memory, or
             ``"default"`` for :meth:`PlanStore.default`.
+        changes: The run's stream changes, in order (:mod:`~tokenloom.loader.change`); the last
+            one's ``version_after`` must be the version this planner reads.
 
     Raises:
         LoaderError: A column is missing, the filter does not work, or no EOS id is known.
@@ -109,6 +123,7 @@ class Planner:
         storage_options: Mapping[str, str] | None = None,
         table: Any = None,
         plan_store: PlanStore | str | None = "default",
+        changes: tuple[StreamChange, ...] = (),
     ) -> None:
         from tokenloom.table import Table
 
@@ -195,10 +210,20 @@ class Planner:
         self.spec: LoaderSpec = spec.replace(version=handle.version)
         """The spec with the version pinned (what checkpoints record)."""
         self._plans: OrderedDict[int, BlockPlan] = OrderedDict()
+        self.changes: tuple[StreamChange, ...] = tuple(changes)
+        """The run's stream changes so far, in order (empty: one phase)."""
+        if self.changes and self.changes[-1].version_after != self.version:
+            raise LoaderError(
+                f"the run's last stream change moved to table version "
+                f"{self.changes[-1].version_after} but the loader reads version {self.version}"
+            )
+        self._previous: Planner | None = None
+        self._spliced: dict[int, SplicedView] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_plans"] = OrderedDict()  # a worker maps the shared layouts, never a pickled copy
+        state["_spliced"] = {}
         return state
 
     @property
@@ -208,9 +233,35 @@ class Planner:
 
     # -- plans --------------------------------------------------------------------------------
 
+    def previous(self) -> Planner:
+        """The previous phase's planner: the one before the last change (built once).
+
+        Raises:
+            LoaderError: This planner has no change.
+        """
+        if not self.changes:
+            raise LoaderError("a planner without a stream change has no previous phase")
+        if self._previous is None:
+            change = self.changes[-1]
+            spec = change_kind(change.kind).previous_spec(change, self.spec)
+            self._previous = Planner(
+                spec,
+                storage_options=self.storage_options,
+                plan_store=self.store,
+                changes=self.changes[:-1],
+            )
+        return self._previous
+
     def plan(self, epoch: int) -> BlockPlan:
-        """Epoch ``epoch``'s plan (the last few are cached)."""
+        """Epoch ``epoch``'s plan (the last few are cached). Across a stream change: the previous
+        phase's plan of an earlier epoch, the tail's of the changed one."""
         epoch = int(epoch)
+        if self.changes and epoch <= self.changes[-1].epoch:
+            return self.view(epoch).plan
+        return self._own_plan(epoch)
+
+    def _own_plan(self, epoch: int) -> BlockPlan:
+        """This phase's plan of ``epoch``, from its own version and spec."""
         cached = self._plans.get(epoch)
         if cached is not None:
             return cached
@@ -254,7 +305,9 @@ class Planner:
         return plan
 
     def view(self, epoch: int) -> EpochView:
-        """Epoch ``epoch`` cut into global steps.
+        """Epoch ``epoch`` cut into global steps (across a stream change, the previous phase's
+        view of an earlier epoch, and a :class:`~tokenloom.loader.change.SplicedView` of the
+        changed one).
 
         Every reader of an epoch (the dataset and its workers, training, resume, ``verify``,
         ``stats``, the ledger) comes through here, so an epoch of zero steps is refused here
@@ -264,9 +317,28 @@ class Planner:
             EmptyEpochError: The epoch has no global step; the message names the cause (a
                 selection without tokens, or ``drop_last`` with less than one global batch).
         """
+        epoch = int(epoch)
+        if self.changes and epoch <= self.changes[-1].epoch:
+            change = self.changes[-1]
+            if epoch < change.epoch:
+                return self.previous().view(epoch)
+            spliced = self._spliced.get(epoch)
+            if spliced is None:
+                spliced = self._splice(change)
+                self._spliced = {epoch: spliced}
+            if spliced.steps == 0:
+                raise EmptyEpochError(self._empty_epoch(spliced.tail, epoch))
+            return spliced
+        view = self._view_of(self._own_plan(epoch))
+        if view.steps == 0:
+            raise EmptyEpochError(self._empty_epoch(view, int(epoch)))
+        return view
+
+    def _view_of(self, plan: BlockPlan) -> EpochView:
+        """``plan`` cut into this spec's global steps."""
         s = self.spec
-        view = EpochView(
-            self.plan(epoch),
+        return EpochView(
+            plan,
             global_batch=s.global_batch,
             drop_last=s.drop_last,
             block_order=s.block_order,
@@ -274,9 +346,107 @@ class Planner:
             eos_id=self.eos_id,
             pad_id=self.pad_id,
         )
-        if view.steps == 0:
-            raise EmptyEpochError(self._empty_epoch(view, int(epoch)))
-        return view
+
+    def _splice(self, change: StreamChange) -> SplicedView:
+        """The changed epoch: the previous phase's steps before the change, the tail after."""
+        prev = self.previous()
+        try:
+            head = prev.view(change.epoch)
+        except EmptyEpochError:
+            head = None
+        at = change.step
+        if head is None or at > head.steps:
+            steps = 0 if head is None else head.steps
+            raise LoaderError(
+                f"the stream change at step {at} of epoch {change.epoch} is past that epoch's "
+                f"{steps} steps on table version {change.version_before}"
+            )
+        delivered = delivered_rows(head, at)  # a spliced head: every earlier phase's rows too
+        index = len(self.changes) - 1
+        tail = change_kind(change.kind).tail_plan(self, change, index, head, delivered)
+        return SplicedView(
+            head,
+            self._view_of(tail),
+            at=at,
+            head_source=prev,
+            tail_source=self,
+            delivered=delivered,
+        )
+
+    def plan_rows(
+        self,
+        keep: list[np.ndarray],
+        *,
+        seed: int,
+        epoch: int,
+        budget_tokens: int | None = None,
+    ) -> BlockPlan:
+        """This phase's recipe over a subset of its selection, in its own order: the plan a
+        stream change's tail reads (vectorised: the left-out rows count as empty, so the
+        selection's ids, and the cut points keyed by them, stay as they are).
+
+        Args:
+            keep: Per pool (one entry without a mixture), ``(N,)`` bool aligned with
+                :meth:`universes`: which rows to plan.
+            seed: The seed of the visiting order (a change derives its own).
+            epoch: The epoch.
+            budget_tokens: A mixture's budget for this plan (``None``: the spec's).
+        """
+        spec = self.spec
+        if spec.mixture:
+            pools = [
+                Pool(
+                    name=p.name,
+                    row_ids=inp.row_ids,
+                    n_tokens=np.where(k, np.asarray(inp.n_tokens), 0),
+                    share=p.share,
+                    max_passes=p.max_passes,
+                )
+                for p, inp, k in zip(spec.mixture, self.pool_inputs, keep, strict=True)
+            ]
+            budget = spec.budget_tokens if budget_tokens is None else budget_tokens
+            if budget == 0 or not any(int(p.n_tokens.sum()) for p in pools):
+                return _empty_plan(seed, epoch, spec.seq_len)
+            return plan_mixture(
+                pools,
+                seed=seed,
+                epoch=epoch,
+                seq_len=spec.seq_len,
+                recipe=spec.recipe,
+                budget_tokens=budget,
+                global_batch=spec.global_batch,
+                block_order=spec.block_order,
+            )
+        (mask,) = keep
+        lens = np.where(mask, np.asarray(self.inputs.n_tokens), 0)
+        cuts = self.cuts
+        recipe = spec.recipe
+        if recipe.long_docs == "window" or recipe.packing == "best_fit":
+            reader = None
+            if recipe.cut_column is not None:
+                from tokenloom.table import Table
+
+                ds = Table.open(
+                    self.uri, version=self.version, storage_options=self.storage_options
+                ).dataset
+                inputs = self.inputs
+                reader = lambda at: take_cut_points(ds, inputs, recipe.cut_column, at)  # noqa: E731
+            cuts = window_table(
+                self.inputs.row_ids,
+                lens,
+                window=recipe.window or spec.seq_len,
+                overlap=recipe.overlap,
+                cut_points=reader,
+            )
+        return plan_recipe_epoch(
+            np.asarray(self.inputs.row_ids),
+            lens,
+            seed=seed,
+            epoch=epoch,
+            seq_len=spec.seq_len,
+            recipe=recipe,
+            cut_points=cuts,
+        )
 
     def _empty_epoch(self, view: EpochView, epoch: int) -> str:
         """Why epoch ``epoch`` has no step, and what to change."""
@@ -304,6 +474,17 @@ class Planner:
     def universes(self) -> list[Any]:
         """Per pool, the ascending table ids of its rows (the selection without a mixture)."""
         return [inp.row_ids for inp in self.pool_inputs] or [self.inputs.row_ids]
+
+    def run_universes(self) -> list[np.ndarray]:
+        """:meth:`universes` of every phase of the run, united per pool: the rows a run's
+        ledger counts (a row deleted by a change was still fed before it)."""
+        own = [np.asarray(u, dtype=np.int64) for u in self.universes()]
+        if not self.changes:
+            return own
+        before = self.previous().run_universes()
+        if len(before) != len(own):
+            return own
+        return [np.union1d(a, b) for a, b in zip(before, own, strict=True)]
 
     def steps(self, epoch: int) -> int:
         """Global steps of epoch ``epoch``."""
@@ -340,7 +521,17 @@ class Planner:
             "padding_blocks": sizes.padding_blocks,
             "dropped_tokens": sizes.dropped_tokens,
         }
-        if self.spec.mixture:
+        if isinstance(view, SplicedView):
+            d = view.delivered
+            info["change"] = {
+                **self.changes[-1].to_dict(),
+                "rows_delivered_before": int(len(d.row_ids)),
+                "partial_rows": int(len(d.partial_ids)),
+                "dropped_by_change": d.dropped_tokens,
+            }
+            info["tokens"] = _head_tokens(view) + plan.num_tokens
+            info["blocks"] = view.at * view.global_batch + plan.num_blocks
+        if self.spec.mixture and hasattr(plan, "limited_by"):
             info["limited_by"] = plan.limited_by  # type: ignore[attr-defined]
             info["pools"] = [dataclasses.asdict(r) for r in plan.reports]  # type: ignore[attr-defined]
         return info
@@ -357,6 +548,7 @@ class Planner:
             "eos_id": self.eos_id,
             "pad_id": self.pad_id,
             "permutation": PERMUTATION_ALGORITHM,
+            **changes_inputs(self.changes),
         }
         if self.spec.mixture:
             pools = []
@@ -380,3 +572,22 @@ class Planner:
                 "algorithm": MIXTURE_ALGORITHM,
             }
         return out
+
+
+def _empty_plan(seed: int, epoch: int, seq_len: int) -> BlockPlan:
+    """A plan with no block (a change's tail with nothing left to deliver)."""
+    from tokenloom.loader.plan import plan_epoch
+
+    return plan_epoch(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), seed=seed, epoch=epoch, seq_len=seq_len
+    )
+
+
+def _head_tokens(view: SplicedView) -> int:
+    """Real tokens (repeated context included, EOS excluded) of a spliced epoch's head steps,
+    counted from their layouts."""
+    tokens = 0
+    for lo in range(0, view.at, 256):
+        spans = view.head.group(np.arange(lo, min(lo + 256, view.at))).spans
+        tokens += int((spans.tok_end - spans.tok_start).sum())
+    return tokens

@@ -130,6 +130,11 @@ class GroupLayout:
     """``(S,)`` one past the last token to read."""
     pools: np.ndarray
     """``(k * B,)`` mixture pool of each block (0 without a mixture; -1 for a padding block)."""
+    sources: tuple = ()
+    """Across a stream change (:class:`~tokenloom.loader.change.SplicedView`):
+    ``((end, source), ...)``, stretches ``[previous end, end)`` are read by ``source`` (the
+    phase's :class:`~tokenloom.loader.planner.Planner`: its table version and rows); empty: all
+    by the reader's own planner."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
