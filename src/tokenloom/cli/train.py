@@ -199,6 +199,9 @@ def train(
     process or under torchrun (DDP: gloo on CPU, nccl on GPU). A resume needs only --out and
     --resume: the options come from the run's record, and one given again must match it.
     """
+    from tokenloom.loader.exclude import ExcludeError
+    from tokenloom.loader.reweight import ReweightError
+    from tokenloom.search.quarantine import QuarantineError
     from tokenloom.train.loop import train as run
     from tokenloom.train.runs import Interrupted
 
@@ -214,9 +217,14 @@ def train(
             overwrite=overwrite,
             reschedule=reschedule,
             allow_data_change=allow_data_change,
+            reweight=reweight,
+            exclude=exclude,
             log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
             warn=lambda msg: click.echo(msg, err=True),
         )
+    except (ReweightError, ExcludeError, QuarantineError) as exc:  # the new data: a usage error
+        option = "--mixture" if isinstance(exc, ReweightError) else "--exclude"
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
     except Interrupted as stopped:  # before the first step: no checkpoint to write
         name = signal.Signals(stopped.signum).name
         click.echo(f"stopped by {name} before the first step; no checkpoint written", err=True)

@@ -378,6 +378,36 @@ class PackedStream:
         self.change = change
         self._epoch, self._step = epoch, step
 
+    def change_stream(
+        self, kind: str, params: dict[str, Any], spec: LoaderSpec | None = None
+    ) -> StreamChange:
+        """Change the stream at the cursor, on the same table version: a
+        :class:`~tokenloom.loader.change.StreamChange` of ``kind`` (``reweight``, ``exclude``)
+        from the current step of the current epoch on; ``spec``: the new phase's spec (e.g. the
+        new mixture; default: this one). Call it after :meth:`load_state_dict`.
+
+        Raises:
+            ChangeError, LoaderError: The change cannot apply (its kind's reason, named).
+        """
+        before = self.planner
+        epoch, step = self._epoch, self._step
+        global_step = sum(before.steps(e) for e in range(epoch)) + step
+        change = StreamChange(
+            kind=kind,
+            epoch=epoch,
+            step=step,
+            global_step=global_step,
+            version_before=before.version,
+            version_after=before.version,
+            params=params,
+        )
+        self._repin((spec or self.spec).replace(version=before.version), (*before.changes, change))
+        self.planner._previous = before  # scanned already
+        self.planner.view(epoch)  # the kind's refusal, if any, now rather than mid-run
+        self.change = change
+        self._epoch, self._step = epoch, step
+        return change
+
     # -- iteration ----------------------------------------------------------------------------
 
     def _group_steps(self, view: EpochView) -> int:

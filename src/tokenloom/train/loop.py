@@ -215,6 +215,8 @@ def train(
     overwrite: bool = False,
     reschedule: bool = False,
     allow_data_change: bool = False,
+    reweight: bool = False,
+    exclude: str | None = None,
     log=print,  # noqa: ANN001
     warn=None,  # noqa: ANN001
     progress: bool | None = None,
@@ -229,6 +231,11 @@ def train(
         reschedule: Let a resume change the schedule (``steps``, ``lr``, ...).
         allow_data_change: Let a resume continue its cursor on other data (another table
             version, filter or tokenizer, or a table rebuilt at the same URI), knowingly.
+        reweight: On ``resume``, ``cfg.loader`` has new mixture shares: keep what each pool was
+            fed this epoch and plan the rest of its budget with them (a ``reweight`` change,
+            :mod:`~tokenloom.loader.reweight`).
+        exclude: On ``resume``, leave the rows of this quarantine (under the run's table) out of
+            the rest of the run (an ``exclude`` change, :mod:`~tokenloom.loader.exclude`).
         log: Where rank 0's log lines go.
         warn: Where rank 0's warnings go (default: ``log``).
         progress: Rank 0 shows a step bar or periodic lines on stderr (see
@@ -247,7 +254,7 @@ def train(
                 log=log if main else _quiet,
                 warn=(warn or log) if main else _quiet,
             )
-            trainer.setup(resume, reschedule, allow_data_change)
+            trainer.setup(resume, reschedule, allow_data_change, reweight=reweight, exclude=exclude)
             return trainer.run(closing, show=progress if main else False)
     finally:
         dist.close()
@@ -275,7 +282,15 @@ class _Trainer:
 
     # -- setup ------------------------------------------------------------------------------
 
-    def setup(self, resume: bool, reschedule: bool, allow_data_change: bool) -> None:
+    def setup(
+        self,
+        resume: bool,
+        reschedule: bool,
+        allow_data_change: bool,
+        *,
+        reweight: bool = False,
+        exclude: str | None = None,
+    ) -> None:
         """Open the data, build the model and the optimizer, and restore the checkpoint (on
         ``resume``) or the parent's weights (``init_from``)."""
         cfg = self.cfg
@@ -286,7 +301,7 @@ class _Trainer:
             self.parent = state.record.parent
         elif source is not None:
             self.parent = source.entry
-        self._open_data(state, allow_data_change)
+        self._open_data(state, allow_data_change, reweight=reweight, exclude=exclude)
         if source is not None:
             _check_parent_tokenizer(cfg, source, self.ds)
         self._build(state, source)
@@ -302,15 +317,26 @@ class _Trainer:
             }
         )
 
-    def _open_data(self, state: RunState | None, allow_data_change: bool) -> None:
-        """The dataset (at the checkpoint's cursor and pinned version on resume) and the
-        schedule's length."""
+    def _open_data(
+        self,
+        state: RunState | None,
+        allow_data_change: bool,
+        *,
+        reweight: bool = False,
+        exclude: str | None = None,
+    ) -> None:
+        """The dataset (at the checkpoint's cursor and pinned version on resume, with the
+        ``reweight``/``exclude`` change made there) and the schedule's length."""
         cfg, spec = self.cfg, self.cfg.loader
         if state is not None and spec.version is None:  # the checkpoint's, after later backfills
             spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
+        new_spec = spec
+        if reweight and state is not None:  # the cursor is the old mixture's
+            spec = spec.replace(mixture=state.record.loader.mixture)
         ds = _dataset(spec, self.dist, cfg.storage_options, allow_data_change)
         if state is not None:
             ds.load_state_dict(state.record.loader_state)  # refuses another table/filter/batch
+            self._change_stream(ds, new_spec, reweight=reweight, exclude=exclude)
         ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
         self.ds, self.spec = ds, ds.spec  # version pinned
         # the version kept from cleanup (a Lance tag), and the loss by pool and --loss-slice
@@ -320,6 +346,32 @@ class _Trainer:
         if cfg.epochs is not None:
             self.total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
         self.vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
+
+    def _change_stream(self, ds, new_spec: LoaderSpec, *, reweight: bool, exclude: str | None):  # noqa: ANN001, ANN202
+        """Make the resume's ``reweight`` and ``exclude`` stream changes at the cursor, and say
+        what they did."""
+        if reweight:
+            from tokenloom.loader.reweight import REWEIGHT, check_pools, reweight_params
+
+            old = ds.spec.mixture
+            check_pools(old, new_spec.mixture)
+            c = ds.change_stream(REWEIGHT, reweight_params(old, new_spec.mixture), new_spec)
+            shares = ", ".join(f"{p.name} {p.share:g}" for p in new_spec.mixture)
+            self.log(
+                f"data: reweighted at step {c.global_step} (epoch {c.epoch}, step {c.step}): "
+                f"the rest of the epoch's budget is planned with {shares}"
+            )
+        if exclude is not None:
+            from tokenloom.loader.exclude import EXCLUDE, exclude_params
+            from tokenloom.search.quarantine import read_quarantine
+
+            q = read_quarantine(ds.uri, exclude, storage_options=self.cfg.storage_options)
+            c = ds.change_stream(EXCLUDE, exclude_params(q))
+            self.log(
+                f"data: excluding quarantine {q.name!r} ({len(q.row_ids):,} rows, {q.tokens:,} "
+                f"tokens fed at steps {q.first_step}..{q.last_step}) from step {c.global_step} "
+                f"(epoch {c.epoch}, step {c.step}) on"
+            )
 
     def _build(self, state: RunState | None, source: Parent | None) -> None:
         """Model, optimizer and loader; then the checkpoint's state or the parent's weights."""
