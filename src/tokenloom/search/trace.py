@@ -178,10 +178,7 @@ def open_run(
         RecordError: No readable record there.
         ResumeMismatchError: The table no longer matches the run's plan (e.g. its version is gone).
     """
-    from tokenloom.loader.change import changes_from
-
     record = read_record(checkpoint)
-    changes = changes_from(record.loader_state.get("inputs", {}).get("changes"))
-    planner = Planner(record.loader, storage_options=storage_options, changes=changes)
+    planner = Planner(record.loader, storage_options=storage_options, changes=record.changes)
     LoaderState.from_dict(record.loader_state).check(planner.plan_inputs())
     return RunTrace(record=record, planner=planner)

@@ -68,6 +68,14 @@ class RunRecord:
     format: int = RECORD_FORMAT
 
     @property
+    def changes(self) -> tuple[Any, ...]:
+        """The run's :class:`~tokenloom.loader.change.StreamChange` records, in order (kept in
+        the loader state's plan inputs; empty when its data never changed mid-run)."""
+        from tokenloom.loader.change import changes_from
+
+        return changes_from((self.loader_state.get("inputs") or {}).get("changes"))
+
+    @property
     def compute(self) -> dict[str, Any]:
         """Wall time, process-hours, device type/count and tokens/s over the run's invocations
         (from :attr:`topology`; :func:`tokenloom.train.lineage.compute_summary`)."""
