@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import typing
@@ -208,7 +209,18 @@ def train(
     if (reweight or exclude is not None) and not resume:
         flag = "--reweight" if reweight else "--exclude"
         raise click.UsageError(f"{flag} changes a run's data mid-stream: it needs --resume")
+    rewind = None
+    if resume and options.get("out") is not None:
+        from tokenloom.train.layout import CheckpointNotFoundError
+        from tokenloom.train.runs import rewind_point
+
+        try:
+            rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
+        except CheckpointNotFoundError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--out'") from None
     cfg = _config(ctx, options, resume, reweight=reweight)
+    if rewind is not None:
+        cfg = dataclasses.replace(cfg, out=rewind.run)
     _check_slices(cfg)
     try:
         result = run(
@@ -219,6 +231,7 @@ def train(
             allow_data_change=allow_data_change,
             reweight=reweight,
             exclude=exclude,
+            rewind=rewind.step if rewind is not None else None,
             log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
             warn=lambda msg: click.echo(msg, err=True),
         )

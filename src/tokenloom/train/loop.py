@@ -73,6 +73,7 @@ from tokenloom.train.runs import (
     load_weights,
     parent_run,
     prepare_out,
+    rewind_run,
 )
 
 __all__ = [
@@ -217,6 +218,7 @@ def train(
     allow_data_change: bool = False,
     reweight: bool = False,
     exclude: str | None = None,
+    rewind: int | None = None,
     log=print,  # noqa: ANN001
     warn=None,  # noqa: ANN001
     progress: bool | None = None,
@@ -236,6 +238,8 @@ def train(
             :mod:`~tokenloom.loader.reweight`).
         exclude: On ``resume``, leave the rows of this quarantine (under the run's table) out of
             the rest of the run (an ``exclude`` change, :mod:`~tokenloom.loader.exclude`).
+        rewind: On ``resume``, first make the kept checkpoint of this step the run's latest
+            (the later ones are moved aside, :func:`~tokenloom.train.runs.rewind_run`).
         log: Where rank 0's log lines go.
         warn: Where rank 0's warnings go (default: ``log``).
         progress: Rank 0 shows a step bar or periodic lines on stderr (see
@@ -243,6 +247,12 @@ def train(
     """
     dist = Dist.setup(cfg.device)
     try:
+        if resume and rewind is not None:
+            if dist.is_main:
+                moved = rewind_run(cfg.out, rewind)
+                where = f"; the later checkpoints are in {moved}" if moved else ""
+                log(f"rewound {cfg.out} to its step {rewind}{where}")
+            dist.barrier()
         cfg = plan_budget(cfg, resume=resume, log=log if dist.is_main else None)
         prepare_out(cfg, resume, overwrite, dist)
         with StopRequest() as stop, contextlib.ExitStack() as closing:
@@ -358,7 +368,7 @@ class _Trainer:
             c = ds.change_stream(REWEIGHT, reweight_params(old, new_spec.mixture), new_spec)
             shares = ", ".join(f"{p.name} {p.share:g}" for p in new_spec.mixture)
             self.log(
-                f"data: reweighted at step {c.global_step} (epoch {c.epoch}, step {c.step}): "
+                f"data: reweighted from step {c.global_step + 1} (epoch {c.epoch}, step {c.step + 1}): "
                 f"the rest of the epoch's budget is planned with {shares}"
             )
         if exclude is not None:
@@ -369,8 +379,8 @@ class _Trainer:
             c = ds.change_stream(EXCLUDE, exclude_params(q))
             self.log(
                 f"data: excluding quarantine {q.name!r} ({len(q.row_ids):,} rows, {q.tokens:,} "
-                f"tokens fed at steps {q.first_step}..{q.last_step}) from step {c.global_step} "
-                f"(epoch {c.epoch}, step {c.step}) on"
+                f"tokens fed at steps {q.first_step}..{q.last_step}) from step {c.global_step + 1} "
+                f"(epoch {c.epoch}, its step {c.step + 1}) on"
             )
 
     def _build(self, state: RunState | None, source: Parent | None) -> None:
