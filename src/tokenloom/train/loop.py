@@ -368,8 +368,8 @@ class _Trainer:
             c = ds.change_stream(REWEIGHT, reweight_params(old, new_spec.mixture), new_spec)
             shares = ", ".join(f"{p.name} {p.share:g}" for p in new_spec.mixture)
             self.log(
-                f"data: reweighted from step {c.global_step + 1} (epoch {c.epoch}, step {c.step + 1}): "
-                f"the rest of the epoch's budget is planned with {shares}"
+                f"data: reweighted from step {c.global_step + 1} (epoch {c.epoch}, its step "
+                f"{c.step + 1}): the rest of the epoch's budget is planned with {shares}"
             )
         if exclude is not None:
             from tokenloom.loader.exclude import EXCLUDE, exclude_params

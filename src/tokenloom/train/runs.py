@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tokenloom.train.checkpoint import (
@@ -93,7 +93,7 @@ def rewind_run(run: str, step: int) -> str | None:
         os.makedirs(dest, exist_ok=True)
         for s in later:  # moved before last.json names N: a kill leaves nothing deleted
             os.rename(os.path.join(run, step_name(s)), os.path.join(dest, step_name(s)))
-    write_record(read_record(point.record_path))
+    write_record(replace(read_record(point.record_path), out=os.path.abspath(run)))
     return dest
 
 
