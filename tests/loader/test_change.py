@@ -14,7 +14,7 @@ from tokenloom.ingest import ingest
 from tokenloom.loader import LoaderSpec, ResumeMismatchError
 from tokenloom.loader.change import ChangeError, StreamChange, delivered_rows
 from tokenloom.loader.dataset import PackedStream
-from tokenloom.loader.planner import Planner
+from tokenloom.loader.planner import EmptyEpochError, Planner
 from tokenloom.refresh import refresh_table
 from tokenloom.table import Table
 
@@ -235,6 +235,10 @@ def test_the_default_refuses_a_changed_table_naming_the_option(tmp_path, paragra
     same = PackedStream(spec.replace(version=None), data_change="continue")
     same.load_state_dict(PackedStream(spec.replace(version=v1)).state_dict())
     assert same.change is None  # the data of the state: nothing to record
+    # only which rows are selected may change: another block length is refused, named
+    other = PackedStream(spec.replace(version=None, seq_len=32), data_change="continue")
+    with pytest.raises(ResumeMismatchError, match="seq_len"):
+        other.load_state_dict(old.state_dict())
 
 
 def test_a_change_record_round_trips_and_rejects_bad_fields():
@@ -247,3 +251,106 @@ def test_a_change_record_round_trips_and_rejects_bad_fields():
         StreamChange(
             kind="continue", epoch=0, step=-1, global_step=0, version_before=0, version_after=1
         )
+
+
+def test_dataloader_workers_read_both_phases_of_a_changed_epoch(tmp_path, paragraphs_90):
+    pytest.importorskip("torch")
+    from tokenloom.loader import DataLoader, PackedDataset
+
+    uri, v0, v1 = _changed_table(tmp_path, paragraphs_90[:50], paragraphs_90[50:])
+    spec = LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=7, filter="source != 'bad'")
+    old = PackedStream(spec.replace(version=v0))
+    _take(old, AT)
+    one = PackedStream(spec, data_change="continue")
+    one.load_state_dict(old.state_dict())
+    state = one.state_dict()
+    one.seek(0, AT - 2)  # two head steps, then the tail: groups straddle the change
+    want = [b["input_ids"] for b in _epoch(one)]
+    ds = PackedDataset(spec, read_group=3)
+    ds.load_state_dict(state)
+    ds.seek(0, AT - 2)
+    loader = DataLoader(ds, num_workers=2)
+    got = [b["input_ids"].numpy() for b in loader]
+    assert len(got) == len(want)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_two_changes_in_one_epoch_and_one_at_an_epoch_boundary(tmp_path, paragraphs_90):
+    uri, v0, v1 = _changed_table(tmp_path, paragraphs_90[:30], paragraphs_90[30:60])
+    spec = LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=7, filter="source != 'bad'")
+    old = PackedStream(spec.replace(version=v0))
+    fed = {s[2] for b in _take(old, AT) for s in _spans(b)}
+    first = PackedStream(spec.replace(version=v1), data_change="continue")
+    first.load_state_dict(old.state_dict())
+    fed |= {s[2] for b in _take(first, 3) for s in _spans(b)}
+    write_jsonl(
+        tmp_path / "third.jsonl", [{"text": t, "source": "new"} for t in paragraphs_90[60:]]
+    )
+    ingest([tmp_path / "third.jsonl"], uri, progress=False)
+    refresh_table(uri, workers=0, progress=False)
+    v2 = Table.open(uri).version
+    second = PackedStream(spec, data_change="continue")
+    second.load_state_dict(first.state_dict())
+    assert [c.version_after for c in second.planner.changes] == [v1, v2]
+    assert second.change.step == AT + 3 and second.change.global_step == AT + 3
+    tail = _epoch(second)
+    texts = _texts(uri, v2)
+    rest = {s[2] for b in tail for s in _spans(b)}
+    for b in tail:
+        _check_tokens(b, texts)
+    assert not rest & fed and rest | fed >= {i for i, t in texts.items() if t}
+    # the whole epoch is laid out across both changes: each phase's steps from its version
+    again = PackedStream(spec)
+    again.load_state_dict(second.state_dict())
+    again.seek(0, 0)
+    firsts = _take(again, AT + 4)
+    for step, b in enumerate(firsts):
+        _check_tokens(b, _texts(uri, v0 if step < AT else v1 if step < AT + 3 else v2))
+    # at an epoch boundary: the next epoch is the new version's rows, each once
+    fourth = paragraphs_90[:3]
+    write_jsonl(tmp_path / "fourth.jsonl", [{"text": t, "source": "new"} for t in fourth])
+    ingest([tmp_path / "fourth.jsonl"], uri, progress=False)
+    refresh_table(uri, workers=0, progress=False)
+    v3 = Table.open(uri).version
+    boundary = PackedStream(spec, data_change="continue")
+    boundary.load_state_dict(second.state_dict())  # the cursor is at (1, 0)
+    assert (boundary.change.epoch, boundary.change.step) == (1, 0)
+    texts = _texts(uri, v3)
+    epoch1 = _epoch(boundary)
+    starts = [s[2] for b in epoch1 for s in _spans(b) if s[3] == 0]
+    assert sorted(starts) == sorted(i for i, t in texts.items() if t)
+    assert boundary.change.global_step == AT + 3 + len(tail)
+    # --allow-data-change onto yet another version continues that version's plan, as is
+    loose = PackedStream(spec.replace(version=v3), allow_data_change=True)
+    loose.load_state_dict(second.state_dict())
+    assert loose.planner.changes == () and (loose.epoch, loose.step) == (1, 0)
+
+
+def test_a_used_up_epoch_or_pool_after_the_change(tmp_path, paragraphs_90):
+    uri = token_table(tmp_path, paragraphs_90[:20])
+    v0 = Table.open(uri).version
+    spec = LoaderSpec(table=uri, seq_len=64, global_batch=4, seed=7)
+    old = PackedStream(spec)
+    steps = old.view(0).steps
+    _take(old, steps - 1)  # the last step still to come
+    lance.dataset(uri).delete("id >= 0")  # ...and every row gone
+    # nothing is left of epoch 0: the cursor moves to epoch 1, which has no row (refused there)
+    gone = PackedStream(spec.replace(version=None), data_change="continue")
+    gone.load_state_dict(old.state_dict())
+    assert gone.change.version_before == v0 and (gone.epoch, gone.step) == (1, 0)
+    assert gone.view(0).steps == steps - 1
+    with pytest.raises(EmptyEpochError, match="epoch 1 has no step"):
+        gone.view(1)
+    # a mixture pool with none of its rows left keeps its share with a new pass
+    uri = token_table(tmp_path, paragraphs_90[:40], name="m.lance")
+    mix = {"small": ("id < 4", 0.5), "big": ("id >= 4", 0.5)}
+    spec = LoaderSpec.from_options(
+        table=uri, seq_len=32, global_batch=4, seed=3, mixture=mix, budget_tokens=32 * 4 * 60
+    )
+    planner = Planner(spec)
+    small, big = planner.universes()
+    plan = planner.plan_rows(
+        [np.zeros(len(small), dtype=bool), np.ones(len(big), dtype=bool)], seed=1, epoch=0
+    )
+    pools = plan.block_pools(np.arange(plan.num_blocks))
+    assert abs((pools == 0).mean() - 0.5) <= 0.05

@@ -12,6 +12,7 @@ from tokenloom.cli.options import (
     loader_options,
     loader_spec,
     loader_table_option,
+    run_changes,
     storage_options_option,
 )
 
@@ -60,9 +61,9 @@ def command(
 
     run = loader.get("run")
     record = read_record(run) if run is not None else None
-    changes = record.changes if record is not None else ()
-    spec = loader_spec(table, loader)
-    planner = Planner(spec, storage_options=storage_options, changes=changes)
+    planner = Planner(
+        loader_spec(table, loader), storage_options=storage_options, changes=run_changes(run)
+    )
     led = ledger(planner, steps=steps, epoch=epoch)
     lineage = _lineage(run) if run is not None else None
     phases = _phases(planner, record) if record is not None else []
@@ -71,6 +72,13 @@ def command(
         emit_json({**led.to_json(), **extra, **({"phases": phases} if phases else {})})
         return
     click.echo(f"epoch {led.epoch}, {led.steps:,} steps of {led.global_batch} x {led.seq_len}")
+    if led.change is not None:
+        c = led.change
+        click.echo(
+            f"data changed at step {c['step']} of the epoch (v{c['version_before']} -> "
+            f"v{c['version_after']}, {c['kind']}): {c['dropped_by_change']:,} tokens of partly "
+            "fed rows dropped by the change"
+        )
     head = (
         f"  {'pool':<12} {'blocks':>9} {'body':>12} {'EOS':>9} {'padding':>10} "
         f"{'loss':>12} {'overlap':>9} {'docs':>8} {'repeats':>8} {'passes':>6}"

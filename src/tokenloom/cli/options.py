@@ -457,6 +457,13 @@ def _spelled(ctx: click.Context, key: str, value: Any) -> str:
     return f"--{key.replace('_', '-')} {value}"
 
 
+def run_changes(run: str | None) -> tuple[Any, ...]:
+    """The stream changes recorded by the training run ``--run`` names (``()`` without
+    ``--run``): with :func:`run_spec`'s spec, a planner lays out the run's own steps, the
+    epochs its data changed in spliced (:mod:`tokenloom.loader.change`)."""
+    return run_record(run).changes if run is not None else ()
+
+
 def run_spec(run: str, table: str | None, values: dict[str, Any]) -> Any:
     """The loader spec recorded by the training run ``run`` (``--run``), checked against the
     loader options given beside it.

@@ -65,6 +65,15 @@ def _lines(run: dict, root: str, depth: int) -> list[str]:
         f"{pad}     data     {run['table']} v{run['table_version']} ({pinned}), "
         f"{run['token_column']}, filter {run['filter'] or '(none)'}",
         f"{pad}     spec     {run['spec']}",
+    ]
+    if len(run.get("data_versions") or ()) > 1:  # the data changed during the run
+        moves = ", ".join(
+            f"v{v['version']} from step {v['from_step']}"
+            + (f" ({v['change']})" if v["change"] else "")
+            for v in run["data_versions"]
+        )
+        lines.append(f"{pad}     versions {moves}")
+    lines += [
         f"{pad}     loss     train {_loss(run['train_loss'])}, val {_loss(run['val_loss'])}",
         f"{pad}     spent    {_pools(run['pools'])}",
     ]

@@ -10,6 +10,7 @@ from tokenloom.cli.options import (
     loader_options,
     loader_spec,
     loader_table_option,
+    run_changes,
     storage_options_option,
 )
 
@@ -41,6 +42,7 @@ def command(  # noqa: ANN003 - the loader options
     from tokenloom.table import Table
     from tokenloom.table.filters import validate_filter
 
+    run = loader.get("run")
     spec = loader_spec(table, loader)
     filter, seq_len, count = spec.filter, spec.seq_len, spec.count_column
     table = spec.table
@@ -51,9 +53,9 @@ def command(  # noqa: ANN003 - the loader options
             f"(`tokenloom tokenize --table {table} --tokenizer gpt2`)"
         )
     filter = validate_filter(ds, filter)
-    planner = Planner(
-        spec, storage_options=storage_options
-    )  # refuses rows whose count or filter column is not computed
+    planner = Planner(  # refuses rows whose count or filter column is not computed
+        spec, storage_options=storage_options, changes=run_changes(run)
+    )
     if planner.inputs.null_rows:
         click.echo(
             f"warning: {planner.inputs.null_rows:,} selected rows have no {count!r} "

@@ -21,16 +21,21 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
         return []
     spec = run.planner.spec
     column = spec.token_column
-    table = Table.open(
-        spec.table, version=run.table_version, storage_options=run.planner.storage_options
-    )
-    ids = sorted({s.row_id for s in seen})
-    found = table.dataset.to_table(
-        columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
-    )
-    data = found.to_pydict()
-    data[column] = as_token_lists(found.column(column), found.schema.field(column)).to_pylist()
-    rows = {i: k for k, i in enumerate(data["id"])}
+    # each step's rows as the version it read holds them (a run whose data changed read several)
+    data: dict[str, list] = {"id": [], "source": [], "text": [], column: []}
+    rows: dict[tuple[int, int], int] = {}
+    for version in sorted({run.version_at(s.step) for s in seen}):
+        table = Table.open(spec.table, version=version, storage_options=run.planner.storage_options)
+        ids = sorted({s.row_id for s in seen if run.version_at(s.step) == version})
+        found = table.dataset.to_table(
+            columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
+        )
+        part = found.to_pydict()
+        part[column] = as_token_lists(found.column(column), found.schema.field(column)).to_pylist()
+        base = len(data["id"])
+        rows.update(((version, i), base + k) for k, i in enumerate(part["id"]))
+        for key in data:
+            data[key].extend(part[key])
     try:
         from tokenloom.tokenize import load_tokenizer
 
@@ -39,7 +44,7 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
         tok = None
     out = []
     for s in seen:
-        k = rows[s.row_id]
+        k = rows[(run.version_at(s.step), s.row_id)]
         if tok is not None:
             text = tok.decode(data[column][k][s.token_start : s.token_end])
         else:

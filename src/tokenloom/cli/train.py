@@ -24,6 +24,7 @@ from tokenloom.cli.options import (
     storage_options_option,
     usage_errors,
 )
+from tokenloom.loader.change import DATA_CHANGES
 
 __all__ = ["commands"]
 
@@ -160,7 +161,17 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     "--allow-data-change",
     is_flag=True,
     help="On --resume: continue the cursor on other data (table version, filter, tokenizer, or "
-    "a table rebuilt at the same URI).",
+    "a table rebuilt at the same URI) as is: the new data's plan from the same step, not exact.",
+)
+@click.option(
+    "--data-change",
+    type=click.Choice(DATA_CHANGES),
+    default="refuse",
+    show_default=True,
+    help="On --resume, a table changed since the checkpoint: refuse (stay on the run's version; "
+    "another version asked for is refused), or continue: move to the latest version (or "
+    "--version) and finish the epoch with the rows not yet delivered that still pass plus the "
+    "new ones; later epochs plan the new version. The record lists each version and its step.",
 )
 @click.option(
     "--reschedule",
@@ -190,6 +201,7 @@ def train(
     reweight: bool,
     exclude: str | None,
     allow_data_change: bool,
+    data_change: str,
     plot: str | None,
     as_json: bool,
     **options,  # noqa: ANN003
@@ -206,9 +218,32 @@ def train(
     from tokenloom.train.loop import train as run
     from tokenloom.train.runs import Interrupted
 
+    if data_change != "refuse" and not resume:
+        raise click.BadParameter(
+            f"--data-change {data_change} applies to --resume only: a new run plans the table "
+            "as it is; pass --resume, or drop --data-change",
+            param_hint="'--data-change'",
+        )
+    if data_change != "refuse" and allow_data_change:
+        raise click.BadParameter(
+            f"--data-change {data_change} and --allow-data-change exclude each other: "
+            "--allow-data-change continues the cursor on the new data's plan as is; "
+            f"--data-change {data_change} finishes the epoch exactly; pass one",
+            param_hint="'--data-change'",
+        )
     if (reweight or exclude is not None) and not resume:
         flag = "--reweight" if reweight else "--exclude"
         raise click.UsageError(f"{flag} changes a run's data mid-stream: it needs --resume")
+    if reweight and exclude is not None:
+        raise click.UsageError(
+            "--reweight and --exclude are two changes: make one per resume (resume with one, "
+            "let it checkpoint, then resume with the other)"
+        )
+    if (reweight or exclude is not None) and data_change != "refuse":
+        raise click.UsageError(
+            f"--data-change {data_change} and {'--reweight' if reweight else '--exclude'} are "
+            "two changes: make one per resume"
+        )
     rewind = None
     if resume and options.get("out") is not None:
         from tokenloom.train.layout import CheckpointNotFoundError
@@ -218,7 +253,7 @@ def train(
             rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
         except CheckpointNotFoundError as exc:
             raise click.BadParameter(str(exc), param_hint="'--out'") from None
-    cfg = _config(ctx, options, resume, reweight=reweight)
+    cfg = _config(ctx, options, resume, data_change, reweight=reweight)
     if rewind is not None:
         cfg = dataclasses.replace(cfg, out=rewind.run)
     _check_slices(cfg)
@@ -229,6 +264,7 @@ def train(
             overwrite=overwrite,
             reschedule=reschedule,
             allow_data_change=allow_data_change,
+            data_change=data_change,
             reweight=reweight,
             exclude=exclude,
             rewind=rewind.step if rewind is not None else None,

@@ -416,6 +416,12 @@ class ChangeKind(Protocol):
         """The previous phase's spec, from the new phase's ``spec`` (at least the version)."""
         ...
 
+    def check_phases(self, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+        """Refuse a new phase whose plan inputs (``current``, the run's changes so far merged
+        in) differ from the checkpoint's (``saved``) in what this kind does not change
+        (:class:`~tokenloom.loader.state.ResumeMismatchError`, naming each input)."""
+        ...
+
     def tail_plan(
         self,
         planner: Planner,
@@ -467,6 +473,18 @@ class _Continue:
 
     def previous_spec(self, change: StreamChange, spec: LoaderSpec) -> LoaderSpec:
         return spec.replace(version=change.version_before)
+
+    def check_phases(self, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+        from tokenloom.loader.state import check_fingerprint
+
+        # which rows are selected may change (the table's version, the filter, the pools' row
+        # digests): no other input (not the tokenizer: the model reads its ids), so the tail
+        # is the same stream's continuation
+        free = ("table_version", "table_identity", "filter")
+        check_fingerprint(
+            {k: v for k, v in selection_blind(saved).items() if k not in free},
+            {k: v for k, v in selection_blind(current).items() if k not in free},
+        )
 
     def tail_plan(
         self,

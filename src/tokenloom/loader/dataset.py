@@ -15,6 +15,7 @@ it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -28,9 +29,9 @@ from tokenloom.loader.buffers import RecycledBuffers, SharedSlots, shm_available
 from tokenloom.loader.change import (
     DATA_CHANGES,
     StreamChange,
+    change_kind,
     changes_from,
     changes_inputs,
-    selection_blind,
 )
 from tokenloom.loader.fetch import FetchAhead, SpanKey
 from tokenloom.loader.gauge import PipelineGauge
@@ -51,7 +52,7 @@ from tokenloom.loader.readahead import (
     timed,
 )
 from tokenloom.loader.spec import LoaderSpec
-from tokenloom.loader.state import LoaderState, check_fingerprint, plan_fingerprint
+from tokenloom.loader.state import LoaderState, plan_fingerprint
 from tokenloom.loader.stats import LoaderStats
 from tokenloom.loader.view import EpochView, StepCounts
 from tokenloom.process import env_topology
@@ -321,7 +322,11 @@ class PackedStream:
         A loader whose spec names no table version (it pinned the latest when it was built)
         moves to the version the state was taken on, as ``tokenloom train --resume`` does: a
         column added since (a later backfill) makes a newer version, not another stream. A
-        version given explicitly is kept, and checked like every other input.
+        version given explicitly is kept, and checked like every other input. The state's
+        stream changes (:mod:`~tokenloom.loader.change`) are planned again, so a resume after a
+        change is exact. With ``data_change="continue"`` a state taken on other data (another
+        version, filter or selection) is continued onto this loader's version by a new
+        ``continue`` change (:meth:`resume_with_change`; :attr:`change`).
 
         Raises:
             ResumeMismatchError: naming what changed and the override.
@@ -333,12 +338,15 @@ class PackedStream:
         if self.data_change == "continue" and valid:
             current = {**self.plan_inputs(), **changes_inputs(changes)}
             if plan_fingerprint(**current) != saved.fingerprint:
-                self._continue(saved, int(pinned), changes)
+                self.resume_with_change(state, "continue")
                 return
         if changes != self.planner.changes or (
             not self._version_given and valid and pinned != self.version
         ):
             version = pinned if valid and not self._version_given else self.version
+            if changes and changes[-1].version_after != version:
+                # allow_data_change onto yet another version: its plan as is, no history
+                changes = ()
             self._repin(self.spec.replace(version=version), changes)
         saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
         self._epoch, self._step = saved.epoch, saved.step
@@ -349,63 +357,52 @@ class PackedStream:
             self._fetcher = None
         self._pin(spec, changes=changes)
 
-    def _continue(self, saved: LoaderState, pinned: int, changes: tuple[StreamChange, ...]) -> None:
-        """Resume ``saved`` onto this loader's (other) version: a ``continue`` change at its
-        cursor. Only the data may differ (the checks of ``allow_data_change``)."""
+    def resume_with_change(
+        self, state: dict, kind: str, params: dict | None = None
+    ) -> StreamChange:
+        """Continue the stream ``state`` was taken on, with a new
+        :class:`~tokenloom.loader.change.StreamChange` of ``kind`` at its cursor: this loader's
+        spec and version are the new phase; the kind rebuilds the previous phase's spec
+        (:meth:`~tokenloom.loader.change.ChangeKind.previous_spec`), which must reproduce the
+        state's plan inputs exactly, and says what the new phase may change
+        (:meth:`~tokenloom.loader.change.ChangeKind.check_phases`).
+
+        Returns:
+            The change (also :attr:`change`); the cursor is the state's.
+
+        Raises:
+            ResumeMismatchError: The previous phase does not rebuild the state's stream, or the
+                new phase changes what the kind does not allow.
+            ChangeError: An unknown kind, or a malformed parameter.
+        """
+        saved = LoaderState.from_dict(state)
+        changes = changes_from(saved.inputs.get("changes"))
+        pinned = saved.inputs.get("table_version")
+        draft = StreamChange(
+            kind=kind,
+            epoch=saved.epoch,
+            step=saved.step,
+            global_step=0,
+            version_before=int(pinned) if isinstance(pinned, int) else self.version,
+            version_after=self.version,
+            params=dict(params or {}),
+        )
+        how = change_kind(kind)
         before = Planner(
-            self.spec.replace(version=pinned),
+            how.previous_spec(draft, self.spec),
             storage_options=self._storage_options,
             changes=changes,
         )
-        # everything but which data is read must match the checkpoint
-        saved.check(before.plan_inputs())
-        current = {**self.plan_inputs(), **changes_inputs(changes)}
-        check_fingerprint(
-            selection_blind(saved.inputs), selection_blind(current), allow_data_change=True
-        )
-        epoch, step = saved.epoch, saved.step
-        global_step = sum(before.steps(e) for e in range(epoch)) + step
-        change = StreamChange(
-            kind="continue",
-            epoch=epoch,
-            step=step,
-            global_step=global_step,
-            version_before=pinned,
-            version_after=self.version,
-        )
+        saved.check(before.plan_inputs())  # the previous phase is the state's stream, exactly
+        how.check_phases(dict(saved.inputs), {**self.plan_inputs(), **changes_inputs(changes)})
+        global_step = sum(before.steps(e) for e in range(saved.epoch)) + saved.step
+        change = dataclasses.replace(draft, global_step=global_step)
         self._repin(self.spec, (*changes, change))
         self.planner._previous = before  # scanned already
         self.change = change
-        self._epoch, self._step = epoch, step
-
-    def change_stream(
-        self, kind: str, params: dict[str, Any], spec: LoaderSpec | None = None
-    ) -> StreamChange:
-        """Change the stream at the cursor, on the same table version: a
-        :class:`~tokenloom.loader.change.StreamChange` of ``kind`` (``reweight``, ``exclude``)
-        from the current step of the current epoch on; ``spec``: the new phase's spec (e.g. the
-        new mixture; default: this one). Call it after :meth:`load_state_dict`.
-
-        Raises:
-            ChangeError, LoaderError: The change cannot apply (its kind's reason, named).
-        """
-        before = self.planner
-        epoch, step = self._epoch, self._step
-        global_step = sum(before.steps(e) for e in range(epoch)) + step
-        change = StreamChange(
-            kind=kind,
-            epoch=epoch,
-            step=step,
-            global_step=global_step,
-            version_before=before.version,
-            version_after=before.version,
-            params=params,
-        )
-        self._repin((spec or self.spec).replace(version=before.version), (*before.changes, change))
-        self.planner._previous = before  # scanned already
-        self.planner.view(epoch)  # the kind's refusal, if any, now rather than mid-run
-        self.change = change
-        self._epoch, self._step = epoch, step
+        self._epoch, self._step = saved.epoch, saved.step
+        if self._step >= self.view(self._epoch).steps:  # nothing left of the epoch to deliver
+            self._epoch, self._step = self._epoch + 1, 0
         return change
 
     # -- iteration ----------------------------------------------------------------------------

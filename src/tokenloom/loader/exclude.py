@@ -161,6 +161,11 @@ class _Exclude:
     def previous_spec(self, change: Any, spec: LoaderSpec) -> LoaderSpec:
         return spec.replace(version=change.version_before)
 
+    def check_phases(self, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+        from tokenloom.loader.state import check_fingerprint
+
+        check_fingerprint(saved, current)  # the same data and spec: only the rows left out
+
     def tail_plan(self, planner: Any, change: Any, index: int, head: Any, delivered: Any) -> Any:
         _refuse_mixture(planner.spec)
         if change.version_before != change.version_after:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenloom.loader.change import SplicedView
 from tokenloom.loader.view import COUNT_FIELDS, StepCounts
 
 __all__ = ["PoolLedger", "Ledger", "LedgerCounter", "ledger"]
@@ -47,6 +48,10 @@ class Ledger:
     seq_len: int
     global_batch: int
     pools: list[PoolLedger]
+    change: dict[str, Any] | None = None
+    """When a stream change splices the epoch within the steps counted: the change
+    (:meth:`~tokenloom.loader.change.StreamChange.to_dict`) with ``dropped_by_change``, the
+    tokens of rows partly fed before it that the rest of the epoch leaves out."""
 
     @property
     def total(self) -> dict[str, int]:
@@ -63,6 +68,7 @@ class Ledger:
             "global_batch": self.global_batch,
             "pools": pools,
             "total": self.total,
+            **({"change": self.change} if self.change is not None else {}),
         }
 
 
@@ -119,10 +125,26 @@ class LedgerCounter:
         self._fold()
         return self._seen
 
-    def merge_seen(self, seen: Sequence[np.ndarray]) -> None:
-        """Replace the seen-counters with ones summed elsewhere (e.g. over ranks), saturated."""
+    def merge_seen(
+        self, seen: Sequence[np.ndarray], universes: Sequence[np.ndarray] | None = None
+    ) -> None:
+        """Replace the seen-counters with ones summed elsewhere (e.g. over ranks), saturated.
+
+        Args:
+            seen: Per pool, one counter per row.
+            universes: The rows ``seen`` counts, when not this counter's (a run's counters
+                saved before a stream change added rows): each is carried to its row here.
+        """
         self._fold()
-        self._seen = [np.minimum(np.asarray(s), 255).astype(np.uint8) for s in seen]
+        merged = [np.minimum(np.asarray(s), 255).astype(np.uint8) for s in seen]
+        if universes is not None:
+            carried = []
+            for own, rows, counts in zip(self.universes, universes, merged, strict=True):
+                out = np.zeros(len(own), dtype=np.uint8)
+                out[np.searchsorted(own, np.asarray(rows, dtype=np.int64))] = counts
+                carried.append(out)
+            merged = carried
+        self._seen = merged
 
     def pools(self) -> list[PoolLedger]:
         """The counts as :class:`PoolLedger` values (passes left at 1)."""
@@ -149,6 +171,7 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
         steps: Steps to count (default: the whole epoch).
         epoch: The epoch.
     """
+    planner = getattr(planner, "planner", planner)  # a dataset's own planner
     view = planner.view(epoch)
     spec = planner.spec
     steps = view.steps if steps is None else min(int(steps), view.steps)
@@ -158,13 +181,24 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
         layout = view.layout(s)
         counter.add(view.count(layout, view.skeleton(layout), P))
     pools = counter.pools()
-    if spec.mixture and hasattr(view.plan, "passes_done") and not hasattr(view, "at"):
+    if spec.mixture and not isinstance(view, SplicedView):
         plan = view.plan
         G = spec.global_batch
         done = plan.passes_done(steps * G)
         taken = plan.taken(steps * G)
         for i, led in enumerate(pools):
             led.passes = int(done[i]) + int(taken[i] > plan.pass_ends[i][done[i]])
+    change = None
+    if isinstance(view, SplicedView) and steps > view.at:
+        change = {
+            **planner.changes[-1].to_dict(),
+            "dropped_by_change": view.delivered.dropped_tokens,
+        }
     return Ledger(
-        epoch=epoch, steps=steps, seq_len=spec.seq_len, global_batch=spec.global_batch, pools=pools
+        epoch=epoch,
+        steps=steps,
+        seq_len=spec.seq_len,
+        global_batch=spec.global_batch,
+        pools=pools,
+        change=change,
     )

@@ -457,8 +457,7 @@ def check_order(order: Any, lens: np.ndarray) -> np.ndarray:
     seen[out] = True
     if int(seen.sum()) != out.size or not np.array_equal(seen, np.asarray(lens) > 0):
         raise PlanError(
-            "an explicit visiting order must name every non-empty row exactly once and no "
-            "empty row"
+            "an explicit visiting order must name every non-empty row exactly once and no empty row"
         )
     return out
 

@@ -406,7 +406,8 @@ class Planner:
 
         Args:
             keep: Per pool (one entry without a mixture), ``(N,)`` bool aligned with
-                :meth:`universes`: which rows to plan.
+                :meth:`universes`: which rows to plan (a mixture's pool left with no token
+                is planned whole: a new pass, keeping its share).
             seed: The seed of the visiting order (a change derives its own).
             epoch: The epoch.
             budget_tokens: A mixture's budget for this plan (``None``: the spec's).
@@ -420,19 +421,29 @@ class Planner:
         if spec.mixture:
             if order is not None:
                 raise LoaderError("a mixture's tail has no single visiting order to keep")
+            lens = [
+                np.where(k, np.asarray(inp.n_tokens), 0)
+                for inp, k in zip(self.pool_inputs, keep, strict=True)
+            ]
+            budget = spec.budget_tokens if budget_tokens is None else budget_tokens
+            if budget == 0 or not any(int(n.sum()) for n in lens):
+                return _empty_plan(seed, epoch, spec.seq_len)
+            # a pool with none of its rows left keeps its share with a new pass over all of
+            # them, as a mixture repeats a pool it has used up
+            lens = [
+                n if int(n.sum()) else np.asarray(inp.n_tokens)
+                for n, inp in zip(lens, self.pool_inputs, strict=True)
+            ]
             pools = [
                 Pool(
                     name=p.name,
                     row_ids=inp.row_ids,
-                    n_tokens=np.where(k, np.asarray(inp.n_tokens), 0),
+                    n_tokens=n,
                     share=p.share,
                     max_passes=p.max_passes,
                 )
-                for p, inp, k in zip(spec.mixture, self.pool_inputs, keep, strict=True)
+                for p, inp, n in zip(spec.mixture, self.pool_inputs, lens, strict=True)
             ]
-            budget = spec.budget_tokens if budget_tokens is None else budget_tokens
-            if budget == 0 or not any(int(p.n_tokens.sum()) for p in pools):
-                return _empty_plan(seed, epoch, spec.seq_len)
             return plan_mixture(
                 pools,
                 seed=seed,

@@ -19,7 +19,7 @@ refused, with each pool's numbers (:class:`ReweightError`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,6 +118,13 @@ class _Reweight:
             version=change.version_before, mixture=parse_pools(change.params["mixture_before"])
         )
 
+    def check_phases(self, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+        from tokenloom.loader.state import check_fingerprint
+
+        # the pools' shares and caps may change; their rows, filters, the budget and all else
+        # must not (check_pools named a changed pool already)
+        check_fingerprint(_without_shares(saved), _without_shares(current))
+
     def tail_plan(self, planner: Any, change: Any, index: int, head: Any, delivered: Any) -> Any:
         from tokenloom.loader.change import _not_in, remaining_budget
 
@@ -132,6 +139,21 @@ class _Reweight:
         if getattr(plan, "limited_by", None) is not None:
             _refuse(plan, spec, change, delivered)
         return plan
+
+
+def _without_shares(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Plan inputs with each mixture pool's share and cap left out."""
+    out = dict(inputs)
+    mixture = out.get("mixture")
+    if isinstance(mixture, Mapping) and isinstance(mixture.get("pools"), list):
+        pools = [
+            {k: v for k, v in p.items() if k not in ("share", "max_passes")}
+            if isinstance(p, Mapping)
+            else p
+            for p in mixture["pools"]
+        ]
+        out["mixture"] = {**mixture, "pools": pools}
+    return out
 
 
 def _refuse(plan: Any, spec: LoaderSpec, change: Any, delivered: Any) -> None:

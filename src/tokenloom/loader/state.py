@@ -35,7 +35,9 @@ __all__ = [
 STATE_VERSION = 1
 """Version of :meth:`LoaderState.to_dict`'s layout; bumped on any incompatible change."""
 
-DATA_KEYS = frozenset({"table_version", "table_identity", "filter", "token_column", "tokenizer"})
+DATA_KEYS = frozenset(
+    {"table_version", "table_identity", "filter", "token_column", "tokenizer", "changes"}
+)
 """Inputs that select *which data* is read; ``allow_data_change=True`` lets these differ."""
 
 _OVERRIDE = {"table_version": "version"}  # input name -> loader argument, where they differ

@@ -71,7 +71,16 @@ class RunTrace:
 
     @property
     def table_version(self) -> int:
+        """The version the run reads now (its last, when its data changed)."""
         return self.planner.version
+
+    def version_at(self, step: int) -> int:
+        """The table version optimizer step ``step`` (1-based) read its rows from."""
+        version = self.planner.version
+        for entry in self.record.data_versions:
+            if entry["from_step"] <= step:
+                version = entry["version"]
+        return int(version)
 
     def _topology(self, step: int) -> dict:
         segments = sorted(self.record.topology, key=lambda t: t["from_step"])

@@ -66,6 +66,7 @@ class RunEntry:
             "lineage_pools": total,
             "compute": r.compute,
             "phases": run_phases(r),
+            "data_versions": r.data_versions,
         }
 
 

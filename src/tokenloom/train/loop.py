@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.state import ResumeMismatchError
 from tokenloom.progress import progress as show_progress
 from tokenloom.train.checkpoint import (
     RunState,
@@ -174,6 +175,7 @@ def _dataset(
     dist: Dist,
     storage_options: Mapping[str, str] | None,
     allow_data_change: bool = False,
+    data_change: str = "refuse",
 ):  # noqa: ANN202
     from tokenloom.loader import PackedDataset
 
@@ -183,6 +185,7 @@ def _dataset(
         world_size=dist.world_size,
         storage_options=dict(storage_options) if storage_options else None,
         allow_data_change=allow_data_change,
+        data_change=data_change,
     )
 
 
@@ -216,6 +219,7 @@ def train(
     overwrite: bool = False,
     reschedule: bool = False,
     allow_data_change: bool = False,
+    data_change: str = "refuse",
     reweight: bool = False,
     exclude: str | None = None,
     rewind: int | None = None,
@@ -233,6 +237,12 @@ def train(
         reschedule: Let a resume change the schedule (``steps``, ``lr``, ...).
         allow_data_change: Let a resume continue its cursor on other data (another table
             version, filter or tokenizer, or a table rebuilt at the same URI), knowingly.
+        data_change: On ``resume``, what to do with a table changed since the checkpoint
+            (:data:`~tokenloom.loader.change.DATA_CHANGES`): ``"refuse"`` (keep reading the
+            checkpoint's version), or ``"continue"``: move to the latest version (or
+            ``cfg.loader.version`` when it names another than the checkpoint's) and finish
+            the epoch with the rows not yet delivered that still pass plus the new ones
+            (:mod:`tokenloom.loader.change`).
         reweight: On ``resume``, ``cfg.loader`` has new mixture shares: keep what each pool was
             fed this epoch and plan the rest of its budget with them (a ``reweight`` change,
             :mod:`~tokenloom.loader.reweight`).
@@ -264,7 +274,14 @@ def train(
                 log=log if main else _quiet,
                 warn=(warn or log) if main else _quiet,
             )
-            trainer.setup(resume, reschedule, allow_data_change, reweight=reweight, exclude=exclude)
+            trainer.setup(
+                resume,
+                reschedule,
+                allow_data_change,
+                data_change,
+                reweight=reweight,
+                exclude=exclude,
+            )
             return trainer.run(closing, show=progress if main else False)
     finally:
         dist.close()
@@ -272,6 +289,32 @@ def train(
 
 def _quiet(*_: Any) -> None:
     return None
+
+
+def _name_data_change(exc: ResumeMismatchError, out: str) -> ResumeMismatchError:
+    """``exc`` with the exact way onto a changed table named, where the version changed."""
+    if "table_version" not in exc.changes:  # a table rebuilt at the same version: no way on
+        return exc
+    return ResumeMismatchError(
+        f"{exc}; or `tokenloom train --out {out} --resume --data-change continue` to finish the "
+        "epoch on the new version with the rows not yet delivered",
+        exc.changes,
+    )
+
+
+def _newer_version_note(ds, cfg: TrainConfig, warn) -> None:  # noqa: ANN001
+    """Say so when the table has a newer version than the one a resume stays on."""
+    from tokenloom.table import Table
+
+    try:
+        latest = Table.open(ds.spec.table, storage_options=cfg.storage_options).version
+    except Exception:  # noqa: BLE001 - a note only: the run goes on without it
+        return
+    if latest > ds.version:
+        warn(
+            f"note: {ds.spec.table} has version {latest}; this run stays on its version "
+            f"{ds.version} (pass --data-change continue to move onto the new data)"
+        )
 
 
 class _Trainer:
@@ -297,6 +340,7 @@ class _Trainer:
         resume: bool,
         reschedule: bool,
         allow_data_change: bool,
+        data_change: str = "refuse",
         *,
         reweight: bool = False,
         exclude: str | None = None,
@@ -311,7 +355,7 @@ class _Trainer:
             self.parent = state.record.parent
         elif source is not None:
             self.parent = source.entry
-        self._open_data(state, allow_data_change, reweight=reweight, exclude=exclude)
+        self._open_data(state, allow_data_change, data_change, reweight=reweight, exclude=exclude)
         if source is not None:
             _check_parent_tokenizer(cfg, source, self.ds)
         self._build(state, source)
@@ -331,22 +375,44 @@ class _Trainer:
         self,
         state: RunState | None,
         allow_data_change: bool,
+        data_change: str = "refuse",
         *,
         reweight: bool = False,
         exclude: str | None = None,
     ) -> None:
-        """The dataset (at the checkpoint's cursor and pinned version on resume, with the
-        ``reweight``/``exclude`` change made there) and the schedule's length."""
+        """The dataset (at the checkpoint's cursor and pinned version on resume, onto the
+        changed table with ``data_change="continue"``, or with a ``reweight``/``exclude``
+        change at the cursor) and the schedule's length."""
         cfg, spec = self.cfg, self.cfg.loader
-        if state is not None and spec.version is None:  # the checkpoint's, after later backfills
-            spec = spec.replace(version=state.record.loader_state["inputs"]["table_version"])
-        new_spec = spec
-        if reweight and state is not None:  # the cursor is the old mixture's
-            spec = spec.replace(mixture=state.record.loader.mixture)
-        ds = _dataset(spec, self.dist, cfg.storage_options, allow_data_change)
-        if state is not None:
-            ds.load_state_dict(state.record.loader_state)  # refuses another table/filter/batch
-            self._change_stream(ds, new_spec, reweight=reweight, exclude=exclude)
+        continuing = state is not None and data_change == "continue"
+        saved = state.record.loader_state["inputs"]["table_version"] if state else None
+        if continuing and spec.version == saved:
+            spec = spec.replace(version=None)  # the latest (the record pins the run's own)
+        elif state is not None and spec.version is None and not continuing:
+            spec = spec.replace(version=saved)  # the checkpoint's, after later backfills
+        ds = _dataset(
+            spec,
+            self.dist,
+            cfg.storage_options,
+            allow_data_change,
+            data_change if continuing else "refuse",
+        )
+        if state is not None and (reweight or exclude is not None):
+            self._change_stream(ds, state, reweight=reweight, exclude=exclude)
+        elif state is not None:
+            try:
+                ds.load_state_dict(state.record.loader_state)  # refuses another table/filter
+            except ResumeMismatchError as exc:
+                raise _name_data_change(exc, cfg.out) from None
+        if state is not None and not continuing and self.dist.is_main:
+            _newer_version_note(ds, cfg, self.warn)
+        if ds.change is not None and ds.change.kind == "continue":
+            c = ds.change
+            self.log(
+                f"data change: {spec.table} v{c.version_before} -> v{c.version_after} from step "
+                f"{c.global_step + 1} (epoch {c.epoch}, step {c.step} of it): the epoch goes on "
+                "with the rows not yet delivered that still pass, and the new ones"
+            )
         ds.view()  # refuses an epoch with no step (EmptyEpochError) before anything is built
         self.ds, self.spec = ds, ds.spec  # version pinned
         # the version kept from cleanup (a Lance tag), and the loss by pool and --loss-slice
@@ -357,30 +423,32 @@ class _Trainer:
             self.total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
         self.vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
 
-    def _change_stream(self, ds, new_spec: LoaderSpec, *, reweight: bool, exclude: str | None):  # noqa: ANN001, ANN202
-        """Make the resume's ``reweight`` and ``exclude`` stream changes at the cursor, and say
-        what they did."""
+    def _change_stream(self, ds, state: RunState, *, reweight: bool, exclude: str | None):  # noqa: ANN001, ANN202
+        """Resume ``state`` with a ``reweight`` (``ds`` holds the new mixture) or an ``exclude``
+        change at its cursor (:meth:`PackedStream.resume_with_change`), and say what it did."""
         if reweight:
             from tokenloom.loader.reweight import REWEIGHT, check_pools, reweight_params
 
-            old = ds.spec.mixture
-            check_pools(old, new_spec.mixture)
-            c = ds.change_stream(REWEIGHT, reweight_params(old, new_spec.mixture), new_spec)
-            shares = ", ".join(f"{p.name} {p.share:g}" for p in new_spec.mixture)
+            old, new = state.record.loader.mixture, ds.spec.mixture
+            check_pools(old, new)
+            c = ds.resume_with_change(
+                state.record.loader_state, REWEIGHT, reweight_params(old, new)
+            )
+            shares = ", ".join(f"{p.name} {p.share:g}" for p in new)
             self.log(
                 f"data: reweighted from step {c.global_step + 1} (epoch {c.epoch}, its step "
                 f"{c.step + 1}): the rest of the epoch's budget is planned with {shares}"
             )
-        if exclude is not None:
+        else:
             from tokenloom.loader.exclude import EXCLUDE, exclude_params
             from tokenloom.search.quarantine import read_quarantine
 
             q = read_quarantine(ds.uri, exclude, storage_options=self.cfg.storage_options)
-            c = ds.change_stream(EXCLUDE, exclude_params(q))
+            c = ds.resume_with_change(state.record.loader_state, EXCLUDE, exclude_params(q))
             self.log(
                 f"data: excluding quarantine {q.name!r} ({len(q.row_ids):,} rows, {q.tokens:,} "
-                f"tokens fed at steps {q.first_step}..{q.last_step}) from step {c.global_step + 1} "
-                f"(epoch {c.epoch}, its step {c.step + 1}) on"
+                f"tokens fed at steps {q.first_step}..{q.last_step}) from step "
+                f"{c.global_step + 1} (epoch {c.epoch}, its step {c.step + 1}) on"
             )
 
     def _build(self, state: RunState | None, source: Parent | None) -> None:
@@ -417,7 +485,9 @@ class _Trainer:
         self.history = dict(state.history) or self.history
         if state.fed is not None and self.dist.is_main:  # all-rank totals continue on rank 0
             self.loader.ledger.counts = state.fed["counts"].numpy().copy()
-            self.loader.ledger.merge_seen([t.numpy() for t in state.fed["seen"]])
+            # a change made here moved the ledger onto more rows: carry the counters over
+            before = self.ds.planner.previous().run_universes() if self.ds.change else None
+            self.loader.ledger.merge_seen([t.numpy() for t in state.fed["seen"]], before)
 
     def _wrap(self, raw: GPT):  # noqa: ANN202
         model = torch.compile(raw) if self.cfg.compile else raw

@@ -68,20 +68,39 @@ class RunRecord:
     format: int = RECORD_FORMAT
 
     @property
-    def changes(self) -> tuple[Any, ...]:
-        """The run's :class:`~tokenloom.loader.change.StreamChange` records, in order (kept in
-        the loader state's plan inputs; empty when its data never changed mid-run)."""
-        from tokenloom.loader.change import changes_from
-
-        return changes_from((self.loader_state.get("inputs") or {}).get("changes"))
-
-    @property
     def compute(self) -> dict[str, Any]:
         """Wall time, process-hours, device type/count and tokens/s over the run's invocations
         (from :attr:`topology`; :func:`tokenloom.train.lineage.compute_summary`)."""
         from tokenloom.train.lineage import compute_summary
 
         return compute_summary(self.topology, self.loader.global_batch, self.loader.seq_len)
+
+    @property
+    def changes(self) -> tuple[Any, ...]:
+        """The run's stream changes (:class:`~tokenloom.loader.change.StreamChange`), in order,
+        as its loader state holds them (a plan input: the one place they are kept)."""
+        from tokenloom.loader.change import changes_from
+
+        return changes_from(self.loader_state.get("inputs", {}).get("changes"))
+
+    @property
+    def data_versions(self) -> list[dict[str, Any]]:
+        """Each table version the run read, with the optimizer step (1-based) it took effect
+        and the change that moved to it (``None`` for the first)."""
+        changes = self.changes
+        first = changes[0].version_before if changes else self.loader.version
+        out: list[dict[str, Any]] = [{"version": first, "from_step": 1, "change": None}]
+        for c in changes:
+            out.append(
+                {
+                    "version": c.version_after,
+                    "from_step": c.global_step + 1,
+                    "change": c.kind,
+                    "epoch": c.epoch,
+                    "epoch_step": c.step,
+                }
+            )
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +120,7 @@ class RunRecord:
             "parent": self.parent,
             "pins": self.pins,
             "compute": self.compute,
+            "data_versions": self.data_versions,
         }
 
     @classmethod
