@@ -253,7 +253,7 @@ def train(
             rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
         except CheckpointNotFoundError as exc:
             raise click.BadParameter(str(exc), param_hint="'--out'") from None
-    cfg = _config(ctx, options, resume, data_change, reweight=reweight)
+    cfg = _config(ctx, options, resume, reweight=reweight)
     if rewind is not None:
         cfg = dataclasses.replace(cfg, out=rewind.run)
     _check_slices(cfg)
