@@ -386,7 +386,7 @@ def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool =
     changed = {k: v for k, v in given_loader.items() if given(ctx, k)}
     if table is not None:
         changed["table"] = table
-    _check_reweight(record, changed, reweight)
+    reordered = _check_reweight(record, changed, reweight)
     loader = record.loader
     if changed:
         spec_of = {**record.loader.to_dict(), "table": record.loader.table}
@@ -395,7 +395,7 @@ def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool =
             if key == "table_version":
                 spec_of["version"] = value
             elif key == "mixture":
-                spec_of["mixture"] = parse_mixture_option(value)
+                spec_of["mixture"] = reordered or parse_mixture_option(value)
             else:
                 spec_of[key] = value
         from tokenloom.loader.spec import LoaderSpec
@@ -409,9 +409,11 @@ def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool =
         )
 
 
-def _check_reweight(record, changed: dict, reweight: bool) -> None:  # noqa: ANN001
+def _check_reweight(record, changed: dict, reweight: bool):  # noqa: ANN001, ANN202
     """A changed ``--mixture`` on a resume needs ``--reweight`` and must keep the run's pools
-    (usage errors naming the option); ``--reweight`` needs a changed mixture."""
+    (usage errors naming the option); ``--reweight`` needs a changed mixture. Returns the new
+    pools in the run's order (a pool's index seeds its passes and keys its counters), or
+    ``None``."""
     from tokenloom.loader.reweight import ReweightError, check_pools
     from tokenloom.loader.spec import parse_pools
 
@@ -421,7 +423,7 @@ def _check_reweight(record, changed: dict, reweight: bool) -> None:  # noqa: ANN
                 "--reweight re-plans the rest of the epoch with new shares: give the new "
                 "mixture with --mixture new.json"
             )
-        return
+        return None
     from tokenloom.loader.plan import PlanError
 
     try:
@@ -429,7 +431,7 @@ def _check_reweight(record, changed: dict, reweight: bool) -> None:  # noqa: ANN
     except PlanError as exc:
         raise click.BadParameter(str(exc), param_hint="'--mixture'") from None
     if new == tuple(record.loader.mixture):
-        return  # the same mixture given again: nothing changes
+        return None  # the same mixture given again: nothing changes
     if not reweight:
         raise click.BadParameter(
             f"the run was trained with another mixture ({_pools(record.loader.mixture)}); "
@@ -441,6 +443,8 @@ def _check_reweight(record, changed: dict, reweight: bool) -> None:  # noqa: ANN
         check_pools(record.loader.mixture, new)
     except ReweightError as exc:
         raise click.BadParameter(str(exc), param_hint="'--mixture'") from None
+    by_name = {p.name: p for p in new}
+    return tuple(by_name[p.name] for p in record.loader.mixture)
 
 
 def _pools(pools) -> str:  # noqa: ANN001

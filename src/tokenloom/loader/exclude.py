@@ -16,8 +16,11 @@ epoch ``e`` on, and changes nothing else:
 
 The table version does not change. The planner holds the union of the run's excluded rows
 (:func:`excluded_rows`, checked against the digest the change recorded), so a later change of
-the run keeps them out too. Mixtures are refused (each pool's passes have their own orders).
-Vectorised: no Python per row.
+the run keeps them out too. A mixture's pools each keep their own orders over their passes, which
+a single filtered order cannot carry: there the rest of the epoch's budget is planned again with
+the same shares over the rows not yet delivered minus the excluded ones (in an order seeded from
+the run's seed, the epoch and the change, as ``continue`` does), and later epochs plan each pool
+without the excluded rows. Vectorised: no Python per row.
 """
 
 from __future__ import annotations
@@ -136,23 +139,18 @@ def ordered_plan(planner: Any, keep: np.ndarray, order: np.ndarray, epoch: int) 
 
 def later_epoch_plan(planner: Any, epoch: int, excluded: np.ndarray) -> Any:
     """Epoch ``epoch`` of a run that excluded ``excluded``: the usual seeded visiting order of
-    the whole selection with those rows filtered out (the rest keeps its order)."""
+    the whole selection with those rows filtered out (the rest keeps its order). A mixture's
+    pools are planned with the run's seed over their rows without the excluded ones."""
     from tokenloom.loader.plan import visiting_order
 
     spec = planner.spec
-    _refuse_mixture(spec)
+    if spec.mixture:
+        keep = [keep_mask(u, excluded) for u in planner.universes()]
+        return planner.plan_rows(keep, seed=spec.seed, epoch=epoch)
     lens = np.asarray(planner.inputs.n_tokens)
     order = visiting_order(lens, seed=spec.seed, epoch=int(epoch)).astype(np.int64)
     keep = keep_mask(planner.inputs.row_ids, excluded)
     return ordered_plan(planner, keep, order, epoch)
-
-
-def _refuse_mixture(spec: LoaderSpec) -> None:
-    if spec.mixture:
-        raise ExcludeError(
-            "--exclude applies to runs without --mixture: a mixture's pools each keep their own "
-            "order over their passes, which this change does not carry over"
-        )
 
 
 class _Exclude:
@@ -167,11 +165,20 @@ class _Exclude:
         check_fingerprint(saved, current)  # the same data and spec: only the rows left out
 
     def tail_plan(self, planner: Any, change: Any, index: int, head: Any, delivered: Any) -> Any:
-        _refuse_mixture(planner.spec)
         if change.version_before != change.version_after:
             raise ExcludeError(
                 "an exclude change keeps the table version; continue onto the new version "
                 "first (--data-change continue), then exclude"
+            )
+        if planner.spec.mixture:  # each pool's passes have their own orders: planned again
+            from tokenloom.loader.change import remaining_budget
+
+            keep = [keep_mask(u, delivered.row_ids) for u in planner.universes()]
+            return planner.plan_rows(
+                keep,
+                seed=change.tail_seed(planner.spec.seed, index),
+                epoch=change.epoch,
+                budget_tokens=remaining_budget(planner.spec, change.step),
             )
         order = visiting_positions(head.plan)
         keep = keep_mask(planner.inputs.row_ids, delivered.row_ids, planner.excluded)

@@ -275,6 +275,13 @@ class Planner:
             self._excluded = excluded_rows(self.changes, storage_options=self.storage_options)
         return self._excluded
 
+    def _not_excluded(self, inputs: PlanInputs) -> np.ndarray:
+        """A selection's token counts with the rows the run excluded counted as empty."""
+        n = np.asarray(inputs.n_tokens)
+        if not len(self.excluded):
+            return n
+        return np.where(keep_mask(inputs.row_ids, self.excluded), n, 0)
+
     def _own_plan(self, epoch: int) -> BlockPlan:
         """This phase's plan of ``epoch``, from its own version and spec."""
         cached = self._plans.get(epoch)
@@ -431,7 +438,7 @@ class Planner:
             # a pool with none of its rows left keeps its share with a new pass over all of
             # them, as a mixture repeats a pool it has used up
             lens = [
-                n if int(n.sum()) else np.asarray(inp.n_tokens)
+                n if int(n.sum()) else self._not_excluded(inp)
                 for n, inp in zip(lens, self.pool_inputs, strict=True)
             ]
             pools = [

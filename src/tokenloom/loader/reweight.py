@@ -78,11 +78,16 @@ def check_pools(before: Sequence[PoolSpec], after: Sequence[PoolSpec]) -> None:
 
 
 def reweight_params(before: Sequence[PoolSpec], after: Sequence[PoolSpec]) -> dict[str, Any]:
-    """The change's parameters: both mixtures (the mixture-file mapping)."""
-    return {
-        "mixture_before": {p.name: p.to_list() for p in before},
-        "mixture_after": {p.name: p.to_list() for p in after},
-    }
+    """The change's parameters: both mixtures, as lists of pools in the run's order (a pool's
+    index seeds its passes; a mapping's keys would be sorted in the record)."""
+
+    def pools(mix: Sequence[PoolSpec]) -> list[dict[str, Any]]:
+        return [
+            {"name": p.name, "filter": p.filter, "share": p.share, "max_passes": p.max_passes}
+            for p in mix
+        ]
+
+    return {"mixture_before": pools(before), "mixture_after": pools(after)}
 
 
 def quota_table(
@@ -114,9 +119,8 @@ class _Reweight:
     def previous_spec(self, change: Any, spec: LoaderSpec) -> LoaderSpec:
         from tokenloom.loader.spec import parse_pools
 
-        return spec.replace(
-            version=change.version_before, mixture=parse_pools(change.params["mixture_before"])
-        )
+        old = parse_pools(change.params["mixture_before"])
+        return spec.replace(version=change.version_before, mixture=old)
 
     def check_phases(self, saved: Mapping[str, Any], current: Mapping[str, Any]) -> None:
         from tokenloom.loader.state import check_fingerprint

@@ -8,8 +8,10 @@ from typing import Any
 __all__ = ["run_phases", "describe_phase"]
 
 
-def _mixture(mapping: dict[str, Any]) -> str:
-    return ", ".join(f"{name} {float(v[1]):g}" for name, v in mapping.items())
+def _mixture(pools: Any) -> str:
+    from tokenloom.loader.spec import parse_pools
+
+    return ", ".join(f"{p.name} {p.share:g}" for p in parse_pools(pools))
 
 
 def describe_phase(change: dict[str, Any]) -> str:
