@@ -119,16 +119,18 @@ def test_rewind_then_kill_9_resumes_to_the_same_stream_and_weights(run):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.time() + 240
-    while step_on_disk(killed) < 6 and proc.poll() is None and time.time() < deadline:
+    # a checkpoint of the rewound run past the old latest (6): the kill lands after the change
+    while step_on_disk(killed) < 8 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL and step_on_disk(killed) < 20
+    assert proc.returncode == -signal.SIGKILL and 8 <= step_on_disk(killed) < 20
     _ok(run_cli("train", "--out", killed, "--resume"))
     a = json.loads(open(os.path.join(once, "last.json")).read())
     b = json.loads(open(os.path.join(killed, "last.json")).read())
     sa, sb = a["loader_state"], b["loader_state"]
-    diff = {k for k in set(sa["inputs"]) | set(sb["inputs"]) if sa["inputs"].get(k) != sb["inputs"].get(k)}
+    keys = set(sa["inputs"]) | set(sb["inputs"])
+    diff = {k for k in keys if sa["inputs"].get(k) != sb["inputs"].get(k)}
     assert (sa["epoch"], sa["step"], diff) == (sb["epoch"], sb["step"], set()), (sa, sb)
     assert a["pools"] == b["pools"] and a["train_loss"] == b["train_loss"]
     # the rewound run's steps 4.. never hold a quarantined row; its steps 1..3 are the original's
