@@ -58,15 +58,19 @@ def command(
     """
     from tokenloom.loader.ledger import ledger
     from tokenloom.loader.planner import Planner
+    from tokenloom.train.record import read_record
 
     run = loader.get("run")
+    record = read_record(run) if run is not None else None
     planner = Planner(
         loader_spec(table, loader), storage_options=storage_options, changes=run_changes(run)
     )
     led = ledger(planner, steps=steps, epoch=epoch)
     lineage = _lineage(run) if run is not None else None
+    phases = _phases(planner, record) if record is not None else []
     if as_json:
-        emit_json({**led.to_json(), **({"lineage": lineage} if lineage else {})})
+        extra = {"lineage": lineage} if lineage else {}
+        emit_json({**led.to_json(), **extra, **({"phases": phases} if phases else {})})
         return
     click.echo(f"epoch {led.epoch}, {led.steps:,} steps of {led.global_batch} x {led.seq_len}")
     if led.change is not None:
@@ -89,12 +93,28 @@ def command(
             f"{p.unique_documents:>8,} {p.documents_seen_more_than_once:>8,} "
             f"{p.passes:>6}" + (f" {p.masked_tokens:>10,}" if masked else "")
         )
+    for ph in phases:
+        spent = ", ".join(f"{k} {v:,}" for k, v in ph["blocks_before"].items())
+        click.echo(f"  {ph['summary']}; blocks of epoch {ph['epoch']} before it: {spent}")
     if lineage:
         pools = ", ".join(f"{p['name']} {p['tokens']:,}" for p in lineage["pools"])
         click.echo(
             f"fed to {run}'s lineage up to its step {lineage['step']} (the runs it started "
             f"from included): {lineage['tokens']:,} tokens: {pools or 'nothing yet'}"
         )
+
+
+def _phases(planner: Any, record: Any) -> list[dict[str, Any]]:
+    """The run's stream changes (:func:`~tokenloom.train.phases.run_phases`), each with the
+    blocks per pool its epoch had delivered before it (the quota a reweight keeps)."""
+    from tokenloom.loader.ledger import ledger
+    from tokenloom.train.phases import run_phases
+
+    out = []
+    for ph in run_phases(record):
+        head = ledger(planner, steps=ph["step"], epoch=ph["epoch"])
+        out.append({**ph, "blocks_before": {p.name: p.blocks for p in head.pools}})
+    return out
 
 
 def _lineage(run: str) -> dict[str, Any]:

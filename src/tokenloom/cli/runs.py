@@ -77,6 +77,8 @@ def _lines(run: dict, root: str, depth: int) -> list[str]:
         f"{pad}     loss     train {_loss(run['train_loss'])}, val {_loss(run['val_loss'])}",
         f"{pad}     spent    {_pools(run['pools'])}",
     ]
+    for phase in run.get("phases") or ():
+        lines.append(f"{pad}     change   {phase['summary']}")
     budget = run["total_budget_tokens"]
     cap = f" of a {_tok(budget)} budget" if budget else ""
     if run["parent"] or budget:

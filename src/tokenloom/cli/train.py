@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import typing
@@ -178,12 +179,28 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
     is_flag=True,
     help="On --resume: allow a different --steps/--epochs/--lr/--warmup-steps schedule.",
 )
+@click.option(
+    "--reweight",
+    is_flag=True,
+    help="On --resume with a changed --mixture (shares or max_passes of the same pools): keep "
+    "the quota each pool spent this epoch and plan the rest of its budget with the new shares.",
+)
+@click.option(
+    "--exclude",
+    "exclude",
+    default=None,
+    metavar="QUARANTINE",
+    help="On --resume (of RUN, or of a kept RUN/step-N to rewind): leave the rows of `tokenloom "
+    "quarantine --name QUARANTINE` out of the rest of the run, the stream otherwise unchanged.",
+)
 @click.pass_context
 def train(
     ctx: click.Context,
     resume: bool,
     overwrite: bool,
     reschedule: bool,
+    reweight: bool,
+    exclude: str | None,
     allow_data_change: bool,
     data_change: str,
     plot: str | None,
@@ -196,6 +213,9 @@ def train(
     process or under torchrun (DDP: gloo on CPU, nccl on GPU). A resume needs only --out and
     --resume: the options come from the run's record, and one given again must match it.
     """
+    from tokenloom.loader.exclude import ExcludeError
+    from tokenloom.loader.reweight import ReweightError
+    from tokenloom.search.quarantine import QuarantineError
     from tokenloom.train.loop import train as run
     from tokenloom.train.runs import Interrupted
 
@@ -212,7 +232,31 @@ def train(
             f"--data-change {data_change} finishes the epoch exactly; pass one",
             param_hint="'--data-change'",
         )
-    cfg = _config(ctx, options, resume)
+    if (reweight or exclude is not None) and not resume:
+        flag = "--reweight" if reweight else "--exclude"
+        raise click.UsageError(f"{flag} changes a run's data mid-stream: it needs --resume")
+    if reweight and exclude is not None:
+        raise click.UsageError(
+            "--reweight and --exclude are two changes: make one per resume (resume with one, "
+            "let it checkpoint, then resume with the other)"
+        )
+    if (reweight or exclude is not None) and data_change != "refuse":
+        raise click.UsageError(
+            f"--data-change {data_change} and {'--reweight' if reweight else '--exclude'} are "
+            "two changes: make one per resume"
+        )
+    rewind = None
+    if resume and options.get("out") is not None:
+        from tokenloom.train.layout import CheckpointNotFoundError
+        from tokenloom.train.runs import rewind_point
+
+        try:
+            rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
+        except CheckpointNotFoundError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--out'") from None
+    cfg = _config(ctx, options, resume, reweight=reweight)
+    if rewind is not None:
+        cfg = dataclasses.replace(cfg, out=rewind.run)
     _check_slices(cfg)
     check_loss_mask_option(cfg.loader, cfg.storage_options)  # on --resume too
     try:
@@ -223,9 +267,15 @@ def train(
             reschedule=reschedule,
             allow_data_change=allow_data_change,
             data_change=data_change,
+            reweight=reweight,
+            exclude=exclude,
+            rewind=rewind.step if rewind is not None else None,
             log=(lambda msg: click.echo(msg, err=True)) if as_json else click.echo,
             warn=lambda msg: click.echo(msg, err=True),
         )
+    except (ReweightError, ExcludeError, QuarantineError) as exc:  # the new data: a usage error
+        option = "--mixture" if isinstance(exc, ReweightError) else "--exclude"
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
     except Interrupted as stopped:  # before the first step: no checkpoint to write
         name = signal.Signals(stopped.signum).name
         click.echo(f"stopped by {name} before the first step; no checkpoint written", err=True)
@@ -309,7 +359,7 @@ def _summary(cfg, result, plot: str | None) -> dict:  # noqa: ANN001
     }
 
 
-def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
+def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool = False):  # noqa: ANN202
     """The run's TrainConfig from the options given (a knob not given keeps TrainConfig's
     default), or on ``--resume`` from the run's record with the options given again laid over it
     (the loader and the resume checks then refuse a change that would break the exact
@@ -338,6 +388,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
     changed = {k: v for k, v in given_loader.items() if given(ctx, k)}
     if table is not None:
         changed["table"] = table
+    reordered = _check_reweight(record, changed, reweight)
     loader = record.loader
     if changed:
         spec_of = {**record.loader.to_dict(), "table": record.loader.table}
@@ -346,7 +397,7 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
             if key == "table_version":
                 spec_of["version"] = value
             elif key == "mixture":
-                spec_of["mixture"] = parse_mixture_option(value)
+                spec_of["mixture"] = reordered or parse_mixture_option(value)
             else:
                 spec_of[key] = value
         from tokenloom.loader.spec import LoaderSpec
@@ -358,6 +409,48 @@ def _config(ctx: click.Context, options: dict, resume: bool):  # noqa: ANN202
         return TrainConfig.from_record(
             record, loader=loader, out=out, storage_options=storage_options, **own
         )
+
+
+def _check_reweight(record, changed: dict, reweight: bool):  # noqa: ANN001, ANN202
+    """A changed ``--mixture`` on a resume needs ``--reweight`` and must keep the run's pools
+    (usage errors naming the option); ``--reweight`` needs a changed mixture. Returns the new
+    pools in the run's order (a pool's index seeds its passes and keys its counters), or
+    ``None``."""
+    from tokenloom.loader.reweight import ReweightError, check_pools
+    from tokenloom.loader.spec import parse_pools
+
+    if "mixture" not in changed:
+        if reweight:
+            raise click.UsageError(
+                "--reweight re-plans the rest of the epoch with new shares: give the new "
+                "mixture with --mixture new.json"
+            )
+        return None
+    from tokenloom.loader.plan import PlanError
+
+    try:
+        new = parse_pools(parse_mixture_option(changed["mixture"]))
+    except PlanError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--mixture'") from None
+    if new == tuple(record.loader.mixture):
+        return None  # the same mixture given again: nothing changes
+    if not reweight:
+        raise click.BadParameter(
+            f"the run was trained with another mixture ({_pools(record.loader.mixture)}); "
+            "pass --reweight to keep what each pool was fed this epoch and plan the rest of its "
+            "budget with the new shares, or give the run's mixture again",
+            param_hint="'--mixture'",
+        )
+    try:
+        check_pools(record.loader.mixture, new)
+    except ReweightError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--mixture'") from None
+    by_name = {p.name: p for p in new}
+    return tuple(by_name[p.name] for p in record.loader.mixture)
+
+
+def _pools(pools) -> str:  # noqa: ANN001
+    return ", ".join(f"{p.name} {p.share:g}" for p in pools) or "none"
 
 
 def _given_knobs(ctx: click.Context, options: dict) -> dict:

@@ -463,6 +463,7 @@ def plan_bestfit(
     cut_points: Mapping[int, np.ndarray] | None = None,
     store: Any = None,
     ordering: Any = None,
+    order: np.ndarray | None = None,
 ) -> BestFitPlan:
     """Plan one epoch with best-fit packing (see the module docstring). O(n log n + V log L).
 
@@ -481,6 +482,7 @@ def plan_bestfit(
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
         ordering: Optional curriculum order (:func:`~tokenloom.loader.plan.plan_epoch`): the
             fit windows are cut from it, so a document moves only within its window.
+        order: Optional explicit visiting order (see :func:`~tokenloom.loader.plan.plan_epoch`).
 
     Returns:
         The :class:`BestFitPlan`.
@@ -525,6 +527,7 @@ def plan_bestfit(
         store=store,
         visit=packer,
         ordering=ordering,
+        order=order,
     )
     if packer.cursor != n:  # the order was mapped from the plan store: read the counts here
         packer = _Packer(table, fit_window=F, seq_len=L, num_docs=n)

@@ -393,6 +393,7 @@ def plan_epoch(
     store: Any = None,
     visit: Visit | None = None,
     ordering: Any = None,
+    order: np.ndarray | None = None,
 ) -> EpochPlan:
     """Lay out one epoch of the filtered rows as a token stream cut into blocks. O(n log n).
 
@@ -410,6 +411,9 @@ def plan_epoch(
             planner that needs every count in visiting order reads them once, with the marks.
         ordering: Optional :class:`~tokenloom.loader.order.Ordering`: visit the rows in its
             curriculum order instead of the uniform permutation.
+        order: Optional explicit visiting order instead of the seeded one: positions into
+            ``n_tokens`` of its non-empty rows, each once (a stream change that keeps an
+            earlier order, :func:`check_order`); ``store`` is then not used.
 
     Returns:
         The :class:`EpochPlan`.
@@ -428,7 +432,10 @@ def plan_epoch(
         order = visiting_order(lens, seed=int(seed), epoch=int(epoch), out=out, ordering=ordering)
         return order, stream_marks(order, lens, visit=visit)
 
-    if store is not None:
+    if order is not None:
+        order = check_order(order, lens)
+        marks = stream_marks(order, lens, visit=visit)
+    elif store is not None:
         variant = None if ordering is None else ordering.digest
         order, marks = store.layout(
             ids, lens, seed=int(seed), epoch=int(epoch), build=build, variant=variant
@@ -453,6 +460,25 @@ def plan_epoch(
         num_blocks=num_blocks,
         padding_positions=num_blocks * seq_len - stream_len,
     )
+
+
+def check_order(order: Any, lens: np.ndarray) -> np.ndarray:
+    """``order`` as an int64 array if it visits every non-empty row of ``lens`` exactly once.
+
+    Raises:
+        PlanError: It names a position outside ``lens``, an empty row, or a row twice.
+    """
+    out = np.asarray(order, dtype=np.int64).reshape(-1)
+    N = int(lens.shape[0])
+    if out.size and (int(out.min()) < 0 or int(out.max()) >= N):
+        raise PlanError(f"an explicit visiting order names positions outside 0..{N - 1}")
+    seen = np.zeros(N, dtype=bool)
+    seen[out] = True
+    if int(seen.sum()) != out.size or not np.array_equal(seen, np.asarray(lens) > 0):
+        raise PlanError(
+            "an explicit visiting order must name every non-empty row exactly once and no empty row"
+        )
+    return out
 
 
 def stream_counts(plan: EpochPlan, lo: int, hi: int) -> tuple[int, int]:

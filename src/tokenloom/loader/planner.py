@@ -35,6 +35,8 @@ from tokenloom.loader.change import (
     delivered_rows,
 )
 from tokenloom.loader.compact import count_nonzero
+from tokenloom.loader.exclude import excluded_rows, keep_mask, later_epoch_plan
+from tokenloom.loader.exclude import register as _register_exclude
 from tokenloom.loader.inputs import (
     INPUTS_FORMAT,
     PlanInputs,
@@ -54,6 +56,7 @@ from tokenloom.loader.read import (
     take_cut_points,
 )
 from tokenloom.loader.recipe import plan_recipe_epoch
+from tokenloom.loader.reweight import register as _register_reweight
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.view import BlockPlan, EpochView
@@ -66,6 +69,9 @@ __all__ = ["Planner", "EmptyEpochError"]
 class EmptyEpochError(LoaderError):
     """An epoch of the loader has no global step: iterating it would yield nothing, forever."""
 
+
+_register_exclude()  # the kinds of stream change beyond ``continue``
+_register_reweight()
 
 _PLANS_KEPT = 2  # the current epoch and the next (a reader thread may look ahead)
 
@@ -241,6 +247,7 @@ class Planner:
             )
         self._previous: Planner | None = None
         self._spliced: dict[int, SplicedView] = {}
+        self._excluded: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -282,13 +289,30 @@ class Planner:
             return self.view(epoch).plan
         return self._own_plan(epoch)
 
+    @property
+    def excluded(self) -> np.ndarray:
+        """Ascending table ids the run's ``exclude`` changes left out of its stream (read from
+        their quarantines once; :mod:`~tokenloom.loader.exclude`)."""
+        if self._excluded is None:
+            self._excluded = excluded_rows(self.changes, storage_options=self.storage_options)
+        return self._excluded
+
+    def _not_excluded(self, inputs: PlanInputs) -> np.ndarray:
+        """A selection's token counts with the rows the run excluded counted as empty."""
+        n = np.asarray(inputs.n_tokens)
+        if not len(self.excluded):
+            return n
+        return np.where(keep_mask(inputs.row_ids, self.excluded), n, 0)
+
     def _own_plan(self, epoch: int) -> BlockPlan:
         """This phase's plan of ``epoch``, from its own version and spec."""
         cached = self._plans.get(epoch)
         if cached is not None:
             return cached
         spec = self.spec
-        if spec.mixture:
+        if len(self.excluded):  # the seeded order of every row, the excluded ones left out
+            plan: BlockPlan = later_epoch_plan(self, epoch, self.excluded)
+        elif spec.mixture:
             pools = [
                 Pool(
                     name=p.name,
@@ -303,7 +327,7 @@ class Planner:
                     zip(spec.mixture, self.pool_inputs, self.pool_cuts, strict=True)
                 )
             ]
-            plan: BlockPlan = plan_mixture(
+            plan = plan_mixture(
                 pools,
                 seed=spec.seed,
                 epoch=epoch,
@@ -408,10 +432,12 @@ class Planner:
         seed: int,
         epoch: int,
         budget_tokens: int | None = None,
+        order: np.ndarray | None = None,
     ) -> BlockPlan:
         """This phase's recipe over a subset of its selection, in its own order: the plan a
         stream change's tail reads (vectorised: the left-out rows count as empty, so the
-        selection's ids, and the cut points keyed by them, stay as they are).
+        selection's ids, and the cut points keyed by them, stay as they are). Rows the run
+        excluded (:attr:`excluded`) are left out whatever ``keep`` says.
 
         Args:
             keep: Per pool (one entry without a mixture), ``(N,)`` bool aligned with
@@ -420,9 +446,16 @@ class Planner:
             seed: The seed of the visiting order (a change derives its own).
             epoch: The epoch.
             budget_tokens: A mixture's budget for this plan (``None``: the spec's).
+            order: An explicit visiting order (positions into the selection of the rows kept,
+                each once) instead of the seeded one; not for a mixture.
         """
         spec = self.spec
+        if len(self.excluded):
+            universes = self.universes()
+            keep = [k & keep_mask(u, self.excluded) for k, u in zip(keep, universes, strict=True)]
         if spec.mixture:
+            if order is not None:
+                raise LoaderError("a mixture's tail has no single visiting order to keep")
             lens = [
                 np.where(k, np.asarray(inp.n_tokens), 0)
                 for inp, k in zip(self.pool_inputs, keep, strict=True)
@@ -433,7 +466,7 @@ class Planner:
             # a pool with none of its rows left keeps its share with a new pass over all of
             # them, as a mixture repeats a pool it has used up
             lens = [
-                n if int(n.sum()) else np.asarray(inp.n_tokens)
+                n if int(n.sum()) else self._not_excluded(inp)
                 for n, inp in zip(lens, self.pool_inputs, strict=True)
             ]
             pools = [
@@ -473,6 +506,7 @@ class Planner:
             recipe=recipe,
             cut_points=cuts,
             ordering=self.orderings[0] if self.orderings else None,  # a curriculum goes on
+            order=order,
         )
 
     def _windowed(self) -> bool:

@@ -145,6 +145,7 @@ def plan_recipe_epoch(
     cut_points: Mapping[int, np.ndarray] | None = None,
     store: Any = None,
     ordering: Any = None,
+    order: np.ndarray | None = None,
 ) -> RecipePlan:
     """Plan one epoch with the recipe's planner (see the module table).
 
@@ -160,6 +161,8 @@ def plan_recipe_epoch(
             order between the processes of a node.
         ordering: Optional :class:`~tokenloom.loader.order.Ordering`: visit the rows in its
             curriculum order instead of the uniform permutation (every recipe).
+        order: Optional explicit visiting order instead of the seeded one (positions of the
+            non-empty rows of ``n_tokens``, each once; :func:`~tokenloom.loader.plan.plan_epoch`).
 
     Returns:
         An :class:`EpochPlan`, :class:`WindowedPlan` or :class:`BestFitPlan`.
@@ -170,6 +173,7 @@ def plan_recipe_epoch(
         "seq_len": seq_len,
         "store": store,
         "ordering": ordering,
+        "order": order,
     }
     long_docs = recipe.long_docs
     if long_docs == "units":  # windows that end at unit edges: cut here unless the caller did

@@ -765,6 +765,7 @@ def plan_windowed_epoch(
     store: Any = None,
     visit: Visit | None = None,
     ordering: Any = None,
+    order: np.ndarray | None = None,
 ) -> WindowedPlan:
     """Concat packing of windows: rows in epoch order, each expanded into windows in place.
 
@@ -781,6 +782,7 @@ def plan_windowed_epoch(
         store: Optional :class:`~tokenloom.loader.planstore.PlanStore` for the visiting order.
         visit: Optional hook of :func:`~tokenloom.loader.plan.plan_epoch` (the rows' own counts).
         ordering: Optional curriculum order (:func:`~tokenloom.loader.plan.plan_epoch`).
+        order: Optional explicit visiting order (see :func:`~tokenloom.loader.plan.plan_epoch`).
 
     Returns:
         The :class:`WindowedPlan`. With ``W = L, O = 0`` its stream equals
@@ -796,6 +798,7 @@ def plan_windowed_epoch(
         store=store,
         visit=visit,
         ordering=ordering,
+        order=order,
     )
     if isinstance(cut_points, WindowTable):
         table = check_table(cut_points, int(base.source_ids.shape[0]), window=W, overlap=ov)

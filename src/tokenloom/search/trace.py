@@ -136,6 +136,33 @@ class RunTrace:
             seen = [x for x in seen if x.rank == rank]
         return seen
 
+    def rows_fed(self, first: int, last: int, *, chunk: int = 256) -> tuple[np.ndarray, int, int]:
+        """The rows whose tokens (or EOS) optimizer steps ``first..last`` (1-based, inclusive)
+        held, on every rank: ``(ascending unique row ids, stretches, tokens)``.
+
+        Laid out a group of steps at a time with the loader's own :meth:`EpochView.group` (no
+        token is read, no Python per row), epoch by epoch.
+        """
+        if not 1 <= first <= last <= self.steps_done:
+            raise TraceError(
+                f"steps {first}:{last} are outside the run: it has steps 1..{self.steps_done}"
+            )
+        ids: list[np.ndarray] = []
+        stretches = tokens = 0
+        done, epoch = 0, 0
+        while done < last:
+            view = self.planner.view(epoch)
+            lo, hi = max(first - 1 - done, 0), min(last - done, view.steps)
+            for a in range(lo, hi, chunk):
+                spans = view.group(np.arange(a, min(a + chunk, hi), dtype=np.int64)).spans
+                real = spans.row_id >= 0
+                ids.append(np.unique(spans.row_id[real]))
+                stretches += int(real.sum())
+                tokens += int(np.sum((spans.tok_end - spans.tok_start)[real], dtype=np.int64))
+            done, epoch = done + view.steps, epoch + 1
+        rows = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+        return rows.astype(np.int64, copy=False), stretches, tokens
+
     def row(self, row_id: int) -> list[Seen]:
         """Every step (rank, block, position, token range) where row ``row_id``'s tokens appeared
         in steps ``1..steps_done``, epochs and repeats included."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from tokenloom.errors import TokenloomError
 from tokenloom.train.lineage import lineage_pools, own_pools, spent_tokens
+from tokenloom.train.phases import run_phases
 from tokenloom.train.record import RecordError, RunRecord, read_record, write_record
 
 __all__ = ["RunEntry", "RunsReport", "Removal", "find_runs", "remove_run"]
@@ -64,6 +65,7 @@ class RunEntry:
             "lineage_tokens": spent_tokens(total),
             "lineage_pools": total,
             "compute": r.compute,
+            "phases": run_phases(r),
             "data_versions": r.data_versions,
         }
 

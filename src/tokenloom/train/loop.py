@@ -75,6 +75,7 @@ from tokenloom.train.runs import (
     load_weights,
     parent_run,
     prepare_out,
+    rewind_run,
 )
 
 __all__ = [
@@ -223,6 +224,9 @@ def train(
     reschedule: bool = False,
     allow_data_change: bool = False,
     data_change: str = "refuse",
+    reweight: bool = False,
+    exclude: str | None = None,
+    rewind: int | None = None,
     log=print,  # noqa: ANN001
     warn=None,  # noqa: ANN001
     progress: bool | None = None,
@@ -243,6 +247,13 @@ def train(
             ``cfg.loader.version`` when it names another than the checkpoint's) and finish
             the epoch with the rows not yet delivered that still pass plus the new ones
             (:mod:`tokenloom.loader.change`).
+        reweight: On ``resume``, ``cfg.loader`` has new mixture shares: keep what each pool was
+            fed this epoch and plan the rest of its budget with them (a ``reweight`` change,
+            :mod:`~tokenloom.loader.reweight`).
+        exclude: On ``resume``, leave the rows of this quarantine (under the run's table) out of
+            the rest of the run (an ``exclude`` change, :mod:`~tokenloom.loader.exclude`).
+        rewind: On ``resume``, first make the kept checkpoint of this step the run's latest
+            (the later ones are moved aside, :func:`~tokenloom.train.runs.rewind_run`).
         log: Where rank 0's log lines go.
         warn: Where rank 0's warnings go (default: ``log``).
         progress: Rank 0 shows a step bar or periodic lines on stderr (see
@@ -250,6 +261,12 @@ def train(
     """
     dist = Dist.setup(cfg.device)
     try:
+        if resume and rewind is not None:
+            if dist.is_main:
+                moved = rewind_run(cfg.out, rewind)
+                where = f"; the later checkpoints are in {moved}" if moved else ""
+                log(f"rewound {cfg.out} to its step {rewind}{where}")
+            dist.barrier()
         cfg = plan_budget(cfg, resume=resume, log=log if dist.is_main else None)
         prepare_out(cfg, resume, overwrite, dist)
         with StopRequest() as stop, contextlib.ExitStack() as closing:
@@ -261,7 +278,14 @@ def train(
                 log=log if main else _quiet,
                 warn=(warn or log) if main else _quiet,
             )
-            trainer.setup(resume, reschedule, allow_data_change, data_change)
+            trainer.setup(
+                resume,
+                reschedule,
+                allow_data_change,
+                data_change,
+                reweight=reweight,
+                exclude=exclude,
+            )
             return trainer.run(closing, show=progress if main else False)
     finally:
         dist.close()
@@ -316,7 +340,14 @@ class _Trainer:
     # -- setup ------------------------------------------------------------------------------
 
     def setup(
-        self, resume: bool, reschedule: bool, allow_data_change: bool, data_change: str = "refuse"
+        self,
+        resume: bool,
+        reschedule: bool,
+        allow_data_change: bool,
+        data_change: str = "refuse",
+        *,
+        reweight: bool = False,
+        exclude: str | None = None,
     ) -> None:
         """Open the data, build the model and the optimizer, and restore the checkpoint (on
         ``resume``) or the parent's weights (``init_from``)."""
@@ -328,7 +359,7 @@ class _Trainer:
             self.parent = state.record.parent
         elif source is not None:
             self.parent = source.entry
-        self._open_data(state, allow_data_change, data_change)
+        self._open_data(state, allow_data_change, data_change, reweight=reweight, exclude=exclude)
         if source is not None:
             _check_parent_tokenizer(cfg, source, self.ds)
         self._build(state, source)
@@ -345,10 +376,17 @@ class _Trainer:
         )
 
     def _open_data(
-        self, state: RunState | None, allow_data_change: bool, data_change: str = "refuse"
+        self,
+        state: RunState | None,
+        allow_data_change: bool,
+        data_change: str = "refuse",
+        *,
+        reweight: bool = False,
+        exclude: str | None = None,
     ) -> None:
-        """The dataset (at the checkpoint's cursor and pinned version on resume, or onto the
-        changed table with ``data_change="continue"``) and the schedule's length."""
+        """The dataset (at the checkpoint's cursor and pinned version on resume, onto the
+        changed table with ``data_change="continue"``, or with a ``reweight``/``exclude``
+        change at the cursor) and the schedule's length."""
         cfg, spec = self.cfg, self.cfg.loader
         continuing = state is not None and data_change == "continue"
         saved = state.record.loader_state["inputs"]["table_version"] if state else None
@@ -363,14 +401,16 @@ class _Trainer:
             allow_data_change,
             data_change if continuing else "refuse",
         )
-        if state is not None:
+        if state is not None and (reweight or exclude is not None):
+            self._change_stream(ds, state, reweight=reweight, exclude=exclude)
+        elif state is not None:
             try:
                 ds.load_state_dict(state.record.loader_state)  # refuses another table/filter
             except ResumeMismatchError as exc:
                 raise _name_data_change(exc, cfg.out) from None
         if state is not None and not continuing and self.dist.is_main:
             _newer_version_note(ds, cfg, self.warn)
-        if ds.change is not None:
+        if ds.change is not None and ds.change.kind == "continue":
             c = ds.change
             self.log(
                 f"data change: {spec.table} v{c.version_before} -> v{c.version_after} from step "
@@ -386,6 +426,34 @@ class _Trainer:
         if cfg.epochs is not None:
             self.total = sum(ds.epoch_info(e)["steps"] for e in range(cfg.epochs))
         self.vocab = int(ds.inputs.tokenizer.get("vocab_size") or (int(ds.eos_id) + 1))
+
+    def _change_stream(self, ds, state: RunState, *, reweight: bool, exclude: str | None):  # noqa: ANN001, ANN202
+        """Resume ``state`` with a ``reweight`` (``ds`` holds the new mixture) or an ``exclude``
+        change at its cursor (:meth:`PackedStream.resume_with_change`), and say what it did."""
+        if reweight:
+            from tokenloom.loader.reweight import REWEIGHT, check_pools, reweight_params
+
+            old, new = state.record.loader.mixture, ds.spec.mixture
+            check_pools(old, new)
+            c = ds.resume_with_change(
+                state.record.loader_state, REWEIGHT, reweight_params(old, new)
+            )
+            shares = ", ".join(f"{p.name} {p.share:g}" for p in new)
+            self.log(
+                f"data: reweighted from step {c.global_step + 1} (epoch {c.epoch}, its step "
+                f"{c.step + 1}): the rest of the epoch's budget is planned with {shares}"
+            )
+        else:
+            from tokenloom.loader.exclude import EXCLUDE, exclude_params
+            from tokenloom.search.quarantine import read_quarantine
+
+            q = read_quarantine(ds.uri, exclude, storage_options=self.cfg.storage_options)
+            c = ds.resume_with_change(state.record.loader_state, EXCLUDE, exclude_params(q))
+            self.log(
+                f"data: excluding quarantine {q.name!r} ({len(q.row_ids):,} rows, {q.tokens:,} "
+                f"tokens fed at steps {q.first_step}..{q.last_step}) from step "
+                f"{c.global_step + 1} (epoch {c.epoch}, its step {c.step + 1}) on"
+            )
 
     def _build(self, state: RunState | None, source: Parent | None) -> None:
         """Model, optimizer and loader; then the checkpoint's state or the parent's weights."""

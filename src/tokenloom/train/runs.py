@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tokenloom.train.checkpoint import (
@@ -36,6 +36,8 @@ __all__ = [
     "Parent",
     "parent_run",
     "load_weights",
+    "rewind_point",
+    "rewind_run",
 ]
 
 
@@ -57,6 +59,42 @@ def check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
                 f"{getattr(cfg, key)!r}; drop the option to continue the same schedule, or pass "
                 "--reschedule to change it knowingly"
             )
+
+
+def rewind_point(out: str) -> Any:
+    """The kept checkpoint ``out`` names when it is ``RUN/step-N`` (a ``--resume`` from it
+    rewinds the run to step ``N``), else ``None`` (a run directory).
+
+    Raises:
+        CheckpointNotFoundError: ``RUN/step-N`` names a step the run does not keep (listing
+            those it keeps).
+    """
+    from tokenloom.train.layout import parse_step
+
+    if parse_step(os.path.basename(os.path.abspath(out))) is None:
+        return None
+    return resolve_checkpoint(out)
+
+
+def rewind_run(run: str, step: int) -> str | None:
+    """Make the kept ``RUN/step-N`` (``N = step``) the run's latest checkpoint: the checkpoints
+    after it move, whole, to ``RUN/rewound-M-to-N/`` (``M``: the latest; nothing is deleted)
+    and ``last.json`` names step ``N``. Returns that folder (``None``: nothing was after ``N``).
+
+    Killed midway, it leaves either the old latest named (run it again) or the rewind done.
+    """
+    from tokenloom.train.record import read_record, write_record
+
+    point = resolve_checkpoint(os.path.join(run, step_name(step)))
+    later = [s for s in list_steps(run) if s > step]
+    dest = None
+    if later:
+        dest = os.path.join(run, f"rewound-{max(later)}-to-{step}")
+        os.makedirs(dest, exist_ok=True)
+        for s in later:  # moved before last.json names N: a kill leaves nothing deleted
+            os.rename(os.path.join(run, step_name(s)), os.path.join(dest, step_name(s)))
+    write_record(replace(read_record(point.record_path), out=os.path.abspath(run)))
+    return dest
 
 
 def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> None:
