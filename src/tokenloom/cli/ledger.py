@@ -76,9 +76,9 @@ def command(
     if led.change is not None:
         c = led.change
         click.echo(
-            f"data changed at step {c['step']} of the epoch (v{c['version_before']} -> "
-            f"v{c['version_after']}, {c['kind']}): {c['dropped_by_change']:,} tokens of partly "
-            "fed rows dropped by the change"
+            f"latest data change of the epoch: {c['kind']} from its step {c['step'] + 1} "
+            f"(v{c['version_before']} -> v{c['version_after']}): {c['dropped_by_change']:,} "
+            "tokens of rows partly fed before it dropped by the change"
         )
     head = (
         f"  {'pool':<12} {'blocks':>9} {'body':>12} {'EOS':>9} {'padding':>10} "
