@@ -1,6 +1,6 @@
 """``tokenloom quarantine``: the rows a step range fed (exactly what ``trace`` lists for those
-steps) recorded under the table; bad ranges and missing runs refused with the documented status.
-Through real processes."""
+steps) recorded under the table; bad ranges, names and missing runs refused as usage errors
+(exit 2). Through real processes."""
 
 from __future__ import annotations
 
@@ -86,6 +86,8 @@ def test_bad_steps_are_a_usage_error_naming_the_range(run, steps, says):
 def test_missing_run_and_bad_name(run, tmp_path):
     out, _ = run
     res = run_cli("quarantine", "--checkpoint", str(tmp_path / "nope"), "--steps", "1:2")
-    assert res.returncode == 1 and "last.json not found" in res.stderr
+    assert res.returncode == 2 and "--checkpoint" in res.stderr, res.stderr  # as export, sample
+    assert "does not exist" in res.stderr and "Traceback" not in res.stderr
     res = run_cli("quarantine", "--checkpoint", out, "--steps", "1", "--name", "../x")
-    assert res.returncode == 1 and "'../x' is not allowed" in res.stderr
+    assert res.returncode == 2 and "'../x' is not allowed" in res.stderr, res.stderr
+    assert "--name" in res.stderr

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tokenloom.cli.options import json_option, storage_options_option
+from tokenloom.cli.options import json_option, run_record, storage_options_option
 
 __all__ = ["command"]
 
@@ -36,13 +36,18 @@ Examples:
 )
 @click.option(
     "--name",
+    "quarantine_name",
     default=None,
     help="The quarantine's name under the table [default: <run name>-steps-A-B].",
 )
 @storage_options_option
 @json_option
 def command(
-    checkpoint: str, steps: str, name: str | None, storage_options: dict, as_json: bool
+    checkpoint: str,
+    steps: str,
+    quarantine_name: str | None,
+    storage_options: dict,
+    as_json: bool,
 ) -> None:
     """Record the rows that steps A..B of a run fed (recomputed as `tokenloom trace` does) under
     the table's URI (_tokenloom/quarantine/NAME.lance), with the run, the steps and the counts.
@@ -50,10 +55,22 @@ def command(
     `tokenloom train --resume --exclude NAME` then leaves exactly those rows out of the rest of
     the run (from its latest checkpoint, or from a kept RUN/step-N to rewind).
     """
-    from tokenloom.search.quarantine import parse_step_range, record_quarantine
+    from tokenloom.search.quarantine import (
+        QuarantineError,
+        check_name,
+        parse_step_range,
+        record_quarantine,
+    )
     from tokenloom.search.trace import open_run
 
-    run = open_run(checkpoint, storage_options=storage_options)  # no record: exit 1, named
+    name = quarantine_name
+    if name is not None:
+        try:
+            check_name(name)
+        except QuarantineError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--name'") from None
+    run_record(checkpoint, option="--checkpoint")  # no run there: exit 2, as export and sample
+    run = open_run(checkpoint, storage_options=storage_options)
     try:
         first, last = parse_step_range(steps, run.steps_done)
     except ValueError as exc:
