@@ -121,6 +121,21 @@ class Table:
             TableError: if a dataset already exists and ``exist_ok`` is false.
         """
         norm = normalize_uri(uri)
+        if "://" in norm:  # an object store's conditional put lets one creator win
+            return cls._create(norm, exist_ok=exist_ok, storage_options=storage_options)
+        from tokenloom.table.locks import FileLock
+
+        # Two first writers (concurrent ingests) would both commit a `create`, Lance retrying the
+        # second as an overwrite of what the first has written by then: one creates, under a
+        # lock in the table's own directory; the other then finds the table.
+        lock = FileLock(os.path.join(norm, "_tokenloom", "create.lock"), what=f"creating {norm}")
+        with lock.acquire(on_wait=None):
+            return cls._create(norm, exist_ok=exist_ok, storage_options=storage_options)
+
+    @classmethod
+    def _create(
+        cls, norm: str, *, exist_ok: bool, storage_options: Mapping[str, str] | None
+    ) -> Table:
         if cls.exists(norm, storage_options=storage_options):
             if exist_ok:
                 return cls.open(norm, storage_options=storage_options)
