@@ -23,8 +23,9 @@ import numpy as np
 
 from tokenloom.loader.state import LoaderState
 from tokenloom.process import env_topology
+from tokenloom.rows.blobs import LazyBatch, returned_blob
 from tokenloom.rows.plan import MAX_REFILLS, RowPlan
-from tokenloom.rows.read import RowReader, scan_selection
+from tokenloom.rows.read import RowReader, lazy_columns, scan_selection
 from tokenloom.rows.spec import RowSpec
 from tokenloom.rows.transform import (
     FORMATS,
@@ -133,8 +134,19 @@ class _Rows:
         self.transform = transform
         self.on_error = on_error
         self.format = format
+        lazy = lazy_columns(table.dataset.schema, self.spec.columns, self.spec.lazy_blobs)
+        if lazy and transform is None:
+            raise RowLoaderError(
+                f"lazy_blobs hands the blob column(s) {', '.join(map(repr, lazy))} to the "
+                "transform as file objects, valid within its call; pass transform= a function "
+                "that reads what it needs from them, or drop lazy_blobs to get bytes"
+            )
         self.reader = RowReader(
-            table.uri, table.version, self.spec.columns, storage_options=storage_options
+            table.uri,
+            table.version,
+            self.spec.columns,
+            storage_options=storage_options,
+            lazy=lazy,
         )
         self.skipped: Counter = Counter()
         """Rows left out by the transform so far, by reason (this process)."""
@@ -158,7 +170,18 @@ class _Rows:
         """Read and transform the rows at selection ``positions``."""
         ids = self.selection.row_ids[positions]
         batch = self.reader.read(self.selection.rowids[positions], ids)
-        return apply_transform(self.transform, batch, on_error=self.on_error, ids=ids.tolist())
+        if not isinstance(batch, LazyBatch):
+            return apply_transform(self.transform, batch, on_error=self.on_error, ids=ids.tolist())
+        with batch:  # the file objects live for the transform call only
+            res = apply_transform(self.transform, batch, on_error=self.on_error, ids=ids.tolist())
+        leaked = returned_blob(res.output)
+        if leaked is not None:
+            raise RowLoaderError(
+                f"transform {transform_name(self.transform)} returned column {leaked}; a lazy "
+                "blob is closed when the transform returns: return what you read from it "
+                "(bytes, arrays)"
+            )
+        return res
 
     def _refill(self, plan: RowPlan, position: int, skipped: Counter) -> tuple[Any, int]:
         """The first refill candidate of ``position`` whose transform passes: (output, row)."""

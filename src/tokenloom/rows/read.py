@@ -3,7 +3,8 @@
 The plan needs ``(id, _rowid)`` of the rows under the filter — one scan of one small column.
 Rows are read with ``_take_rows`` (thread-safe, GIL released); a blob-encoded column (see
 :mod:`tokenloom.ingest.columns`) is read lazily with ``take_blobs`` and materialised as
-``large_binary`` bytes only for the rows of the chunk.
+``large_binary`` bytes only for the rows of the chunk, or, for the spec's ``lazy_blobs``
+columns, handed on as file objects read by range (:mod:`tokenloom.rows.blobs`).
 """
 
 from __future__ import annotations
@@ -17,16 +18,70 @@ import numpy as np
 import pyarrow as pa
 
 from tokenloom.loader.compact import CompactInts, encode
+from tokenloom.rows.blobs import LazyBatch, LazyBlob
 from tokenloom.rows.transform import RowLoaderError
 from tokenloom.table.filters import validate_filter
 from tokenloom.table.tokens import as_token_lists, is_bytes_layout
 
-__all__ = ["RowSelection", "compact_selection", "scan_selection", "RowReader", "is_blob"]
+__all__ = [
+    "RowSelection",
+    "compact_selection",
+    "scan_selection",
+    "RowReader",
+    "is_blob",
+    "lazy_columns",
+    "take_blob_files",
+]
 
 
 def is_blob(field: pa.Field) -> bool:
     """Whether a column is stored with Lance's blob encoding."""
     return (field.metadata or {}).get(b"lance-encoding:blob") == b"true"
+
+
+def lazy_columns(
+    schema: pa.Schema, columns: Sequence[str], lazy: bool | Sequence[str]
+) -> tuple[str, ...]:
+    """The columns a spec's ``lazy_blobs`` names, checked to be blob columns of the table.
+
+    Raises:
+        RowLoaderError: A named column is not blob-encoded, or ``True`` finds no blob column.
+    """
+    if lazy is False or lazy == ():
+        return ()
+    if lazy is True:
+        found = tuple(c for c in columns if is_blob(schema.field(c)))
+        if not found:
+            kinds = ", ".join(f"{c} ({schema.field(c).type})" for c in columns)
+            raise RowLoaderError(
+                f"lazy_blobs=True but none of the columns read is a blob column ({kinds}); "
+                "blob columns come from `tokenloom ingest --columns NAME:blob` (or a Parquet "
+                "binary column): read one, or drop lazy_blobs"
+            )
+        return found
+    for c in lazy:
+        field = schema.field(c)
+        if not is_blob(field):
+            stored = (
+                "large binary without Lance's blob encoding"
+                if pa.types.is_large_binary(field.type) or pa.types.is_binary(field.type)
+                else str(field.type)
+            )
+            raise RowLoaderError(
+                f"lazy_blobs names column {c!r}, which is not a blob column (stored as "
+                f"{stored}); only a blob column (Lance's blob encoding, from `tokenloom ingest "
+                f"--columns {c}:blob` or a Parquet binary column) can be read by range: leave "
+                f"{c!r} out of lazy_blobs to read it whole"
+            )
+    return tuple(lazy)
+
+
+def take_blob_files(ds: lance.LanceDataset, column: str, rowids: Sequence[int]) -> list:
+    """Lance's file objects (``BlobFile``, ``None`` for a null) of blob ``column`` for rows by
+    stable row id, in that order: the one place blob values are taken (nothing is fetched yet
+    but their positions)."""
+    rid = [int(r) for r in rowids]
+    return ds.take_blobs(column, ids=rid) if rid else []
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -94,10 +149,13 @@ class RowReader:
         columns: Sequence[str],
         *,
         storage_options: dict | None = None,
+        lazy: Sequence[str] = (),
     ) -> None:
         self.uri = uri
         self.version = version
         self.columns = list(columns)
+        self.lazy = tuple(lazy)
+        """Blob columns handed on as :class:`~tokenloom.rows.blobs.LazyBlob` file objects."""
         self.storage_options = storage_options
         self._ds: lance.LanceDataset | None = None
         self.rows_read = 0
@@ -117,9 +175,12 @@ class RowReader:
             )
         return self._ds
 
-    def read(self, rowids: np.ndarray, ids: np.ndarray) -> pa.RecordBatch:
+    def read(self, rowids: np.ndarray, ids: np.ndarray) -> pa.RecordBatch | LazyBatch:
         """The rows ``rowids`` (in that order) as one RecordBatch of the columns, blob columns as
         bytes; ``ids`` (their table ids) are checked against the ``id`` column read with them.
+
+        With :attr:`lazy` columns: a :class:`~tokenloom.rows.blobs.LazyBatch` whose lazy columns
+        are file objects (the caller closes it).
         """
         started = time.perf_counter()
         ds = self.dataset
@@ -136,15 +197,37 @@ class RowReader:
                 f"rows read back as ids {got[:4].tolist()}... but the plan asked for "
                 f"{np.asarray(ids)[:4].tolist()}...; the table changed under a pinned version?"
             )
+        lazy: dict[str, list[LazyBlob | None]] = {}
         for c in self.columns:
             if is_bytes_layout(schema.field(c)):  # token ids read as lists, either layout
                 arrays[c] = as_token_lists(arrays[c], schema.field(c))
             if is_blob(schema.field(c)):
-                blobs = ds.take_blobs(c, ids=rid) if rid else []
-                values = [b.readall() if b is not None else None for b in blobs]
+                files = take_blob_files(ds, c, rid)
+                if c in self.lazy:
+                    row_ids = got.tolist()
+                    lazy[c] = [
+                        self._lazy(c, f, r, i) for f, r, i in zip(files, rid, row_ids, strict=True)
+                    ]
+                    continue
+                values = [f.readall() if f is not None else None for f in files]
                 arrays[c] = pa.array(values, type=pa.large_binary())
-        batch = pa.record_batch([arrays[c] for c in self.columns], names=list(self.columns))
+        kept = [c for c in self.columns if c not in lazy]
+        batch = pa.record_batch([arrays[c] for c in kept], names=kept)
         self.read_seconds += time.perf_counter() - started
         self.rows_read += len(rid)
         self.bytes_read += batch.nbytes
-        return batch
+        return LazyBatch(batch, lazy, self.columns, len(rid)) if self.lazy else batch
+
+    def _lazy(self, column: str, handle: object, rowid: int, row_id: int) -> LazyBlob | None:
+        if handle is None:
+            return None
+        return LazyBlob(
+            uri=self.uri,
+            version=self.version,
+            storage_options=self.storage_options,
+            column=column,
+            rowid=rowid,
+            row_id=row_id,
+            size=handle.size(),  # type: ignore[attr-defined]
+            handle=handle,
+        )

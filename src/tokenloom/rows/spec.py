@@ -29,7 +29,7 @@ class RowSpec:
     table: str
     """The table: a local path (stored absolute) or an object-store URI Lance accepts."""
     columns: tuple[str, ...]
-    """Columns read and handed to the transform (blob columns arrive as bytes)."""
+    """Columns read and handed to the transform (blob columns arrive as bytes, unless lazy)."""
     version: int | None = None
     """Table version; ``None``: the latest when the dataset is built (then pinned)."""
     filter: str | None = None
@@ -40,6 +40,10 @@ class RowSpec:
     """Shuffle seed; every epoch is a fresh permutation of ``(seed, epoch)``."""
     drop_last: bool = False
     """Leave out the epoch's last incomplete step instead of completing it with refill rows."""
+    lazy_blobs: bool | tuple[str, ...] = False
+    """Blob columns handed to the transform as file objects read by range instead of bytes
+    (:mod:`tokenloom.rows.blobs`): ``True`` for every blob column among ``columns``, or the
+    names of some. Needs a transform; the stream of rows does not change."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
@@ -67,6 +71,24 @@ class RowSpec:
             raise PlanError(f"filter must be SQL text or None, got {self.filter!r}")
         if not isinstance(self.drop_last, bool):
             raise PlanError(f"drop_last must be True or False, got {self.drop_last!r}")
+        object.__setattr__(self, "lazy_blobs", self._lazy_blobs(self.lazy_blobs))
+
+    def _lazy_blobs(self, lazy: Any) -> bool | tuple[str, ...]:
+        """``lazy_blobs`` as ``True``/``False`` or a tuple of names among ``columns``."""
+        if isinstance(lazy, bool):
+            return lazy
+        names = lazy
+        if isinstance(names, str):
+            names = [c.strip() for c in names.split(",") if c.strip()]
+        if not isinstance(names, Sequence) or not all(isinstance(c, str) for c in names):
+            raise PlanError(f"lazy_blobs must be True, False or blob column names, got {lazy!r}")
+        missing = [c for c in names if c not in self.columns]
+        if missing:
+            raise PlanError(
+                f"lazy_blobs names {', '.join(map(repr, missing))}, not among the columns read "
+                f"{list(self.columns)}; add it to columns, or name one of those"
+            )
+        return tuple(dict.fromkeys(names)) or False
 
     def per_rank(self, world_size: int) -> int:
         """Rows each of ``world_size`` ranks gets per step.
