@@ -51,3 +51,59 @@ def decode_skip(batch: pa.RecordBatch) -> dict:
     if any(p.startswith(BAD) for p in batch.column("payload").to_pylist()):
         raise SkipRow("bad_payload")
     return decode(batch)
+
+
+MB = 1 << 20
+
+
+def blob_bytes(seed: int, size: int) -> bytes:
+    """``size`` deterministic pseudo-random bytes (incompressible, like encoded video)."""
+    return np.random.default_rng(seed).bytes(size)
+
+
+def blob_table(tmp_path, sizes: tuple[int | None, ...]) -> str:
+    """A table of one row per size: ``k`` (int, = index), ``raw`` (binary, not blob-encoded,
+    4 bytes), ``video`` (blob: :func:`blob_bytes` ``(k, size)``, null for ``None``).
+
+    Built through the real ingest from a Parquet file of one row per row group, so the
+    generator and the ingest hold one large value at a time.
+    """
+    schema = pa.schema(
+        [
+            ("text", pa.string()),
+            ("k", pa.int64()),
+            ("raw", pa.large_binary()),
+            ("video", pa.large_binary()),
+        ]
+    )
+    path = tmp_path / "videos.parquet"
+    with pq.ParquetWriter(path, schema) as writer:
+        for k, size in enumerate(sizes):
+            video = None if size is None else blob_bytes(k, size)
+            row = {"text": [f"clip {k}"], "k": [k], "raw": [b"raw%d" % k], "video": [video]}
+            writer.write_table(pa.table(row, schema=schema))
+    uri = str(tmp_path / "videos.lance")
+    ingest([path], uri, columns="k:int,raw:binary,video:blob", progress=False)
+    return uri
+
+
+def read_span(batch) -> dict:
+    """A lazy-blob transform: bytes ``[size // 3, size // 3 + 4096)`` of each ``video`` (read
+    after a seek), its size and the bytes its file object fetched; nulls give empty values."""
+    spans, sizes, fetched = [], [], []
+    for f in batch.column("video"):
+        if f is None:
+            spans.append(b"")
+            sizes.append(-1)
+            fetched.append(0)
+            continue
+        f.seek(f.size() // 3)
+        spans.append(f.read(4096))
+        sizes.append(f.size())
+        fetched.append(f.bytes_fetched)
+    return {
+        "k": batch.column("k").to_numpy(),
+        "span": spans,
+        "size": np.array(sizes, dtype=np.int64),
+        "fetched": np.array(fetched, dtype=np.int64),
+    }
