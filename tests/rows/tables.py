@@ -77,7 +77,9 @@ def blob_table(tmp_path, sizes: tuple[int | None, ...]) -> str:
         ]
     )
     path = tmp_path / "videos.parquet"
-    with pq.ParquetWriter(path, schema) as writer:
+    # random bytes do not compress, and min/max statistics of 50 MB values cost seconds
+    plain = dict(compression="none", use_dictionary=False, write_statistics=False)
+    with pq.ParquetWriter(path, schema, **plain) as writer:
         for k, size in enumerate(sizes):
             video = None if size is None else blob_bytes(k, size)
             row = {"text": [f"clip {k}"], "k": [k], "raw": [b"raw%d" % k], "video": [video]}

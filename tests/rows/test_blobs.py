@@ -193,3 +193,31 @@ def test_refusals_name_the_column_and_the_fix(videos):
     )
     with pytest.raises(RowLoaderError, match=r"returned column 'video' \(a file object"):
         next(iter(leaky))
+
+
+def test_a_row_group_of_large_blobs_is_ingested_a_few_rows_at_a_time(tmp_path, monkeypatch):
+    """A Parquet row group is read in batches of at most ``_PARQUET_BATCH_BYTES`` (here 1 MiB,
+    so two 400 KiB blobs a batch, not the group's eight) and every blob lands whole."""
+    import lance
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tokenloom.ingest import ingest, readers
+
+    monkeypatch.setattr(readers, "_PARQUET_BATCH_BYTES", 1 << 20)
+    seen: list[int] = []
+    real = readers._parquet_batch
+    monkeypatch.setattr(
+        readers, "_parquet_batch", lambda batch, *a: seen.append(batch.num_rows) or real(batch, *a)
+    )
+    blobs = [blob_bytes(k, 400 << 10) for k in range(8)]
+    path = tmp_path / "group.parquet"
+    pq.write_table(pa.table({"text": [f"c{k}" for k in range(8)], "video": blobs}), path)
+    assert pq.ParquetFile(path).num_row_groups == 1
+    uri = str(tmp_path / "group.lance")
+    ingest([path], uri, progress=False)
+    assert seen == [2, 2, 2, 2]
+    ds = lance.dataset(uri)
+    assert ds.schema.field("video").metadata[b"lance-encoding:blob"] == b"true"
+    ids = ds.scanner(columns=["id"], with_row_id=True).to_table().column("_rowid").to_pylist()
+    assert [f.readall() for f in ds.take_blobs("video", ids=ids)] == blobs

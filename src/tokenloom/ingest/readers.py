@@ -46,6 +46,8 @@ Arrow ``large_string`` array that never became a Python string."""
 Progress = Callable[[int], None]
 
 _NUL_PROBE = 1 << 16
+_PARQUET_BATCH_ROWS = 2048
+_PARQUET_BATCH_BYTES = 64 << 20  # a row group of large blobs is read a few rows at a time
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -355,7 +357,11 @@ def read_parquet(
         for group in range(pf.num_row_groups):
             group_rows = pf.metadata.row_group(group).num_rows
             done = 0
-            batches = pf.iter_batches(batch_size=2048, row_groups=[group], use_threads=False)
+            batches = pf.iter_batches(
+                batch_size=_batch_rows(pf.metadata.row_group(group)),
+                row_groups=[group],
+                use_threads=False,
+            )
             while True:
                 try:
                     batch = next(batches, None)
@@ -375,6 +381,14 @@ def read_parquet(
                 done += batch.num_rows
             row += group_rows
             progress(int(size * group_rows / max(n_rows, 1)))
+
+
+def _batch_rows(group: Any) -> int:
+    """Rows per batch read of a Parquet row group: up to 2048, fewer when its rows are large (by
+    the group's uncompressed size), so a group of 50 MB blobs is not turned into Python bytes
+    all at once."""
+    per_row = group.total_byte_size / max(group.num_rows, 1)
+    return int(max(1, min(_PARQUET_BATCH_ROWS, _PARQUET_BATCH_BYTES // max(per_row, 1))))
 
 
 def read_arrow(
