@@ -221,3 +221,25 @@ def test_a_row_group_of_large_blobs_is_ingested_a_few_rows_at_a_time(tmp_path, m
     assert ds.schema.field("video").metadata[b"lance-encoding:blob"] == b"true"
     ids = ds.scanner(columns=["id"], with_row_id=True).to_table().column("_rowid").to_pylist()
     assert [f.readall() for f in ds.take_blobs("video", ids=ids)] == blobs
+
+
+def test_a_lance_blob_v2_column_reads_lazily_and_whole(tmp_path):
+    """A column of Lance's newer blob type (an adopted table's, 2.2 files) is a blob column too:
+    read by range when lazy, as bytes otherwise."""
+    import lance
+    import pyarrow as pa
+    from lance.blob import blob_array
+
+    values = [blob_bytes(7, 3 * MB), None, b"tiny"]
+    table = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "video": blob_array(values)})
+    uri = str(tmp_path / "v2.lance")
+    ds = lance.write_dataset(table, uri, data_storage_version="2.2", enable_stable_row_ids=True)
+    sel = scan_selection(ds, filter=None, columns=["video"])
+    pos = np.array([2, 0, 1])
+    eager = RowReader(uri, ds.version, ["video"]).read(sel.rowids[pos], sel.row_ids[pos])
+    assert eager.column("video").to_pylist() == [values[2], values[0], None]
+    lazy = RowReader(uri, ds.version, ["video"], lazy=("video",))
+    with lazy.read(sel.rowids[pos], sel.row_ids[pos]) as batch:
+        tiny, big, null = batch.column("video")
+        assert tiny.read() == b"tiny" and null is None
+        assert big.read_range(MB, 10) == values[0][MB : MB + 10] and big.bytes_fetched == 10

@@ -5,7 +5,8 @@ and the seed; :class:`RowPlan` is the pure epoch plan (a fresh global shuffle pe
 and workers independent, refill of skipped rows); :class:`RowDataset` reads chunks, runs a
 transform on Arrow RecordBatches in a thread pool and yields ``arrow``/``numpy``/``torch``/
 ``python`` batches with an exact, elastic resume state; :class:`RowMapDataset` is the
-map-style variant. Importing this package imports neither Lance nor torch.
+map-style variant; with ``lazy_blobs`` blob columns reach the transform as :class:`LazyBlob`
+file objects read by range. Importing this package imports neither Lance nor torch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ _LAZY = {
     "RowMapDataset": "dataset",
     "RowLoader": "loader",
     "RowReader": "read",
+    "LazyBlob": "blobs",
+    "LazyBatch": "blobs",
 }
 
 
@@ -32,6 +35,8 @@ def __getattr__(name: str):  # noqa: ANN202 - Lance/torch only when these are as
 
 __all__ = [
     "FORMATS",
+    "LazyBatch",
+    "LazyBlob",
     "MAX_REFILLS",
     "ON_ERROR",
     "REFILL_ALGORITHM",

@@ -34,8 +34,15 @@ __all__ = [
 ]
 
 
+BLOB_V2 = "lance.blob.v2"
+"""Arrow extension name of Lance's newer blob columns (``lance.blob.BlobType``, 2.2 files)."""
+
+
 def is_blob(field: pa.Field) -> bool:
-    """Whether a column is stored with Lance's blob encoding."""
+    """Whether a column is stored with Lance's blob encoding (the ``lance-encoding:blob`` field
+    metadata tokenloom's ingest writes, or a ``lance.blob.v2`` column of an adopted table)."""
+    if getattr(field.type, "extension_name", None) == BLOB_V2:
+        return True
     return (field.metadata or {}).get(b"lance-encoding:blob") == b"true"
 
 
