@@ -29,6 +29,7 @@ __all__ = [
     "scan_selection",
     "RowReader",
     "is_blob",
+    "BLOB_V2",
     "lazy_columns",
     "take_blob_files",
 ]
