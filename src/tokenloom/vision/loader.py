@@ -58,6 +58,11 @@ class ImageTextLoader(torch.utils.data.DataLoader):
             kwargs.setdefault("persistent_workers", False)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
 
+    def __len__(self) -> int:
+        """Steps of the current epoch (torch's own count would be steps x workers: the
+        workers' parts)."""
+        return self.dataset.steps()  # type: ignore[attr-defined]
+
     def __iter__(self) -> Iterator[dict]:  # type: ignore[override]
         ds: ImageTextDataset = self.dataset  # type: ignore[assignment]
         if self.num_workers == 0:

@@ -196,14 +196,15 @@ def pack_compact(
     at = 0
     if policy == "greedy":
         used = imgs = count = 0
-        for i, n, k in zip(order.tolist(), n_arr[order].tolist(), k_arr[order].tolist(),
-                           strict=True):  # fmt: skip
-            if count and (used + n > budget or imgs + k > image_cap):
-                sizes.append(count)
-                used = imgs = count = 0
-            members[at] = i
-            at += 1
-            used, imgs, count = used + n, imgs + k, count + 1
+        members[:] = order  # greedy keeps the order: only the cuts are computed
+        at = len(order)
+        for lo in range(0, len(order), 65536):  # Python ints for one chunk at a time
+            part = order[lo : lo + 65536]
+            for n, k in zip(n_arr[part].tolist(), k_arr[part].tolist(), strict=True):
+                if count and (used + n > budget or imgs + k > image_cap):
+                    sizes.append(count)
+                    used = imgs = count = 0
+                used, imgs, count = used + n, imgs + k, count + 1
         if count:
             sizes.append(count)
     else:
