@@ -13,7 +13,7 @@ from tokenloom.vision.images import build_image_set
 def invoke(*args: str) -> str:
     out = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert out.exit_code == 0, out.output
-    return out.output
+    return out.stdout
 
 
 def image_table(folder, *, bad_images: int = 2, tokenize: bool = True, max_side: int = 96) -> str:

@@ -77,7 +77,9 @@ def test_blocks_resume_exactly_on_other_world_sizes_and_skips_are_counted(table)
     assert planned["dropped_samples"] == 0 and planned["samples"] > 40
     # every sample of every block is in the trace, in block order, and in the batch's row ids
     for s, batch in enumerate(whole):
-        assert [t["row_ids"] for t in ref.trace(s, epoch=0)] == [r.tolist() for r in batch["row_ids"]]
+        assert [t["row_ids"] for t in ref.trace(s, epoch=0)] == [
+            r.tolist() for r in batch["row_ids"]
+        ]
     # the two corrupt rows (stored size 0 but bytes there) are skipped, counted, padded over
     led = ref.ledger()
     held = {i for b in whole for r in b["row_ids"] for i in r.tolist()}

@@ -183,7 +183,8 @@ def scan_sizes(ds: Any, spec: ImageTextSpec) -> tuple[SampleSizes, dict[str, Any
     try:
         scanner = ds.scanner(columns=cols, filter=flt, with_row_id=True, batch_size=65536)
         for batch in scanner.to_batches():
-            def num(name: str) -> np.ndarray:
+
+            def num(name: str, batch=batch) -> np.ndarray:  # noqa: ANN001
                 col = batch.column(name)
                 return np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False))
 

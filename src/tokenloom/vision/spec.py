@@ -114,7 +114,7 @@ class ImageTextSpec:
         if self.on_error not in ON_ERROR:
             raise PlanError(f"on_error must be one of {', '.join(ON_ERROR)}, got {self.on_error!r}")
         try:
-            self.grid
+            PatchGrid(patch=self.patch, max_side=self.max_side)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
 
@@ -178,7 +178,10 @@ class ImageTextSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as JSON values, with ``kind`` (a run record stores this)."""
-        return {"kind": SPEC_KIND, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
+        return {
+            "kind": SPEC_KIND,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ImageTextSpec:
