@@ -418,6 +418,22 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
             "left_over_blocks": len(blocks) - n_blocks,
         }
 
+    def padding_by_policy(self, epoch: int | None = None) -> dict[str, dict[str, float]]:
+        """The ledger of every policy (pad-to-longest, greedy, knapsack) on the epoch's shuffled
+        samples (:func:`~tokenloom.vision.packing.plan_padding`): what packing saves."""
+        from tokenloom.vision.packing import plan_padding
+
+        s = self.spec
+        e = self._epoch if epoch is None else int(epoch)
+        order = epoch_order(len(self.sizes.lengths), seed=s.seed, epoch=e)
+        return plan_padding(
+            self.sizes.lengths[order].astype(np.int64),
+            self.sizes.image_tokens[order].astype(np.int64),
+            budget=s.budget,
+            image_cap=s.image_cap,
+            window=s.window,
+        )
+
     def ledger(self) -> dict[str, Any]:
         """What this process delivered so far: blocks, samples, images, image and text tokens,
         padding, skipped samples (and the skips by reason)."""
