@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM, epoch_permutation
-from tokenloom.loader.state import LoaderState
+from tokenloom.loader.stream.cursor import Cursor, PlanCache, StreamCursor
+from tokenloom.loader.stream.take import take
+from tokenloom.loader.stream.topology import Topology
 from tokenloom.rows.read import RowReader, scan_selection
 from tokenloom.rows.transform import RowLoaderError, RowTransformError, reason_of
 from tokenloom.vision.packing import PACK_ALGORITHM, PackPlan, pack_block, plan_blocks
@@ -38,7 +40,7 @@ def encode_text(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
 
-class ImageTextBlocks:
+class ImageTextBlocks(StreamCursor):
     """Packed (image, prompt, response) blocks of a table (see the module docstring).
 
     Args:
@@ -80,16 +82,13 @@ class ImageTextBlocks:
             raise RowLoaderError(f"policy must be 'knapsack' or 'greedy', got {policy!r}")
         if on_error not in ("raise", "skip"):
             raise RowLoaderError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if global_batch % world_size or not 0 <= rank < world_size:
-            raise RowLoaderError(
-                f"global batch {global_batch} blocks does not split over rank {rank} of "
-                f"{world_size}; pick a multiple of the world size"
-            )
+        self.topology = Topology(rank, world_size)
+        self.topology.per_rank(global_batch, unit="blocks")
         t = Table.open(table, version=version, storage_options=storage_options)
         cols = ["image", "prompt", "response", "width", "height"]
         self.selection = scan_selection(t.dataset, filter=filter, columns=cols)
-        meta = t.dataset._take_rows(
-            self.selection.rowids.tolist(), columns=["prompt", "response", "width", "height"]
+        meta = take(
+            t.dataset, self.selection.rowids.tolist(), ["prompt", "response", "width", "height"]
         )
         self.grid = grid or PatchGrid()
         self.prompts = [encode_text(p or "") for p in meta.column("prompt").to_pylist()]
@@ -109,27 +108,29 @@ class ImageTextBlocks:
         self.policy, self.window, self.seed, self.filter = policy, window, seed, filter
         self.rank, self.world_size = rank, world_size
         self.on_error, self.threads = on_error, threads
-        self.epoch, self.step = 0, 0
+        self.at = Cursor()
+        self.allow_data_change = False
         self.skipped: Counter = Counter()
         """Samples left out because their image did not decode, by reason."""
-        self._plans: dict[int, tuple[np.ndarray, PackPlan]] = {}
+        self._plans: PlanCache[tuple[np.ndarray, PackPlan]] = PlanCache(keep=1)
 
     # -- the plan -----------------------------------------------------------------------------
 
     def plan(self, epoch: int) -> tuple[np.ndarray, PackPlan]:
         """``(order, plan)``: the epoch's sample order and its blocks (indices into order)."""
-        if epoch not in self._plans:
-            order = epoch_permutation(len(self.lengths), seed=self.seed, epoch=epoch)
-            plan = plan_blocks(
-                self.lengths[order],
-                (self.image_tokens[order] > 0).astype(np.int64),
-                budget=self.budget,
-                image_cap=self.image_cap,
-                policy=self.policy,
-                window=self.window,
-            )
-            self._plans = {epoch: (order, plan)}
-        return self._plans[epoch]
+        return self._plans.get(epoch, self._build_plan)
+
+    def _build_plan(self, epoch: int) -> tuple[np.ndarray, PackPlan]:
+        order = epoch_permutation(len(self.lengths), seed=self.seed, epoch=epoch)
+        plan = plan_blocks(
+            self.lengths[order],
+            (self.image_tokens[order] > 0).astype(np.int64),
+            budget=self.budget,
+            image_cap=self.image_cap,
+            policy=self.policy,
+            window=self.window,
+        )
+        return order, plan
 
     def steps(self, epoch: int | None = None) -> int:
         """Global steps of an epoch (incomplete last step dropped: blocks are never padding)."""
@@ -165,17 +166,6 @@ class ImageTextBlocks:
             "packing": PACK_ALGORITHM,
         }
 
-    def state_dict(self) -> dict:
-        """The cursor (epoch, step) and the plan's fingerprint."""
-        state = LoaderState.create(epoch=self.epoch, step=self.step, inputs=self.plan_inputs())
-        return state.to_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue where ``state`` was taken (any world size), refusing changed inputs."""
-        saved = LoaderState.from_dict(state)
-        saved.check(self.plan_inputs())
-        self.epoch, self.step = saved.epoch, saved.step
-
     # -- reading ------------------------------------------------------------------------------
 
     def _patches(self, sel: int) -> tuple[np.ndarray | None, str | None]:
@@ -194,8 +184,8 @@ class ImageTextBlocks:
     def build(self, epoch: int, step: int, pool: ThreadPoolExecutor | None = None) -> dict:
         """This rank's blocks of ``step``: stacked ``(B, T)`` arrays, patches, counts."""
         order, plan = self.plan(epoch)
-        b = self.global_batch // self.world_size
-        first = step * self.global_batch + self.rank * b
+        b = self.topology.per_rank(self.global_batch, unit="blocks")
+        first = self.topology.first(step, self.global_batch)
         blocks = [order[plan.blocks[i]] for i in range(first, first + b)]
         sels = sorted({int(s) for blk in blocks for s in blk})
         mapper = pool.map if pool is not None else map
@@ -238,7 +228,5 @@ class ImageTextBlocks:
         with ThreadPoolExecutor(self.threads or 1, thread_name_prefix="tokenloom-img") as pool:
             for s in range(start, n):
                 batch = self.build(epoch, s, pool)
-                self.step = s + 1
-                if self.step >= n:
-                    self.epoch, self.step = epoch + 1, 0
+                self.at.delivered(epoch, s, n)
                 yield batch

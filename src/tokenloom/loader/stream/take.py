@@ -1,10 +1,10 @@
 """Rows by stable row id: the one wrapper around Lance's take.
 
 Every reader of rows by id (the token reader, loss masks, the row loader, verify, eval tasks)
-calls :func:`take`: Lance's ``_take_rows`` is thread-safe and releases the GIL, so callers run
-several at once from threads. An empty id list returns an empty table of the columns (Lance
-would read nothing, some versions refuse it); a column the table lacks is refused up front,
-named; blob-encoded columns (:mod:`tokenloom.ingest.columns`) are read with ``take_blobs`` and
+calls :func:`take`: Lance's private take by row id is thread-safe and releases the GIL, so
+callers run several at once from threads. An empty id list returns an empty table of the
+columns (nothing is read); a column the table lacks is refused up front, named; blob-encoded
+columns (:mod:`tokenloom.ingest.columns`) are read with ``take_blobs`` and
 returned as ``large_binary`` bytes.
 """
 
