@@ -154,9 +154,7 @@ class DataLoader(torch.utils.data.DataLoader):
             for i in range(group.steps):
                 self.stats.add(group.step_stats(i))
                 self.ledger.add(group.counts.step(i))
-                ds._epoch, ds._step = group.epoch, group.first + i + 1
-                if ds._step >= total:
-                    ds._epoch, ds._step = group.epoch + 1, 0
+                ds.delivered(group.epoch, group.first + i, total)
                 pool.check()  # a dead worker is noticed here, not when its queue runs dry
                 yield as_tensors(group.batch(i), pin=pin)
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.state import LoaderState
-from tokenloom.process import env_topology
+from tokenloom.loader.stream.cursor import Cursor, PlanCache, StreamCursor
+from tokenloom.loader.stream.topology import Topology
 from tokenloom.rows.plan import MAX_REFILLS, RowPlan
 from tokenloom.rows.read import RowReader, scan_selection
 from tokenloom.rows.spec import RowSpec
@@ -176,7 +176,7 @@ class _Rows:
         )
 
 
-class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
+class RowDataset(StreamCursor, _Rows, _torch_base()):  # type: ignore[misc]
     """Batches of rows streamed from the table as a :class:`RowSpec` says.
 
     ``RowDataset(spec, rank=r, world_size=w, transform=f)``, or the keyword form
@@ -224,9 +224,9 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
             storage_options=storage_options,
             options=options,
         )
-        self.rank, self.world_size = env_topology(rank, world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise RowLoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
+        self.topology = Topology.of(rank, world_size)
+        """This rank of the world (:class:`~tokenloom.loader.stream.topology.Topology`)."""
+        self.rank, self.world_size = self.topology.rank, self.topology.world_size
         self.batch_size = self.spec.per_rank(self.world_size)
         for name, value, low in (
             ("transform_threads", transform_threads, 0),
@@ -239,19 +239,11 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         self.read_batch_size = read_batch_size
         self.prefetch = prefetch
         self.allow_data_change = allow_data_change
-        self._epoch, self._step = int(epoch), 0
-        self._plans: dict[int, RowPlan] = {}
+        self.at = Cursor(epoch)
+        """The cursor: the next global step to deliver (:class:`~.stream.cursor.Cursor`)."""
+        self._plans: PlanCache[RowPlan] = PlanCache(keep=2)
 
     # -- the plan -----------------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @property
-    def step(self) -> int:
-        """Global steps of this epoch delivered so far."""
-        return self._step
 
     def plan(self, epoch: int | None = None) -> RowPlan:
         """The epoch's :class:`RowPlan` (the last two are kept).
@@ -263,49 +255,40 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
             RowLoaderError: The epoch has no global step (no row selected, or ``drop_last``
                 with fewer rows than one global batch).
         """
-        e = self._epoch if epoch is None else int(epoch)
-        if e not in self._plans:
-            s = self.spec
-            n = len(self.selection.row_ids)
-            plan = RowPlan.build(
-                n, seed=s.seed, epoch=e, global_batch=s.global_batch, drop_last=s.drop_last
-            )
-            if plan.steps == 0:
-                if n == 0:
-                    raise RowLoaderError(
-                        f"epoch {e} has no step: the filter {s.filter!r} selects no row of "
-                        f"{s.table} (version {self.version}); widen the filter"
-                    )
+        return self._plans.get(self.at.epoch if epoch is None else epoch, self._build_plan)
+
+    def _build_plan(self, e: int) -> RowPlan:
+        s = self.spec
+        n = len(self.selection.row_ids)
+        plan = RowPlan.build(
+            n, seed=s.seed, epoch=e, global_batch=s.global_batch, drop_last=s.drop_last
+        )
+        if plan.steps == 0:
+            if n == 0:
                 raise RowLoaderError(
-                    f"epoch {e} has no step: its {n:,} rows are fewer than one global batch "
-                    f"of {s.global_batch} rows, and drop_last leaves that incomplete step out; "
-                    f"use global_batch={n} or less, or drop_last=False"
+                    f"epoch {e} has no step: the filter {s.filter!r} selects no row of "
+                    f"{s.table} (version {self.version}); widen the filter"
                 )
-            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
-            self._plans[e] = plan
-        return self._plans[e]
+            raise RowLoaderError(
+                f"epoch {e} has no step: its {n:,} rows are fewer than one global batch "
+                f"of {s.global_batch} rows, and drop_last leaves that incomplete step out; "
+                f"use global_batch={n} or less, or drop_last=False"
+            )
+        return plan
 
     def __len__(self) -> int:
         """Steps in the current epoch (the same on every rank)."""
         return self.plan().steps
 
-    def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (from its start, unless the cursor is already in it)."""
-        if epoch != self._epoch:
-            self._epoch, self._step = int(epoch), 0
-
-    @property
-    def cursor(self) -> tuple[int, int]:
-        """``(epoch, step)`` of the next batch."""
-        return self._epoch, self._step
+    def steps(self, epoch: int | None = None) -> int:
+        """Global steps of an epoch (default: the current one), the same on every rank."""
+        return self.plan(epoch).steps
 
     # -- state --------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered so far, the fingerprint, and the skip counts."""
-        out = LoaderState.create(
-            epoch=self._epoch, step=self._step, inputs=self.plan_inputs()
-        ).to_dict()
+        out = StreamCursor.state_dict(self)
         out["skipped"] = dict(self.skipped)
         out["refills"] = self.refills
         return out
@@ -316,9 +299,7 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         Raises:
             ResumeMismatchError: naming what changed and the override.
         """
-        saved = LoaderState.from_dict(state)
-        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
-        self._epoch, self._step = saved.epoch, saved.step
+        StreamCursor.load_state_dict(self, state)
         self.skipped = Counter(state.get("skipped", {}))
         self.refills = int(state.get("refills", 0))
 
@@ -377,7 +358,7 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         except ImportError:  # pragma: no cover
             info = None
         wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch, first = self._epoch, self._step
+        epoch, first = self.at.at
         plan = self.plan(epoch)
         steps = list(range(first + wid, plan.steps, workers))
         threads = self.transform_threads
@@ -409,14 +390,12 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
                         "batch": batch,
                     }
                     continue
-                self._step = built.step + 1
-                if self._step >= plan.steps:
-                    self._epoch, self._step = epoch + 1, 0
+                self.at.delivered(epoch, built.step, plan.steps)
                 yield to_format(built.output, built.row_ids, self.format)
             if info is not None:
                 # a worker's pass ran to its end: a persistent worker's next pass starts the
                 # next epoch, where the training process's cursor now is
-                self._epoch, self._step = epoch + 1, 0
+                self.at.seek(epoch + 1, 0)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)

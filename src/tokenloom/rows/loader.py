@@ -72,9 +72,7 @@ class RowLoader(torch.utils.data.DataLoader):
             meta = item[_META]
             ds.skipped.update(meta["skipped"])
             ds.refills += meta["refills"]
-            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
-            if ds._step >= total:
-                ds._epoch, ds._step = meta["epoch"] + 1, 0
+            ds.delivered(meta["epoch"], meta["step"], total)
             batch = item["batch"]
             if ds.format == "torch":
                 batch = to_format(batch, batch["row_id"], "torch")

@@ -1,9 +1,9 @@
 """The row loader's I/O: resolve the selection once, then read chunks of rows by stable row id.
 
 The plan needs ``(id, _rowid)`` of the rows under the filter — one scan of one small column.
-Rows are read with ``_take_rows`` (thread-safe, GIL released); a blob-encoded column (see
-:mod:`tokenloom.ingest.columns`) is read lazily with ``take_blobs`` and materialised as
-``large_binary`` bytes only for the rows of the chunk.
+Rows are read with :func:`~tokenloom.loader.stream.take.take` (thread-safe, GIL released); a
+blob-encoded column (see :mod:`tokenloom.ingest.columns`) is read lazily with ``take_blobs`` and
+materialised as ``large_binary`` bytes only for the rows of the chunk.
 """
 
 from __future__ import annotations
@@ -17,16 +17,12 @@ import numpy as np
 import pyarrow as pa
 
 from tokenloom.loader.compact import CompactInts, encode
+from tokenloom.loader.stream.take import is_blob, take
 from tokenloom.rows.transform import RowLoaderError
 from tokenloom.table.filters import validate_filter
 from tokenloom.table.tokens import as_token_lists, is_bytes_layout
 
 __all__ = ["RowSelection", "compact_selection", "scan_selection", "RowReader", "is_blob"]
-
-
-def is_blob(field: pa.Field) -> bool:
-    """Whether a column is stored with Lance's blob encoding."""
-    return (field.metadata or {}).get(b"lance-encoding:blob") == b"true"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -124,9 +120,8 @@ class RowReader:
         started = time.perf_counter()
         ds = self.dataset
         schema = ds.schema
-        plain = [c for c in self.columns if not is_blob(schema.field(c))]
         rid = [int(r) for r in rowids]
-        table = ds._take_rows(rid, columns=["id", *[c for c in plain if c != "id"]])
+        table = take(ds, rid, ["id", *[c for c in self.columns if c != "id"]])  # blobs as bytes
         arrays: dict[str, pa.Array] = {
             name: table.column(name).combine_chunks() for name in table.column_names
         }
@@ -139,10 +134,6 @@ class RowReader:
         for c in self.columns:
             if is_bytes_layout(schema.field(c)):  # token ids read as lists, either layout
                 arrays[c] = as_token_lists(arrays[c], schema.field(c))
-            if is_blob(schema.field(c)):
-                blobs = ds.take_blobs(c, ids=rid) if rid else []
-                values = [b.readall() if b is not None else None for b in blobs]
-                arrays[c] = pa.array(values, type=pa.large_binary())
         batch = pa.record_batch([arrays[c] for c in self.columns], names=list(self.columns))
         self.read_seconds += time.perf_counter() - started
         self.rows_read += len(rid)
