@@ -147,7 +147,7 @@ IMAGE_KEYS = (
     "on_error",
 )
 """The image+text options (keywords of :func:`image_text_options`)."""
-_SHARED = ("table_version", "filter", "seq_len", "global_batch", "seed")
+_SHARED = ("table_version", "filter", "seq_len", "global_batch", "seed", "drop_last")
 """Loader options an image+text run takes too (the others are the token loader's)."""
 
 
@@ -159,7 +159,7 @@ def _image_spec_of(table: str, options: dict, image: dict):  # noqa: ANN202
         named["policy"] = named.pop("image_packing")
     fields = {"version": options.get("table_version"), "filter": options.get("filter"),
               "global_batch": options.get("global_batch"), "seed": options.get("seed"),
-              "budget": options.get("seq_len")}  # fmt: skip
+              "budget": options.get("seq_len"), "drop_last": options.get("drop_last")}  # fmt: skip
     return ImageTextSpec(table=table, **{k: v for k, v in fields.items() if v is not None}, **named)
 
 

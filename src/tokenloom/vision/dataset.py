@@ -9,11 +9,13 @@ packs a fresh permutation of ``(seed, epoch)`` with :func:`~tokenloom.vision.pac
 into two flat arrays (``uint32`` members and block starts): about 10 bytes per sample in all
 (:attr:`ImageTextDataset.nbytes`; 12 at most).
 
-**Steps.** Global step ``s`` holds blocks ``s*G .. s*G+G-1``; rank ``r`` of ``W`` takes the
-contiguous ``G / W`` of them, so the global stream depends on ``G`` only, never on the world size
-or the workers: a state taken at global step ``s`` on ``W`` ranks resumes on ``W'`` ranks with
-the same remaining blocks. The epoch's incomplete last step is left out (a block is never
-invented).
+**Steps.** On the stream skeleton (:mod:`tokenloom.loader.stream`: the spec's common part, the
+topology, the cursor and its state, the plan cache, the take wrapper): global step ``s`` holds
+blocks ``s*G .. s*G+G-1``; rank ``r`` of ``W`` takes the contiguous ``G / W`` of them, so the
+global stream depends on ``G`` only, never on the world size or the workers: a state taken at
+global step ``s`` on ``W`` ranks resumes on ``W'`` ranks with the same remaining blocks. The
+epoch's incomplete last step is completed with blocks of padding only (every planned sample is
+delivered), or left out with ``drop_last``.
 
 **Materialiser.** A block's rows are read by stable row id (image bytes, prompt and response
 ids), each image decoded (Pillow) and cut into patches in a thread pool, and the block laid out
@@ -41,8 +43,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.shuffle import epoch_order
-from tokenloom.loader.state import LoaderState
-from tokenloom.process import env_topology
+from tokenloom.loader.stream import Cursor, PlanCache, StreamCursor, Topology
 from tokenloom.rows.read import RowSelection, compact_selection
 from tokenloom.rows.transform import RowLoaderError, RowTransformError, reason_of
 from tokenloom.vision.packing import CompactBlocks, pack_block, pack_compact
@@ -219,16 +220,6 @@ def scan_sizes(ds: Any, spec: ImageTextSpec) -> tuple[SampleSizes, dict[str, Any
     return SampleSizes(selection=selection, lengths=lengths, image_tokens=img), tp
 
 
-class _EpochPlan:
-    """One epoch's blocks, as selection positions (compact)."""
-
-    __slots__ = ("epoch", "blocks")
-
-    def __init__(self, epoch: int, blocks: CompactBlocks) -> None:
-        self.epoch = epoch
-        self.blocks = blocks
-
-
 def _torch_base() -> type:
     try:
         from torch.utils.data import IterableDataset
@@ -238,7 +229,7 @@ def _torch_base() -> type:
         return object
 
 
-class ImageTextDataset(_torch_base()):  # type: ignore[misc]
+class ImageTextDataset(StreamCursor, _torch_base()):  # type: ignore[misc]
     """Packed image+text blocks of an :class:`~tokenloom.vision.ImageTextSpec` (see the module
     docstring).
 
@@ -262,7 +253,6 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         storage_options: dict | None = None,
         allow_data_change: bool = False,
     ) -> None:
-        from tokenloom.loader.plan import PlanError
         from tokenloom.table import Table
 
         if not isinstance(spec, ImageTextSpec):
@@ -270,13 +260,9 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
                 f"ImageTextDataset takes an ImageTextSpec, got {type(spec).__name__}; build one "
                 "with ImageTextSpec(table=..., prompt_column=..., response_column=...)"
             )
-        self.rank, self.world_size = env_topology(rank, world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise ImageTextError(f"rank {self.rank} is outside world_size {self.world_size}")
-        try:
-            self.per_rank = spec.per_rank(self.world_size)
-        except PlanError as exc:
-            raise ImageTextError(str(exc)) from None
+        self.topology = Topology.of(rank, world_size)
+        self.rank, self.world_size = self.topology.rank, self.topology.world_size
+        self.per_rank = spec.per_rank(self.world_size)
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ImageTextError(f"threads must be an integer >= 0, got {threads!r}")
         table = Table.open(spec.table, version=spec.version, storage_options=storage_options)
@@ -289,9 +275,10 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         self.storage_options = storage_options
         self.allow_data_change = allow_data_change
         self._reader: Any = None
-        self._epoch, self._step = int(epoch), 0
-        self._plan: _EpochPlan | None = None
-        self.delivered: Counter = Counter()
+        self.at = Cursor(epoch)
+        # one epoch's plan kept (~5 bytes per sample): two would pass 12 bytes per sample
+        self._plans: PlanCache[CompactBlocks] = PlanCache(keep=1)
+        self.counts: Counter = Counter()
         """What this process delivered so far (:data:`LEDGER_KEYS`)."""
         self.skipped: Counter = Counter()
         """Samples whose image (or sizes) failed, by reason (this process)."""
@@ -299,7 +286,6 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_reader"] = None  # Lance handles do not cross processes
-        state["_plan"] = None
         return state
 
     @property
@@ -328,72 +314,62 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         Raises:
             ImageTextError: The epoch has fewer blocks than one global step.
         """
-        e = self._epoch if epoch is None else int(epoch)
-        if self._plan is None or self._plan.epoch != e:
-            s, sizes = self.spec, self.sizes
-            n = len(sizes.lengths)
-            order = epoch_order(n, seed=s.seed, epoch=e)
-            packed = pack_compact(
-                sizes.lengths[order],
-                (sizes.image_tokens[order] > 0).astype(np.uint8),
-                budget=s.budget,
-                image_cap=s.image_cap,
-                policy=s.policy,
-                window=s.window,
+        e = self.epoch if epoch is None else int(epoch)
+        return self._plans.get(e, self._build_plan)
+
+    def _build_plan(self, e: int) -> CompactBlocks:
+        s, sizes = self.spec, self.sizes
+        n = len(sizes.lengths)
+        order = epoch_order(n, seed=s.seed, epoch=e)
+        packed = pack_compact(
+            sizes.lengths[order],
+            (sizes.image_tokens[order] > 0).astype(np.uint8),
+            budget=s.budget,
+            image_cap=s.image_cap,
+            policy=s.policy,
+            window=s.window,
+        )
+        members = order[packed.members]  # positions in the order -> selection positions
+        del order
+        blocks = CompactBlocks(
+            members=members.astype(packed.members.dtype, copy=False),
+            starts=packed.starts,
+            dropped=packed.dropped,
+        )
+        if not len(blocks) or (s.drop_last and len(blocks) < s.global_batch):
+            why = (
+                f", fewer than one global batch of {s.global_batch} with drop_last"
+                if len(blocks)
+                else ""
             )
-            members = order[packed.members]  # positions in the order -> selection positions
-            del order
-            blocks = CompactBlocks(
-                members=members.astype(packed.members.dtype, copy=False),
-                starts=packed.starts,
-                dropped=packed.dropped,
+            raise ImageTextError(
+                f"epoch {e} has no step: {n:,} samples ({blocks.dropped:,} longer than the "
+                f"budget of {s.budget}) pack into {len(blocks)} blocks{why}; widen the filter, "
+                "raise the budget (--seq-len), or lower --global-batch-size / drop --drop-last"
             )
-            if len(blocks) < s.global_batch:
-                raise ImageTextError(
-                    f"epoch {e} has no step: {n:,} samples ({blocks.dropped:,} longer than the "
-                    f"budget of {s.budget}) pack into {len(blocks)} blocks, fewer than one global "
-                    f"batch of {s.global_batch}; lower --global-batch-size, raise the budget, or "
-                    "widen the filter"
-                )
-            self._plan = _EpochPlan(e, blocks)
-        return self._plan.blocks
+        return blocks
 
     @property
     def nbytes(self) -> int:
         """Bytes held per the whole selection: the sizes plus the current epoch's plan."""
-        plan = self._plan.blocks.nbytes if self._plan is not None else 0
+        e = self.epoch
+        plan = self.plan(e).nbytes if e in self._plans else 0
         return self.sizes.nbytes + plan
 
     def steps(self, epoch: int | None = None) -> int:
-        """Global steps of an epoch (the same on every rank)."""
-        return len(self.plan(epoch)) // self.spec.global_batch
+        """Global steps of an epoch (the same on every rank): ``blocks // G`` with
+        ``drop_last``, else ``ceil(blocks / G)``."""
+        n, g = len(self.plan(epoch)), self.spec.global_batch
+        return n // g if self.spec.drop_last else -(-n // g)
 
     def __len__(self) -> int:
         return self.steps()
 
-    def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (from its start, unless the cursor is already in it)."""
-        if epoch != self._epoch:
-            self._epoch, self._step = int(epoch), 0
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @property
-    def step(self) -> int:
-        """Global steps of this epoch delivered so far."""
-        return self._step
-
-    @property
-    def cursor(self) -> tuple[int, int]:
-        """``(epoch, step)`` of the next batch."""
-        return self._epoch, self._step
-
     def blocks_of(self, step: int, *, epoch: int | None = None, rank: int | None = None) -> range:
-        """Block numbers rank ``rank`` (default this one) takes at global ``step``."""
+        """Block numbers rank ``rank`` (default this one) takes at global ``step`` (numbers past
+        the epoch's blocks are blocks of padding only, completing the last step)."""
         r = self.rank if rank is None else rank
-        first = step * self.spec.global_batch + r * self.per_rank
+        first = Topology(r, self.world_size).first(step, self.spec.global_batch)
         return range(first, first + self.per_rank)
 
     def plan_ledger(self, epoch: int | None = None) -> dict[str, float]:
@@ -402,7 +378,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         blocks = self.plan(epoch)
         s = self.spec
         n_blocks = self.steps(epoch) * s.global_batch
-        used = blocks.members[: int(blocks.starts[n_blocks])].astype(np.int64)
+        used = blocks.members[: int(blocks.starts[min(n_blocks, len(blocks))])].astype(np.int64)
         lengths = self.sizes.lengths[used].astype(np.int64)
         img = self.sizes.image_tokens[used].astype(np.int64)
         positions = n_blocks * s.budget
@@ -415,7 +391,8 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
             "padding": int(positions - lengths.sum()),
             "padding_share": float(positions - lengths.sum()) / max(positions, 1),
             "dropped_samples": blocks.dropped,
-            "left_over_blocks": len(blocks) - n_blocks,
+            "left_over_blocks": max(len(blocks) - n_blocks, 0),
+            "padding_blocks": max(n_blocks - len(blocks), 0),
         }
 
     def padding_by_policy(self, epoch: int | None = None) -> dict[str, dict[str, float]]:
@@ -424,7 +401,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         from tokenloom.vision.packing import plan_padding
 
         s = self.spec
-        e = self._epoch if epoch is None else int(epoch)
+        e = self.epoch if epoch is None else int(epoch)
         order = epoch_order(len(self.sizes.lengths), seed=s.seed, epoch=e)
         return plan_padding(
             self.sizes.lengths[order].astype(np.int64),
@@ -437,7 +414,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
     def ledger(self) -> dict[str, Any]:
         """What this process delivered so far: blocks, samples, images, image and text tokens,
         padding, skipped samples (and the skips by reason)."""
-        out: dict[str, Any] = {k: int(self.delivered.get(k, 0)) for k in LEDGER_KEYS}
+        out: dict[str, Any] = {k: int(self.counts.get(k, 0)) for k in LEDGER_KEYS}
         out["skipped_by_reason"] = dict(self.skipped)
         return out
 
@@ -445,7 +422,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         """Which rows global ``step`` held: per rank and block, the table ids of its samples
         in block order (every rank's, from the plan alone)."""
         blocks = self.plan(epoch)
-        e = self._epoch if epoch is None else int(epoch)
+        e = self.epoch if epoch is None else int(epoch)
         if not 0 <= step < self.steps(e):
             raise ImageTextError(
                 f"step {step} is outside epoch {e}: it has {self.steps(e)} global steps"
@@ -453,7 +430,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         out = []
         for r in range(self.world_size):
             for b in self.blocks_of(step, epoch=e, rank=r):
-                ids = self.sizes.selection.row_ids[blocks.block(b)]
+                ids = self.sizes.selection.row_ids[self._members(blocks, b)]
                 out.append({"epoch": e, "step": step, "rank": r, "block": b,
                             "row_ids": [int(i) for i in ids]})  # fmt: skip
         return out
@@ -470,10 +447,8 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered so far, the fingerprint, and the ledger."""
-        out = LoaderState.create(
-            epoch=self._epoch, step=self._step, inputs=self.plan_inputs()
-        ).to_dict()
-        out["delivered"] = dict(self.delivered)
+        out = StreamCursor.state_dict(self)
+        out["ledger"] = dict(self.counts)
         out["skipped"] = dict(self.skipped)
         return out
 
@@ -483,10 +458,8 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         Raises:
             ResumeMismatchError: naming what changed and the override.
         """
-        saved = LoaderState.from_dict(state)
-        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
-        self._epoch, self._step = saved.epoch, saved.step
-        self.delivered = Counter(state.get("delivered", {}))
+        StreamCursor.load_state_dict(self, state)
+        self.counts = Counter(state.get("ledger", {}))
         self.skipped = Counter(state.get("skipped", {}))
 
     # -- the materialiser ---------------------------------------------------------------------
@@ -535,7 +508,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
 
         plan = self.plan(epoch)
         s = self.spec
-        members = [plan.block(b) for b in blocks]
+        members = [self._members(plan, b) for b in blocks]
         flat = np.concatenate(members) if members else np.zeros(0, np.int64)
         sel = self.sizes.selection
         ids = sel.row_ids[flat]
@@ -615,14 +588,19 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
     ) -> dict:  # fmt: skip
         """This rank's blocks of global ``step`` (``part=(k, K)``: the ``k``-th of ``K``
         contiguous parts of them, what DataLoader worker ``k`` of ``K`` builds)."""
-        e = self._epoch if epoch is None else int(epoch)
+        e = self.epoch if epoch is None else int(epoch)
         mine = self.blocks_of(step, epoch=e)
         k, parts = part
         lo, hi = k * len(mine) // parts, (k + 1) * len(mine) // parts
         return self.build_blocks(list(mine[lo:hi]), e, pool)
 
+    @staticmethod
+    def _members(plan: CompactBlocks, b: int) -> np.ndarray:
+        """Selection positions of block ``b`` (none for a block past the plan: padding)."""
+        return plan.block(b) if b < len(plan) else np.zeros(0, np.int64)
+
     def _account(self, batch: dict) -> None:
-        self.delivered.update(batch["counts"])
+        self.counts.update(batch["counts"])
         self.skipped.update(batch["skipped"])
 
     # -- iteration ----------------------------------------------------------------------------
@@ -635,7 +613,7 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
         except ImportError:  # pragma: no cover
             info = None
         part = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch, first = self._epoch, self._step
+        epoch, first = self.cursor
         n = self.steps(epoch)
         pool = (
             ThreadPoolExecutor(self.threads, thread_name_prefix="tokenloom-img")
@@ -650,12 +628,10 @@ class ImageTextDataset(_torch_base()):  # type: ignore[misc]
                     yield batch
                     continue
                 self._account(batch)
-                self._step = s + 1
-                if self._step >= n:
-                    self._epoch, self._step = epoch + 1, 0
+                self.delivered(epoch, s, n)
                 yield batch
             if info is not None:  # a persistent worker's next pass starts the next epoch
-                self._epoch, self._step = epoch + 1, 0
+                self.seek(epoch + 1, 0)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)

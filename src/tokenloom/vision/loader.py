@@ -80,9 +80,7 @@ class ImageTextLoader(torch.utils.data.DataLoader):
             batch = join_parts(parts)
             parts = []
             ds._account(batch)
-            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
-            if ds._step >= total:
-                ds._epoch, ds._step = meta["epoch"] + 1, 0
+            ds.delivered(meta["epoch"], meta["step"], total)
             yield batch
 
     def state_dict(self) -> dict:

@@ -12,13 +12,12 @@ nor torch.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
-from tokenloom.loader.spec import absolute_uri
+from tokenloom.loader.stream.spec import StreamSpec, check_int
 from tokenloom.vision.packing import PACK_ALGORITHM
 from tokenloom.vision.patches import PatchGrid
 
@@ -33,19 +32,16 @@ SPEC_KIND = "image_text"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ImageTextSpec:
-    """Which packed image+text blocks an :class:`~tokenloom.vision.ImageTextDataset` delivers."""
+class ImageTextSpec(StreamSpec):
+    """Which packed image+text blocks an :class:`~tokenloom.vision.ImageTextDataset` delivers.
 
-    table: str
-    """The table: a local path (stored absolute) or an object-store URI Lance accepts."""
-    version: int | None = None
-    """Table version; ``None``: the latest when the dataset is built (then pinned)."""
-    filter: str | None = None
-    """SQL selecting the samples (``None``: all)."""
-    global_batch: int = 4
-    """Blocks per global step ``G`` over all ranks (each of ``W`` ranks gets ``G / W``)."""
-    seed: int = 0
-    """Shuffle seed; every epoch packs a fresh permutation of ``(seed, epoch)``."""
+    ``table``, ``version``, ``filter``, ``global_batch`` (blocks per global step over all
+    ranks), ``seed`` (every epoch packs a fresh permutation of ``(seed, epoch)``) and
+    ``drop_last`` (leave out the epoch's last incomplete step instead of completing it with
+    blocks of padding only) are the common part
+    (:class:`~tokenloom.loader.stream.spec.StreamSpec`).
+    """
+
     image_column: str = "image"
     """Encoded image bytes (a blob or binary column)."""
     prompt_column: str = "prompt_ids"
@@ -73,29 +69,15 @@ class ImageTextSpec:
     """What an image that does not decode does (:data:`ON_ERROR`)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
-            raise PlanError(f"table must be a path or URI, got {self.table!r}")
-        object.__setattr__(self, "table", absolute_uri(self.table))
+        StreamSpec.__post_init__(self)  # table, version, filter, global_batch, seed, drop_last
         for name, low in (
-            ("global_batch", 1),
-            ("seed", 0),
             ("budget", 2),
             ("image_cap", 1),
             ("patch", 1),
             ("max_side", 1),
             ("window", 1),
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise PlanError(f"{name} must be an integer >= {low}, got {value!r}")
-        if self.version is not None and (
-            isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0
-        ):
-            raise PlanError(f"version must be an integer >= 0, got {self.version!r}")
-        if self.filter is not None and (
-            not isinstance(self.filter, str) or not self.filter.strip()
-        ):
-            raise PlanError(f"filter must be SQL text or None, got {self.filter!r}")
+            check_int(name, getattr(self, name), low=low)
         columns = self.columns()
         for name, value in columns.items():
             if not isinstance(value, str) or not value:
@@ -138,18 +120,10 @@ class ImageTextSpec:
             "height_column": self.height_column,
         }
 
-    def per_rank(self, world_size: int) -> int:
-        """Blocks each of ``world_size`` ranks gets per step.
-
-        Raises:
-            PlanError: ``G`` is not a multiple of ``world_size``.
-        """
-        if self.global_batch % world_size:
-            raise PlanError(
-                f"global batch {self.global_batch} blocks does not split evenly over "
-                f"{world_size} ranks; pick a global batch that is a multiple of {world_size}"
-            )
-        return self.global_batch // world_size
+    @property
+    def unit(self) -> str:
+        """A global step's items are blocks (``per_rank``: blocks each rank builds per step)."""
+        return "blocks"
 
     def replace(self, **changes: Any) -> ImageTextSpec:
         """A copy with ``changes`` (validated again)."""
@@ -171,6 +145,7 @@ class ImageTextSpec:
             out.pop(key)
         return {
             "kind": SPEC_KIND,
+            **self.stream_inputs(),
             **out,
             "permutation": PERMUTATION_ALGORITHM,
             "packing": PACK_ALGORITHM,
