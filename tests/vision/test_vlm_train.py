@@ -59,3 +59,19 @@ def test_failures_exit_with_status_and_message(table, tmp_path):
     assert res.returncode == 2 and "--packing belong to token tables" in res.stderr, res.stderr
     res = CliRunner().invoke(cli, ["train", "--table", table, "--out", out, "--image-cap", "2"])
     assert res.exit_code == 2 and "--image-cap applies to image+text runs" in res.output
+
+
+def test_trace_names_the_rows_of_a_step_and_the_steps_of_a_row(table, tmp_path):
+    out = str(tmp_path / "t")
+    invoke("train", "--table", table, "--out", out, *ARGS, "--steps", "3")
+    got = json.loads(invoke("trace", "--run", out, "--step", "2", "--json"))
+    rows = got["rows"]
+    assert {r["step"] for r in rows} == {2} and rows and got["loader"]["kind"] == "image_text"
+    from tokenloom.vision import ImageTextDataset
+
+    ds = ImageTextDataset(read_record(out).loader, world_size=1)
+    want = [i for b in ds.build_step(1)["row_ids"] for i in b.tolist()]
+    assert [r["row_id"] for r in rows] == want
+    row = rows[0]["row_id"]
+    seen = json.loads(invoke("trace", "--run", out, "--row", str(row), "--json"))["rows"]
+    assert 2 in {r["step"] for r in seen} and all(r["row_id"] == row for r in seen)
