@@ -69,7 +69,7 @@ class DataLoader(torch.utils.data.DataLoader):
     """
 
     def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        rows = sys.modules.get("tokenloom.rows.dataset")  # loaded if a RowDataset exists
+        rows = sys.modules.get("tokenloom.rows.iterable")  # loaded if a RowDataset exists
         if cls is DataLoader and rows is not None and isinstance(dataset, rows.RowDataset):
             from tokenloom.rows.loader import RowLoader
 

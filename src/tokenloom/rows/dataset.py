@@ -4,9 +4,13 @@ The plan (:mod:`tokenloom.rows.plan`) says which row fills which slot of which g
 module reads those rows in chunks of ``read_batch_size`` (:mod:`tokenloom.rows.read`), runs the
 transform on each chunk in a pool of ``transform_threads`` threads (Lance's take releases the
 GIL, so do Pillow and numpy), refills the slots of rows the transform left out, and hands the
-batch out in the chosen format. DataLoader worker ``w`` of ``W`` builds this rank's steps ``w,
-w+W, ...`` and torch delivers them round-robin, so the stream is the same for any number of
-workers. State: ``(epoch, step)`` plus the fingerprint of the plan's inputs.
+batch out in the chosen format. It is built on the stream skeleton (:mod:`tokenloom.loader.stream`:
+spec, topology, cursor, take): :class:`RowStream` is the plan plus this materialiser, without
+torch. A :class:`~tokenloom.rows.RowLoader` worker ``w`` of ``W`` (tokenloom's own,
+:mod:`~tokenloom.loader.workers`) builds this rank's steps ``w, w+W, ...`` into a shared-memory
+ring (:mod:`~tokenloom.loader.stream.transit`) and the loader takes them round-robin, so the
+stream is the same for any number of workers. State: ``(epoch, step)`` plus the fingerprint of
+the plan's inputs.
 
 :class:`RowMapDataset` is the map-style variant (``DataLoader(shuffle=True)`` works): item ``i``
 is the ``i``-th selected row (ascending id), a failing row replaced by its refill candidates.
@@ -22,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.stream.cursor import Cursor, PlanCache, StreamCursor
-from tokenloom.loader.stream.topology import Topology
+from tokenloom.loader.stream.topology import Topology, worker_groups
+from tokenloom.loader.stream.transit import StepMessage, StepRing
 from tokenloom.rows.plan import MAX_REFILLS, RowPlan
 from tokenloom.rows.read import RowReader, scan_selection
 from tokenloom.rows.spec import RowSpec
@@ -39,9 +44,17 @@ from tokenloom.rows.transform import (
     transform_name,
 )
 
-__all__ = ["RowDataset", "RowMapDataset", "StepRows"]
+__all__ = ["RowMapDataset", "RowStream", "StepRows"]
 
-_META = "_rows"  # per-batch worker metadata, removed by RowLoader
+
+def __getattr__(name: str) -> Any:
+    # RowDataset, the torch face, lives in its own module: a worker unpickles a RowStream from
+    # this one without importing torch
+    if name == "RowDataset":
+        from tokenloom.rows.iterable import RowDataset
+
+        return RowDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class StepRows:
@@ -55,15 +68,6 @@ class StepRows:
         self.row_ids = row_ids
         self.skipped = skipped
         self.refills = refills
-
-
-def _torch_base() -> type:
-    try:
-        from torch.utils.data import IterableDataset
-
-        return IterableDataset
-    except ImportError:  # pragma: no cover - the rows loader works without torch too
-        return object
 
 
 _HINTS = {
@@ -176,8 +180,10 @@ class _Rows:
         )
 
 
-class RowDataset(StreamCursor, _Rows, _torch_base()):  # type: ignore[misc]
-    """Batches of rows streamed from the table as a :class:`RowSpec` says.
+class RowStream(StreamCursor, _Rows):
+    """Batches of rows streamed from the table as a :class:`RowSpec` says (no torch; its
+    torch face is :class:`RowDataset`, whose arguments these are; a worker of
+    :class:`~tokenloom.rows.RowLoader` runs a detached copy, :meth:`detached`).
 
     ``RowDataset(spec, rank=r, world_size=w, transform=f)``, or the keyword form
     ``RowDataset("img.lance", columns=["image", "text"], global_batch=32, ...)``.
@@ -350,17 +356,9 @@ class RowDataset(StreamCursor, _Rows, _torch_base()):  # type: ignore[misc]
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            from torch.utils.data import get_worker_info
-
-            info = get_worker_info()
-        except ImportError:  # pragma: no cover
-            info = None
-        wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch, first = self.at.at
-        plan = self.plan(epoch)
-        steps = list(range(first + wid, plan.steps, workers))
+    def _built(self, plan: RowPlan, steps: list[int]) -> Iterator[StepRows]:
+        """The steps ``steps`` of ``plan`` built in order, ``prefetch`` steps ahead in a pool
+        of ``transform_threads`` threads (the skip counts added up here)."""
         threads = self.transform_threads
         pool = ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-rows") if threads else None
         try:
@@ -377,28 +375,48 @@ class RowDataset(StreamCursor, _Rows, _torch_base()):  # type: ignore[misc]
                     ahead.append(self._submit(pool, plan, nxt))
                 self.skipped.update(built.skipped)
                 self.refills += built.refills
-                if info is not None:  # a worker: numpy/arrow out, the loader converts
-                    fmt = "numpy" if self.format == "torch" else self.format
-                    batch = to_format(built.output, built.row_ids, fmt)
-                    yield {
-                        _META: {
-                            "epoch": epoch,
-                            "step": built.step,
-                            "skipped": dict(built.skipped),
-                            "refills": built.refills,
-                        },
-                        "batch": batch,
-                    }
-                    continue
-                self.at.delivered(epoch, built.step, plan.steps)
-                yield to_format(built.output, built.row_ids, self.format)
-            if info is not None:
-                # a worker's pass ran to its end: a persistent worker's next pass starts the
-                # next epoch, where the training process's cursor now is
-                self.at.seek(epoch + 1, 0)
+                yield built
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def batches(self) -> Iterator[Any]:
+        """The rest of the current epoch in this process, in :attr:`format` (the cursor moves
+        as each batch is handed out)."""
+        epoch, first = self.at.at
+        plan = self.plan(epoch)
+        for built in self._built(plan, list(range(first, plan.steps))):
+            self.at.delivered(epoch, built.step, plan.steps)
+            yield to_format(built.output, built.row_ids, self.format)
+
+    def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[StepMessage]:
+        """Worker ``worker`` of ``workers`` (:class:`~tokenloom.loader.workers.WorkerPool`):
+        its steps ``first + worker, first + worker + workers, ...`` of the rest of the current
+        epoch, numeric arrays in a shared-memory ring (numpy out; the loader converts to
+        torch). ``keep`` (a persistent worker) changes nothing here: each pass is told its
+        cursor."""
+        del keep
+        epoch, first = self.at.at
+        plan = self.plan(epoch)
+        steps = [g.start for g in worker_groups(first, plan.steps, 1, worker, workers)]
+        fmt = "numpy" if self.format == "torch" else self.format
+        ring = StepRing()
+        for built in self._built(plan, steps):
+            message = StepMessage(
+                epoch=epoch,
+                first=built.step,
+                batch=to_format(built.output, built.row_ids, fmt),
+                extra={"skipped": dict(built.skipped), "refills": built.refills},
+                worker=worker,
+            )
+            yield ring.put(message)
+
+    def detached(self) -> RowStream:
+        """This stream as a plain :class:`RowStream` (what a worker is sent: unpickling it
+        imports no torch). Shares this object's state."""
+        out = RowStream.__new__(RowStream)
+        out.__dict__.update(self.__dict__)
+        return out
 
 
 class RowMapDataset(_Rows):
