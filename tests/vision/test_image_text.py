@@ -125,6 +125,7 @@ def test_workers_split_each_step_and_deliver_the_same_stream(table):
         assert np.array_equal(a["input_ids"], b["input_ids"])
         assert np.array_equal(a["patches"], b["patches"])
     assert ds.cursor == (1, 0) and ds.ledger()["blocks"] == 4 * len(whole)
+    assert loader.worker_pool.torch_imported is False  # tokenloom's workers: no torch there
 
 
 def test_refusals_name_the_fix(tmp_path, table):

@@ -104,7 +104,7 @@ def pack_stats(
     sizes and token counts only (no image is decoded)."""
     from tokenloom.cli.options import usage_errors
     from tokenloom.loader.plan import PlanError
-    from tokenloom.vision.dataset import ImageTextDataset
+    from tokenloom.vision.dataset import ImageTextStream
     from tokenloom.vision.spec import ImageTextSpec
 
     with usage_errors(PlanError):
@@ -114,7 +114,7 @@ def pack_stats(
             response_column=response_column, filter=filter, version=table_version,
             global_batch=1,
         )  # fmt: skip
-    ledgers = ImageTextDataset(spec, storage_options=storage_options).padding_by_policy(0)
+    ledgers = ImageTextStream(spec, storage_options=storage_options).padding_by_policy(0)
     if plot:
         from tokenloom.vision.plot import plot_padding
 

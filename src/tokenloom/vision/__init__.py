@@ -10,7 +10,8 @@ from tokenloom.vision.patches import PatchGrid, grid_for, image_tokens
 from tokenloom.vision.spec import ImageTextSpec
 
 _LAZY = {
-    "ImageTextDataset": "dataset",
+    "ImageTextDataset": "iterable",
+    "ImageTextStream": "dataset",
     "ImageTextError": "dataset",
     "ImageTextLoader": "loader",
 }
@@ -29,6 +30,7 @@ __all__ = [
     "ImageTextDataset",
     "ImageTextError",
     "ImageTextLoader",
+    "ImageTextStream",
     "ImageTextSpec",
     "PackPlan",
     "PatchGrid",

@@ -21,7 +21,8 @@ delivered), or left out with ``drop_last``.
 ids), each image decoded (Pillow) and cut into patches in a thread pool, and the block laid out
 by :func:`~tokenloom.vision.packing.pack_block` (the tokenizer's EOS closes each sample; padding
 and image positions hold it too, masked out). With DataLoader workers
-(:class:`ImageTextLoader`) the workers split each rank's step — worker ``k`` of ``K`` builds the
+(:class:`~tokenloom.vision.ImageTextLoader`, tokenloom's own worker processes with
+shared-memory rings) the workers split each rank's step — worker ``k`` of ``K`` builds the
 ``k``-th contiguous part of the step's blocks — and the loader joins the parts in order, so the
 batches are the same for any number of workers.
 
@@ -51,7 +52,7 @@ from tokenloom.vision.patches import decode_image, image_tokens, patchify
 from tokenloom.vision.spec import ImageTextSpec
 
 __all__ = [
-    "ImageTextDataset",
+    "ImageTextStream",
     "ImageTextError",
     "SampleSizes",
     "scan_sizes",
@@ -62,7 +63,6 @@ __all__ = [
 
 LEDGER_KEYS = ("blocks", "samples", "images", "image_tokens", "text_tokens", "padding", "skipped")
 """What :meth:`ImageTextDataset.ledger` counts of the blocks delivered."""
-_META = "_image_text"  # a worker's part of a step: its metadata, removed by ImageTextLoader
 
 
 class ImageTextError(RowLoaderError):
@@ -220,18 +220,10 @@ def scan_sizes(ds: Any, spec: ImageTextSpec) -> tuple[SampleSizes, dict[str, Any
     return SampleSizes(selection=selection, lengths=lengths, image_tokens=img), tp
 
 
-def _torch_base() -> type:
-    try:
-        from torch.utils.data import IterableDataset
-
-        return IterableDataset
-    except ImportError:  # pragma: no cover - the plan and the materialiser work without torch
-        return object
-
-
-class ImageTextDataset(StreamCursor, _torch_base()):  # type: ignore[misc]
+class ImageTextStream(StreamCursor):
     """Packed image+text blocks of an :class:`~tokenloom.vision.ImageTextSpec` (see the module
-    docstring).
+    docstring): the plan plus its materialiser, without torch (what a worker is sent);
+    :class:`~tokenloom.vision.ImageTextDataset` is its torch face.
 
     Args:
         spec: What to deliver.
@@ -605,14 +597,9 @@ class ImageTextDataset(StreamCursor, _torch_base()):  # type: ignore[misc]
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[dict]:
-        try:
-            from torch.utils.data import get_worker_info
-
-            info = get_worker_info()
-        except ImportError:  # pragma: no cover
-            info = None
-        part = (info.id, info.num_workers) if info is not None else (0, 1)
+    def _built(self, part: tuple[int, int]) -> Iterator[tuple[int, int, dict]]:
+        """``(epoch, step, batch)`` of the rest of the current epoch, part ``part`` of each
+        step, images decoded in a pool of :attr:`threads` threads."""
         epoch, first = self.cursor
         n = self.steps(epoch)
         pool = (
@@ -622,25 +609,50 @@ class ImageTextDataset(StreamCursor, _torch_base()):  # type: ignore[misc]
         )
         try:
             for s in range(first, n):
-                batch = self.build_step(s, epoch, part=part, pool=pool)
-                if info is not None:  # a worker: its part, joined in order by the loader
-                    batch[_META] = {"epoch": epoch, "step": s, "part": part}
-                    yield batch
-                    continue
-                self._account(batch)
-                self.delivered(epoch, s, n)
-                yield batch
-            if info is not None:  # a persistent worker's next pass starts the next epoch
-                self.seek(epoch + 1, 0)
+                yield epoch, s, self.build_step(s, epoch, part=part, pool=pool)
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
 
+    def batches(self) -> Iterator[dict]:
+        """The rest of the current epoch in this process (the cursor moves as each batch is
+        handed out)."""
+        epoch = self.epoch
+        n = self.steps(epoch)
+        for e, s, batch in self._built((0, 1)):
+            self._account(batch)
+            self.delivered(e, s, n)
+            yield batch
+
+    def __iter__(self) -> Iterator[dict]:
+        return self.batches()
+
+    def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[Any]:
+        """Worker ``worker`` of ``workers`` (:class:`~tokenloom.loader.workers.WorkerPool`):
+        its part of every step of the rest of the current epoch (the ``worker``-th contiguous
+        part of the rank's blocks), arrays in a shared-memory ring; the loader takes the
+        workers' parts round-robin and joins each step's. ``keep`` changes nothing here: each
+        pass is told its cursor."""
+        from tokenloom.loader.stream.transit import StepMessage, StepRing
+
+        del keep
+        ring = StepRing()
+        for epoch, s, batch in self._built((worker, workers)):
+            extra = {"counts": batch.pop("counts"), "skipped": batch.pop("skipped")}
+            message = StepMessage(epoch=epoch, first=s, batch=batch, extra=extra, worker=worker)
+            yield ring.put(message)
+
+    def detached(self) -> ImageTextStream:
+        """This stream as a plain :class:`ImageTextStream` (what a worker is sent: unpickling
+        it imports no torch). Shares this object's state."""
+        out = ImageTextStream.__new__(ImageTextStream)
+        out.__dict__.update(self.__dict__)
+        return out
+
 
 def join_parts(parts: list[dict]) -> dict:
-    """The workers' parts of one step (in worker order) as one batch."""
-    if len(parts) == 1:
-        return parts[0]
+    """The workers' parts of one step (in worker order) as one batch (its arrays copied out of
+    the workers' shared memory, so a kept batch holds no slot)."""
     out: dict[str, Any] = {}
     for key in ("input_ids", "labels", "image_mask", "doc_ids", "position_ids", "patches"):
         out[key] = np.concatenate([p[key] for p in parts])

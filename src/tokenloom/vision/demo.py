@@ -37,7 +37,7 @@ def run_vlm_demo(
     from tokenloom.train.checkpoint import load_checkpoint
     from tokenloom.train.config import TrainConfig
     from tokenloom.train.loop import train
-    from tokenloom.vision.dataset import ImageTextDataset
+    from tokenloom.vision.dataset import ImageTextStream
     from tokenloom.vision.images import IMAGES, build_image_set
     from tokenloom.vision.spec import ImageTextSpec
     from tokenloom.vision.trace import trace_vlm_run
@@ -67,7 +67,7 @@ def run_vlm_demo(
     stage(2, f"{tok.vocab_size}-id BPE trained on the text; prompt_ids, response_ids tokenized")
 
     spec = ImageTextSpec(table=uri, budget=96, global_batch=4, max_side=48, on_error="skip")
-    ledgers = ImageTextDataset(spec, threads=0).padding_by_policy(0)
+    ledgers = ImageTextStream(spec, threads=0).padding_by_policy(0)
     stage(3, "padding of each policy on the same samples (stored sizes only, nothing decoded):")
     for name, led in ledgers.items():
         echo(f"    {name:<15} {led['blocks']:>4} blocks  padding {led['padding']:>5} positions "
@@ -79,14 +79,13 @@ def run_vlm_demo(
 
     runs = {}
     quiet = lambda *_: None  # noqa: E731 - the stage lines say what happened
+    knobs = {"model": "tiny", "steps": steps, "lr": 3e-3, "log_every": max(1, steps // 4),
+             "checkpoint_every": steps}  # fmt: skip
     for name, stop in (("whole", None), ("resumed", steps // 2)):
         out = os.path.join(root, f"run-{name}")
-        cfg = TrainConfig(loader=spec, out=out, model="tiny", steps=steps, lr=3e-3,
-                          log_every=max(1, steps // 4), checkpoint_every=steps, stop_at=stop)  # fmt: skip
-        train(cfg, log=quiet, progress=False)
-        if stop is not None:
-            cfg = TrainConfig(loader=spec, out=out, model="tiny", steps=steps, lr=3e-3,
-                              log_every=max(1, steps // 4), checkpoint_every=steps)  # fmt: skip
+        train(TrainConfig(loader=spec, out=out, stop_at=stop, **knobs), log=quiet, progress=False)
+        if stop is not None:  # the rest of the run, from its checkpoint
+            cfg = TrainConfig(loader=spec, out=out, **knobs)
             train(cfg, resume=True, log=quiet, progress=False)
         runs[name] = load_checkpoint(out)
     whole = runs["whole"]

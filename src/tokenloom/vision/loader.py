@@ -1,12 +1,14 @@
 """``ImageTextLoader``: a torch DataLoader over an :class:`~tokenloom.vision.ImageTextDataset`
-whose workers split each step.
+on tokenloom's own workers, which split each step.
 
-Worker ``k`` of ``K`` builds the ``k``-th contiguous part of every step's blocks (decoding its
-images in its own thread pool); torch hands the workers' items out round-robin, in order, so the
-loader joins ``K`` consecutive items into the step, identical to what one process builds.
-Spawned (or ``forkserver``) workers, ``fork`` refused (Lance is not fork-safe), as for the row
-and token loaders. ``state_dict()`` is the exact cursor of batches delivered to the consumer,
-with the workers' ledgers added up in the dataset.
+The workers are :class:`~tokenloom.loader.workers.WorkerPool` processes (spawned, or
+``forkserver``; ``fork`` refused: Lance is not fork-safe; no ``__main__`` guard needed; they
+import no torch), each sending its parts' arrays through a shared-memory ring
+(:mod:`~tokenloom.loader.stream.transit`). Worker ``k`` of ``K`` builds the ``k``-th contiguous
+part of every step's blocks (decoding its images in its own thread pool); the pool hands the
+workers' parts out round-robin, in order, so the loader joins ``K`` consecutive parts into the
+step, identical to what one process builds. ``state_dict()`` is the exact cursor of batches
+delivered to the consumer, with the workers' ledgers added up in the dataset.
 """
 
 from __future__ import annotations
@@ -16,18 +18,14 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.workers import multiprocessing_context
-from tokenloom.process import main_not_rerun
-from tokenloom.vision.dataset import _META, ImageTextDataset, ImageTextError, join_parts
+from tokenloom.loader.buffers import SharedSlots
+from tokenloom.loader.workers import WorkerPool, multiprocessing_context
+from tokenloom.vision.dataset import ImageTextError, join_parts
+from tokenloom.vision.iterable import ImageTextDataset
 
 __all__ = ["ImageTextLoader", "to_torch"]
 
 _TENSORS = ("input_ids", "labels", "image_mask", "doc_ids", "position_ids", "patches")
-
-
-def _keep(batch: Any) -> Any:
-    """collate_fn of the workers: the part as built."""
-    return batch
 
 
 def to_torch(batch: dict) -> dict:
@@ -54,34 +52,49 @@ class ImageTextLoader(torch.utils.data.DataLoader):
             kwargs["multiprocessing_context"] = multiprocessing_context(
                 kwargs.get("multiprocessing_context")
             )
-            kwargs["collate_fn"] = _keep
-            kwargs.setdefault("persistent_workers", False)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self.worker_pool: WorkerPool | None = None
+        """The workers of the current (or last) pass."""
 
     def __len__(self) -> int:
-        """Steps of the current epoch (torch's own count would be steps x workers: the
-        workers' parts)."""
+        """Steps of the current epoch."""
         return self.dataset.steps()  # type: ignore[attr-defined]
 
     def __iter__(self) -> Iterator[dict]:  # type: ignore[override]
         ds: ImageTextDataset = self.dataset  # type: ignore[assignment]
         if self.num_workers == 0:
-            yield from iter(ds)
+            yield from ds.batches()
             return
         total = ds.steps()
-        with main_not_rerun(True):
-            items = super().__iter__()
+        pool = WorkerPool(
+            ds.detached(),
+            self.num_workers,
+            context=self.multiprocessing_context,
+            prefetch=self.prefetch_factor or 2,
+            timeout=self.timeout,
+            init_fn=self.worker_init_fn,
+        )
+        self.worker_pool = pool
+        it = iter(pool)
+        slots: dict[int, SharedSlots] = {}  # each worker's ring
         parts: list[dict] = []
-        for item in items:
-            meta = item.pop(_META)
-            parts.append(item)
-            if len(parts) < self.num_workers:
-                continue
-            batch = join_parts(parts)
-            parts = []
-            ds._account(batch)
-            ds.delivered(meta["epoch"], meta["step"], total)
-            yield batch
+        try:
+            for message in it:
+                if message.slots is not None:
+                    slots[message.worker] = message.slots
+                part = dict(message.settle(slots.get(message.worker)))
+                part.update(message.extra)
+                parts.append(part)
+                if len(parts) < self.num_workers:
+                    continue
+                batch = join_parts(parts)
+                parts = []
+                ds._account(batch)
+                ds.delivered(message.epoch, message.first, total)
+                pool.check()  # a dead worker is noticed here, not when its pipe runs dry
+                yield batch
+        finally:
+            it.close()
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered to the consumer."""

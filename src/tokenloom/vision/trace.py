@@ -38,9 +38,9 @@ def trace_vlm_run(
     """
     import numpy as np
 
-    from tokenloom.vision.dataset import ImageTextDataset, ImageTextError
+    from tokenloom.vision.dataset import ImageTextError, ImageTextStream
 
-    ds = ImageTextDataset(record.loader, rank=0, world_size=1, threads=0,
+    ds = ImageTextStream(record.loader, rank=0, world_size=1, threads=0,
                           storage_options=storage_options)  # fmt: skip
     done = int(record.step)
     if step is not None and not 1 <= step <= done:

@@ -78,7 +78,7 @@ class _VLMRun:
         self.history: dict[str, list] = {"train": [], "val": []}
 
     def setup(self, resume: bool, reschedule: bool, allow_data_change: bool) -> None:
-        from tokenloom.vision.dataset import ImageTextDataset
+        from tokenloom.vision.iterable import ImageTextDataset
         from tokenloom.vision.loader import ImageTextLoader
         from tokenloom.vision.vlm import TinyVLM, VLMConfig
 
