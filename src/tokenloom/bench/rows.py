@@ -9,9 +9,9 @@ storage and the reading differ:
 - ``tokenloom``: :class:`~tokenloom.rows.RowDataset` on the Lance table (blob column), globally
   shuffled, chunks read by stable row id;
 - ``tokenloom blocks`` (``image-text`` only): :class:`~tokenloom.vision.ImageTextDataset`, the
-  image+text loader itself: knapsack blocks of 256 positions planned from stored sizes, prompt
-  and response ids from token columns (gpt2, so its text tokens are not the others' UTF-8 bytes:
-  compare samples/s), images decoded in ``threads`` threads;
+  image+text loader itself: knapsack blocks of 256 positions (at most 8 images) planned from
+  stored sizes, prompt and response ids from token columns (gpt2, so its text tokens are not
+  the others' UTF-8 bytes: compare samples/s), images decoded in ``threads`` threads;
 - ``tar shards``: WebDataset's layout (``NNNN.jpg`` + ``NNNN.txt`` in tar files of
   ``shard_rows`` samples), read sequentially with :mod:`tarfile`, shards in shuffled order (no
   shuffle within a shard);
@@ -170,8 +170,9 @@ def run_case(case: str, paths: dict, *, workload: str, threads: int, batch: int)
     elif case == "tokenloom blocks":
         from tokenloom.vision import ImageTextDataset, ImageTextSpec
 
-        spec = ImageTextSpec(table=paths["lance"], budget=256, global_batch=max(1, batch // 8),
-                             patch=_GRID[0], max_side=_GRID[1])  # fmt: skip
+        spec = ImageTextSpec(table=paths["lance"], budget=256, image_cap=8,
+                             global_batch=max(1, batch // 8), patch=_GRID[0],
+                             max_side=_GRID[1])  # fmt: skip
         ds = ImageTextDataset(spec, threads=threads)
         for out in ds:
             c = out["counts"]
@@ -216,7 +217,14 @@ def run_rows_bench(
     folder: str, *, workload: str = "image", copies: int = 10, threads: int = 2, batch: int = 32
 ) -> list[dict]:
     """Prepare the data once, run every contender in its own process, return their reports."""
-    paths = prepare(folder, copies=copies)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # in a process of its own: a child keeps its parent's peak RSS across exec (ru_maxrss), so
+    # what preparing (tokenizers, ingest) held would be every contender's floor
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+        paths = ex.submit(prepare, folder, copies=copies).result()
     reports = []
     for case in CASES:
         if case == "tokenloom blocks" and workload != "image-text":
