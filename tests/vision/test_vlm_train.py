@@ -43,6 +43,7 @@ def test_resume_equals_the_uninterrupted_run(table, tmp_path):
         assert torch.equal(v, b.model[k]), k
     rec = read_record(part)
     assert isinstance(rec.loader, ImageTextSpec) and rec.loader.budget == 96
+    assert [p["version"] for p in rec.pins] == [rec.loader.version]  # pinned, as a token run
     assert rec.tokenizer["vocab_size"] == 300 and [t["from_step"] for t in rec.topology] == [1, 4]
     delivered = rec.loader_state["ledger"]
     assert delivered["blocks"] == 12 and delivered["image_tokens"] > 0

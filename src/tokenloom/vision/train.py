@@ -101,6 +101,10 @@ class _VLMRun:
         if state is not None:
             self.ds.load_state_dict(state.record.loader_state)
         self.spec = self.ds.spec
+        from tokenloom.train.pins import pin_run
+
+        # the version kept from gc and Lance's cleanup (a tag), as for a token run
+        self.pins = pin_run(cfg, self.spec, dist, resume=state is not None, warn=self.log)
         per_rank = self.ds.per_rank
         if cfg.micro_batch_size not in (None, per_rank):
             raise TrainError(
@@ -300,6 +304,7 @@ class _VLMRun:
                 topology=hist["topology"],
                 world_size=dist.world_size,
                 train_loss=hist["train"][-1][1] if hist["train"] else None,
+                pins=self.pins,
             )
             state = RunState(
                 record=record,
