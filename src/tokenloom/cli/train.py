@@ -245,6 +245,8 @@ Examples:
   tokenloom train --table corpus.lance --out runs/stage3 --init-from runs/stage2 \\
       --total-budget-tokens 5000000            # the steps the lineage has left
   tokenloom train --table corpus.lance --out runs/tb --log-to csv,tensorboard --json
+  tokenloom train --table img.lance --image-column image --seq-len 96 --max-side 48 \\
+      --global-batch-size 4 --on-error skip --out runs/vlm   # the tiny VLM on image+text
   tensorboard --logdir runs/tb/tensorboard                 # loss, lr, tok/s; runs/tb/metrics.csv
   torchrun --nproc-per-node 2 -m tokenloom.cli.main train --table corpus.lance \\
       --out runs/ddp --global-batch-size 16 --micro-batch-size 4 --epochs 1
@@ -329,6 +331,8 @@ def train(
     Takes every loader option (packing, long documents, mixtures, block order); runs as one
     process or under torchrun (DDP: gloo on CPU, nccl on GPU). A resume needs only --out and
     --resume: the options come from the run's record, and one given again must match it.
+    With --image-column it trains the tiny VLM on packed image+text blocks instead (prompt and
+    response from token columns of `tokenloom tokenize --text-column`).
     """
     from tokenloom.loader.exclude import ExcludeError
     from tokenloom.loader.reweight import ReweightError
