@@ -231,3 +231,17 @@ def test_take_names_a_missing_column(tmp_path):
     ds = lance.dataset(row_table(tmp_path, n=3))
     with pytest.raises(TakeError, match=r"the table has no column 'nope' \(version \d+; columns: "):
         take(ds, [0], ["k", "nope"])
+
+
+def test_the_micro_batch_rule_stays_its_own_and_names_the_divisors(tmp_path):
+    pytest.importorskip("torch")
+    from tokenloom.train.config import TrainConfig
+    from tokenloom.train.loop import TrainError, _micro_batches
+
+    spec = LoaderSpec(table=str(tmp_path / "t"), seq_len=8, global_batch=12)
+    cfg = TrainConfig(loader=spec, out=str(tmp_path / "run"), micro_batch_size=4)
+    assert _micro_batches(cfg, 3) == (4, 1)
+    with pytest.raises(TrainError, match=r"does not divide the 6 blocks .* \(1, 2, 3, 6\)"):
+        _micro_batches(cfg, 2)
+    with pytest.raises(PlanError, match="does not split evenly over 5 ranks"):
+        _micro_batches(cfg, 5)  # the topology rule comes first, in its own words

@@ -341,8 +341,7 @@ class PackedStream(StreamCursor):
                 # allow_data_change onto yet another version: its plan as is, no history
                 changes = ()
             self._repin(self.spec.replace(version=version), changes)
-        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
-        self.at.seek(saved.epoch, saved.step)
+        self.at.restore(state, self.plan_inputs(), allow_data_change=self.allow_data_change)
 
     def _repin(self, spec: LoaderSpec, changes: tuple[StreamChange, ...]) -> None:
         if self._fetcher is not None:  # fetched spans of the other version

@@ -29,6 +29,11 @@ from tokenloom.rows.transform import RowLoaderError, to_format
 __all__ = ["RowLoader"]
 
 
+def _pinned(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch's tensors in pinned memory (``pin_memory=True`` with CUDA)."""
+    return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
 class RowLoader(torch.utils.data.DataLoader):
     """A DataLoader over a :class:`RowDataset` whose state is the consumer's exact cursor."""
 
@@ -53,8 +58,10 @@ class RowLoader(torch.utils.data.DataLoader):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: RowDataset = self.dataset  # type: ignore[assignment]
+        pin = bool(self.pin_memory) and ds.format == "torch" and torch.cuda.is_available()
         if self.num_workers == 0:
-            yield from ds.batches()
+            for batch in ds.batches():
+                yield _pinned(batch) if pin else batch
             return
         total = len(ds)
         pool = self._workers(ds)
@@ -72,6 +79,7 @@ class RowLoader(torch.utils.data.DataLoader):
                 ds.delivered(message.epoch, message.first, total)
                 if ds.format == "torch":
                     batch = to_format(batch, batch["row_id"], "torch")
+                    batch = _pinned(batch) if pin else batch
                 pool.check()  # a dead worker is noticed here, not when its queue runs dry
                 yield batch
         finally:

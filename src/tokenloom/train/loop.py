@@ -99,7 +99,8 @@ def _micro_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
     if per_rank % b:
         raise TrainError(
             f"--micro-batch-size {b} does not divide the {per_rank} blocks each of {world} "
-            f"process(es) gets of the global batch {cfg.loader.global_batch}"
+            f"process(es) gets of the global batch {cfg.loader.global_batch}; pass a divisor of "
+            f"{per_rank} ({', '.join(str(d) for d in range(1, per_rank + 1) if per_rank % d == 0)})"
         )
     return b, per_rank // b
 

@@ -20,7 +20,9 @@ contiguous ``global_batch / W`` of each step, and worker ``w`` of ``N`` builds g
 * :func:`~tokenloom.loader.stream.take.take` — rows by stable row id (Lance's take: thread-safe,
   GIL released), the one place that calls it.
 * :class:`~tokenloom.loader.workers.WorkerPool` with
-  :class:`~tokenloom.loader.buffers.SharedSlots` rings — tokenloom's own worker processes.
+  :class:`~tokenloom.loader.buffers.SharedSlots` rings — tokenloom's own worker processes; a
+  step of arrays of any shapes crosses as a :class:`~tokenloom.loader.stream.transit.StepMessage`
+  (its arrays in a ring slot, lent to the batch).
 
 How a new loader plugs in (see ``RowDataset`` for a small one):
 
@@ -36,8 +38,12 @@ How a new loader plugs in (see ``RowDataset`` for a small one):
    ``delivered(epoch, step)`` (the consumer got step ``step``: move the cursor past it, rolling
    over at the epoch's end).
 4. Its materialiser reads rows with :func:`take` and builds one step (or a group of steps) of
-   this rank; a worker-side ``groups(worker, workers, keep=...)`` iterator and ``seek`` make it
-   runnable by :class:`~tokenloom.loader.workers.WorkerPool`.
+   this rank; a worker-side ``groups(worker, workers, keep=...)`` iterator (the steps of
+   :func:`worker_groups`, each yielded as ``StepRing().put(StepMessage(...))``), ``seek`` and a
+   torch-free ``detached()`` copy make it runnable by
+   :class:`~tokenloom.loader.workers.WorkerPool`; its loader settles each message
+   (``message.settle(ring)``) and calls ``dataset.delivered(message.epoch, message.first)``.
+   ``RowStream`` + ``RowLoader`` (:mod:`tokenloom.rows`) are the worked example.
 """
 
 from __future__ import annotations
