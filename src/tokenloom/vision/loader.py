@@ -48,6 +48,11 @@ class ImageTextLoader(torch.utils.data.DataLoader):
                     "blocks"
                 )
             kwargs.pop(bad, None)
+        if kwargs.get("persistent_workers"):
+            raise ImageTextError(
+                "ImageTextLoader(persistent_workers=True) is not supported: each pass starts "
+                "its workers from the dataset's cursor (drop persistent_workers)"
+            )
         if num_workers > 0:
             kwargs["multiprocessing_context"] = multiprocessing_context(
                 kwargs.get("multiprocessing_context")
