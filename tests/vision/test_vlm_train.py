@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+import lance
 import pytest
 import torch
 from click.testing import CliRunner
@@ -42,6 +43,8 @@ def test_resume_equals_the_uninterrupted_run(table, tmp_path):
     for k, v in a.model.items():
         assert torch.equal(v, b.model[k]), k
     rec = read_record(part)
+    meta = lance.dataset(table).schema.field("prompt_ids").metadata
+    assert meta[b"tokenloom.text_column"] == b"prompt"  # the column says what it encodes
     assert isinstance(rec.loader, ImageTextSpec) and rec.loader.budget == 96
     assert [p["version"] for p in rec.pins] == [rec.loader.version]  # pinned, as a token run
     assert rec.tokenizer["vocab_size"] == 300 and [t["from_step"] for t in rec.topology] == [1, 4]
@@ -56,6 +59,9 @@ def test_failures_exit_with_status_and_message(table, tmp_path):
     res = run_cli("train", "--table", table, "--out", out, *ARGS, "--prompt-column", "prompt")
     assert res.returncode == 1, res.stderr
     assert "tokenloom tokenize --table" in res.stderr and "--text-column prompt" in res.stderr
+    res = run_cli("tokenize", "--table", table, "--tokenizer", "gpt2", "--text-column", "caption",
+                  "--column", "caption_ids", "--workers", "0")  # fmt: skip
+    assert res.returncode == 1 and "no text column 'caption'" in res.stderr, res.stderr
     res = run_cli("train", "--table", table, "--out", out, *ARGS, "--packing", "best_fit")
     assert res.returncode == 2 and "--packing belong to token tables" in res.stderr, res.stderr
     res = CliRunner().invoke(cli, ["train", "--table", table, "--out", out, "--image-cap", "2"])
