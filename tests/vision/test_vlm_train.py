@@ -82,3 +82,13 @@ def test_trace_names_the_rows_of_a_step_and_the_steps_of_a_row(table, tmp_path):
     row = rows[0]["row_id"]
     seen = json.loads(invoke("trace", "--run", out, "--row", str(row), "--json"))["rows"]
     assert 2 in {r["step"] for r in seen} and all(r["row_id"] == row for r in seen)
+
+
+def test_demo_vlm_runs_end_to_end(tmp_path):
+    res = CliRunner().invoke(cli, ["demo", "--vlm", "--workdir", str(tmp_path), "--vlm-steps", "4"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "vlm" / "summary.json").read_text())
+    assert summary["resume_equal"] is True and len(summary["losses"]) == 4
+    pad = {k: v["padding"] for k, v in summary["padding"].items()}
+    assert summary["knapsack_saves_positions"] == pad["pad_to_longest"] - pad["knapsack"] > 0
+    assert "knapsack saves" in res.output and "trace of step 4" in res.output
