@@ -245,3 +245,18 @@ def test_the_micro_batch_rule_stays_its_own_and_names_the_divisors(tmp_path):
         _micro_batches(cfg, 2)
     with pytest.raises(PlanError, match="does not split evenly over 5 ranks"):
         _micro_batches(cfg, 5)  # the topology rule comes first, in its own words
+
+
+def test_the_skeleton_is_pure_and_a_row_worker_needs_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import tokenloom.loader.stream, tokenloom.loader.spec\n"
+        "print(sorted(m for m in ('torch', 'lance', 'pyarrow') if m in sys.modules))\n"
+        "import tokenloom.rows.dataset, tokenloom.loader.stream.transit\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "False"]
