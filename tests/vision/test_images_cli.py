@@ -29,8 +29,13 @@ def test_build_ingest_and_pack_stats(tmp_path):
         "--columns",
         "width,height,prompt,response",
     )
+    for text in ("prompt", "response"):
+        _ok("tokenize", "--table", uri, "--tokenizer", "gpt2", "--text-column", text,
+            "--column", f"{text}_ids", "--workers", "0")  # fmt: skip
     png = tmp_path / "padding.png"
-    ledgers = json.loads(_ok("images", "pack-stats", "--table", uri, "--plot", str(png), "--json"))
+    ledgers = json.loads(
+        _ok("images", "pack-stats", "--table", uri, "--budget", "96", "--plot", str(png), "--json")
+    )
     assert png.stat().st_size > 1000
     share = {k: v["padding_share"] for k, v in ledgers.items()}
     assert share["knapsack"] < share["greedy"] < share["pad_to_longest"]
@@ -45,3 +50,5 @@ def test_rows_bench_contenders_read_the_same_samples(tmp_path):
     }
     assert {r["samples"] for r in runs.values()} == {54}
     assert len({r["tokens"] for r in runs.values()}) == 1  # same samples, same decode
+    blocks = run_case("tokenloom blocks", paths, workload="image-text", threads=2, batch=16)
+    assert 0 < blocks["samples"] <= 54 and 0 < blocks["padding_share"] < 1

@@ -159,6 +159,10 @@ class UDF:
         """A copy with another output schema of the same types (e.g. renamed columns)."""
         return self._copy(output=output)
 
+    def with_inputs(self, inputs: Sequence[str]) -> UDF:
+        """A copy reading other columns of the same types (e.g. another text column)."""
+        return self._copy(inputs=tuple(inputs))
+
     def bind(self, **kwargs: Any) -> UDF:
         """A copy of a class UDF with constructor arguments (part of the fingerprint)."""
         return self._copy(kwargs={**self.kwargs, **kwargs})

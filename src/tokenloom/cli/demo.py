@@ -45,7 +45,8 @@ def _step(n: int, total: int, text: str) -> None:
 Examples:
   tokenloom demo                       # in ./tokenloom-demo
   tokenloom demo --workdir /tmp/demo --max-docs 200 --workers 2
-  tokenloom demo --s3 --max-docs 50 --train-steps 60   # on a local S3 server""",
+  tokenloom demo --s3 --max-docs 50 --train-steps 60   # on a local S3 server
+  tokenloom demo --vlm                 # images + text: packing, the tiny VLM, resume, trace""",
 )
 @click.option(
     "--workdir",
@@ -78,10 +79,38 @@ Examples:
     help="Optimizer steps of the tiny model (16 x 128 tokens each; ~3 min on 2 cores); 0 skips "
     "training, search and trace.",
 )
+@click.option(
+    "--vlm",
+    is_flag=True,
+    help="Instead: the image+text pipeline on the bundled images (tokenize prompts and "
+    "responses, padding of knapsack vs pad-to-longest, the tiny VLM trained, stopped, resumed "
+    "and traced) in WORKDIR/vlm/.",
+)
+@click.option(
+    "--vlm-steps",
+    type=click.IntRange(min=2),
+    default=40,
+    show_default=True,
+    help="With --vlm: optimizer steps of the tiny VLM.",
+)
 def command(
-    workdir: str | None, max_docs: int | None, workers: int, train_steps: int, on_s3: bool
+    workdir: str | None,
+    max_docs: int | None,
+    workers: int,
+    train_steps: int,
+    on_s3: bool,
+    vlm: bool,
+    vlm_steps: int,
 ) -> None:
-    """Run the main job end to end on the bundled corpus (with --s3: on a local S3 server)."""
+    """Run the main job end to end on the bundled corpus (with --s3: on a local S3 server;
+    with --vlm: the image+text pipeline on the bundled images)."""
+    if vlm:
+        if on_s3:
+            raise click.UsageError("--vlm runs locally: drop --s3")
+        from tokenloom.vision.demo import run_vlm_demo
+
+        run_vlm_demo(workdir or "tokenloom-demo", steps=vlm_steps, echo=click.echo)
+        return
     temporary = workdir is None and on_s3
     with ExitStack() as stack:
         if temporary:

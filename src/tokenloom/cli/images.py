@@ -33,7 +33,10 @@ def command() -> None:
 Examples:
   tokenloom images build --out images/
   tokenloom ingest images/images.parquet --table img.lance \\
-      --columns prompt,response,width,height""",
+      --columns prompt,response,width,height
+  tokenloom tokenize --table img.lance --tokenizer gpt2 --text-column prompt --column prompt_ids
+  tokenloom tokenize --table img.lance --tokenizer gpt2 --text-column response \\
+      --column response_ids""",
 )
 @click.option("--out", required=True, metavar="DIR", help="Folder for images.parquet.")
 @click.option("--max-side", default=128, show_default=True, type=click.IntRange(min=8))
@@ -65,10 +68,19 @@ Examples:
 )
 @table_option
 @storage_options_option
-@click.option("--budget", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--budget", default=256, show_default=True, type=click.IntRange(min=2))
 @click.option("--image-cap", default=4, show_default=True, type=click.IntRange(min=1))
 @click.option("--patch", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option("--max-side", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--image-column", default="image", show_default=True)
+@click.option(
+    "--prompt-column",
+    default="prompt_ids",
+    show_default=True,
+    help="Token column of the prompt (`tokenloom tokenize --text-column prompt --column "
+    "prompt_ids`).",
+)
+@click.option("--response-column", default="response_ids", show_default=True)
 @filter_option("The samples to pack.")
 @version_option()
 @click.option("--plot", default=None, metavar="PNG", help="Write a bar chart of the waste.")
@@ -80,25 +92,29 @@ def pack_stats(
     image_cap: int,
     patch: int,
     max_side: int,
+    image_column: str,
+    prompt_column: str,
+    response_column: str,
     filter: str | None,
     table_version: int | None,
     plot: str | None,
     as_json: bool,
 ) -> None:
     """Padding of pad-to-longest vs greedy vs knapsack on the table's samples, from stored
-    columns only (no image is decoded)."""
-    from tokenloom.vision.blocks import ImageTextBlocks
-    from tokenloom.vision.packing import plan_padding
-    from tokenloom.vision.patches import PatchGrid
+    sizes and token counts only (no image is decoded)."""
+    from tokenloom.cli.options import usage_errors
+    from tokenloom.loader.plan import PlanError
+    from tokenloom.vision.dataset import ImageTextStream
+    from tokenloom.vision.spec import ImageTextSpec
 
-    blocks = ImageTextBlocks(
-        table, budget=budget, image_cap=image_cap, grid=PatchGrid(patch=patch, max_side=max_side),
-        filter=filter, version=table_version, global_batch=1, storage_options=storage_options,
-    )  # fmt: skip
-    order = blocks.plan(0)[0]
-    ledgers = plan_padding(
-        blocks.lengths[order], blocks.image_tokens[order], budget=budget, image_cap=image_cap
-    )
+    with usage_errors(PlanError):
+        spec = ImageTextSpec(
+            table=table, budget=budget, image_cap=image_cap, patch=patch, max_side=max_side,
+            image_column=image_column, prompt_column=prompt_column,
+            response_column=response_column, filter=filter, version=table_version,
+            global_batch=1,
+        )  # fmt: skip
+    ledgers = ImageTextStream(spec, storage_options=storage_options).padding_by_policy(0)
     if plot:
         from tokenloom.vision.plot import plot_padding
 

@@ -63,7 +63,7 @@ def _lines(run: dict, root: str, depth: int) -> list[str]:
     lines = [
         f"{pad}{head}{name}  {run['model']}, step {run['step']}/{run['steps']}{origin}",
         f"{pad}     data     {run['table']} v{run['table_version']} ({pinned}), "
-        f"{run['token_column']}, filter {run['filter'] or '(none)'}",
+        f"{run['token_column'] or 'image+text'}, filter {run['filter'] or '(none)'}",
         f"{pad}     spec     {run['spec']}",
     ]
     if len(run.get("data_versions") or ()) > 1:  # the data changed during the run

@@ -25,6 +25,7 @@ Examples:
   tokenloom tokenize --table corpus.lance --tokenizer bpe16k/ --column input_ids_bpe16k
   tokenloom tokenize --table corpus.lance --tokenizer tiktoken:/path/r50k_base.tiktoken
   tokenloom tokenize --table s3://bucket/corpus.lance --tokenizer gpt2 --layout bytes
+  tokenloom tokenize --table img.lance --tokenizer gpt2 --text-column prompt --column prompt_ids
 
 \b
 SPEC: gpt2 (offline, from the openai-whisper package), a tokenizer.json file,
@@ -84,7 +85,8 @@ unless --allow-lossy.""",
     "--text-column",
     default="text",
     show_default=True,
-    help="With --structure: the text the token column encodes.",
+    help="The text column encoded (e.g. --text-column prompt --column prompt_ids for the "
+    "image+text loader); --structure reads it too.",
 )
 @json_option
 def tokenize(
@@ -115,6 +117,7 @@ def tokenize(
         storage_options=storage_options,
         allow_lossy=allow_lossy,
         layout=layout,
+        text_column=text_column,
     )
     cuts = None
     if boundaries:

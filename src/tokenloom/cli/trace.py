@@ -109,7 +109,10 @@ def command(
 
     if (step is None) == (row_id is None):
         raise click.UsageError("give exactly one of --step and --row")
-    run_record(checkpoint)  # a missing run is a usage error naming --run
+    record = run_record(checkpoint)  # a missing run is a usage error naming --run
+    if record.loader.to_dict().get("kind") == "image_text":
+        _trace_vlm(record, step, row_id, rank, storage_options, as_json)
+        return
     run = open_run(checkpoint, storage_options=storage_options)
     seen = run.step(step, rank=rank) if step is not None else run.row(row_id)
     if rank is not None and row_id is not None:
@@ -145,3 +148,25 @@ def command(
             f"{r['step']:>6} {r['rank']:>4} {r['block']:>5} {r['position']:>5} {r['row_id']:>8}  "
             f"{r['pool']:<8} {r['source']:<16} {rng:<15} {r['snippet']!r}"
         )
+
+
+def _trace_vlm(record, step, row_id, rank, storage_options, as_json: bool) -> None:  # noqa: ANN001
+    """The samples of an image+text run's step (or the steps of a row)."""
+    from tokenloom.vision.trace import trace_vlm_run
+
+    rows = trace_vlm_run(
+        record, step=step, row_id=row_id, rank=rank, storage_options=storage_options
+    )
+    spec = record.loader
+    if as_json:
+        click.echo(json.dumps({"table": spec.table, "table_version": spec.version,
+                               "loader": spec.to_dict(), "steps_done": record.step,
+                               "rows": rows}, indent=1))  # fmt: skip
+        return
+    what = f"step {step}" if step is not None else f"row {row_id}"
+    click.echo(f"{what}: {len(rows)} sample(s); image+text run of {record.step} steps on table "
+               f"version {spec.version}; {spec.describe()}")  # fmt: skip
+    click.echo(f"{'step':>6} {'epoch':>5} {'rank':>4} {'block':>5} {'pos':>4} {'row':>8}")
+    for r in rows:
+        click.echo(f"{r['step']:>6} {r['epoch']:>5} {r['rank']:>4} {r['block']:>5} "
+                   f"{r['position']:>4} {r['row_id']:>8}")  # fmt: skip

@@ -101,6 +101,122 @@ def _loss_slices_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click 
         raise click.BadParameter(str(exc), param_hint="--loss-slice") from exc
 
 
+def image_text_options(func):  # noqa: ANN001, ANN201
+    """The image+text run's options (:class:`~tokenloom.vision.ImageTextSpec`): given
+    ``--image-column``, ``train`` trains the tiny VLM on packed image+text blocks (the block's
+    positions are ``--seq-len``)."""
+    opts = [
+        click.option("--image-column", default=None, metavar="COL",
+                     help="Train the tiny VLM on image+text blocks: the encoded image column."),
+        click.option("--prompt-column", default=None, metavar="COL",
+                     help="Image+text: token column of the prompt (from `tokenloom tokenize "
+                     "--text-column prompt --column prompt_ids`) [default: prompt_ids]."),
+        click.option("--response-column", default=None, metavar="COL",
+                     help="Image+text: token column of the response [default: response_ids]."),
+        click.option("--width-column", default=None, metavar="COL",
+                     help="Image+text: stored image width [default: width]."),
+        click.option("--height-column", default=None, metavar="COL",
+                     help="Image+text: stored image height [default: height]."),
+        click.option("--image-cap", type=click.IntRange(min=1), default=None,
+                     help="Image+text: most images per block [default: 4]."),
+        click.option("--patch", type=click.IntRange(min=1), default=None,
+                     help="Image+text: patch side, pixels [default: 16]."),
+        click.option("--max-side", type=click.IntRange(min=1), default=None,
+                     help="Image+text: longest image side after resizing [default: 64]."),
+        click.option("--image-packing", type=click.Choice(["knapsack", "greedy"]), default=None,
+                     help="Image+text: packing policy [default: knapsack]."),
+        click.option("--on-error", type=click.Choice(["raise", "skip"]), default=None,
+                     help="Image+text: a sample whose image does not decode stops the run, or "
+                     "is skipped (its positions padding, counted) [default: raise]."),
+    ]  # fmt: skip
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+IMAGE_KEYS = (
+    "image_column",
+    "prompt_column",
+    "response_column",
+    "width_column",
+    "height_column",
+    "image_cap",
+    "patch",
+    "max_side",
+    "image_packing",
+    "on_error",
+)
+"""The image+text options (keywords of :func:`image_text_options`)."""
+_SHARED = ("table_version", "filter", "seq_len", "global_batch", "seed", "drop_last")
+"""Loader options an image+text run takes too (the others are the token loader's)."""
+
+
+def _image_spec_of(table: str, options: dict, image: dict):  # noqa: ANN202
+    from tokenloom.vision.spec import ImageTextSpec
+
+    named = {k: v for k, v in image.items() if v is not None}
+    if "image_packing" in named:
+        named["policy"] = named.pop("image_packing")
+    fields = {"version": options.get("table_version"), "filter": options.get("filter"),
+              "global_batch": options.get("global_batch"), "seed": options.get("seed"),
+              "budget": options.get("seq_len"), "drop_last": options.get("drop_last")}  # fmt: skip
+    return ImageTextSpec(table=table, **{k: v for k, v in fields.items() if v is not None}, **named)
+
+
+def _image_config(ctx: click.Context, options: dict, image: dict, resume: bool, record):  # noqa: ANN001, ANN202, ARG001, E501
+    """The TrainConfig of an image+text run (``--image-column``, or a resume of one)."""
+    from tokenloom.loader.plan import PlanError
+    from tokenloom.train.config import TrainConfig, TrainError
+
+    table = options.pop("table")
+    storage_options = options.pop("storage_options") or None
+    out = options.pop("out")
+    loader = {k: options.pop(k) for k in LOADER_KEYS if k in options}
+    other = [k for k in loader if k not in _SHARED and given(ctx, k)]
+    if other:
+        flags = ", ".join("--" + k.replace("_", "-") for k in other)
+        raise click.UsageError(
+            f"{flags} belong to token tables; an image+text run (--image-column) packs blocks "
+            "with --image-packing, --image-cap, --seq-len (positions per block): drop them"
+        )
+    own = _given_knobs(ctx, options)
+    if record is not None:  # resume: the record's spec; options given again must match it
+        spec = record.loader
+        with usage_errors(PlanError):
+            again = _image_spec_of(
+                table or spec.table,
+                {k: v for k, v in loader.items() if given(ctx, k)},
+                {k: v for k, v in image.items() if given(ctx, k)},
+            )
+        want = {k: v for k, v in spec.to_dict().items() if k != "version"}
+        have = {k: v for k, v in again.to_dict().items() if k != "version"}
+        asked = {k for k in (*loader, *image) if given(ctx, k)} | ({"table"} if table else set())
+        diff = [k for k in want if want[k] != have[k] and _asked(k, asked)]
+        if diff:
+            raise click.UsageError(
+                f"the run was trained with {', '.join(f'{k}={want[k]!r}' for k in diff)}; a "
+                "resume continues the same stream: drop the option(s) or start a new --out"
+            )
+        with usage_errors(TrainError):
+            return TrainConfig.from_record(
+                record, loader=spec, out=out, storage_options=storage_options, **own
+            )
+    if table is None:
+        raise click.UsageError("--table is required (unless --resume continues a run)")
+    with usage_errors(PlanError):
+        spec = _image_spec_of(table, loader, image)
+    if out is None:
+        out = os.path.join("runs", f"vlm-{own.get('model') or 'tiny'}")
+    with usage_errors(TrainError):
+        return TrainConfig(loader=spec, out=out, storage_options=storage_options, **own)
+
+
+def _asked(field: str, asked: set) -> bool:
+    """Whether spec ``field`` was given again on a resume (by its option's keyword)."""
+    alias = {"policy": "image_packing", "budget": "seq_len", "version": "table_version"}
+    return alias.get(field, field) in asked
+
+
 _CALLBACKS = {
     "val_filter": check_filter_option,
     "device": _device_option,
@@ -129,6 +245,8 @@ Examples:
   tokenloom train --table corpus.lance --out runs/stage3 --init-from runs/stage2 \\
       --total-budget-tokens 5000000            # the steps the lineage has left
   tokenloom train --table corpus.lance --out runs/tb --log-to csv,tensorboard --json
+  tokenloom train --table img.lance --image-column image --seq-len 96 --max-side 48 \\
+      --global-batch-size 4 --on-error skip --out runs/vlm   # the tiny VLM on image+text
   tensorboard --logdir runs/tb/tensorboard                 # loss, lr, tok/s; runs/tb/metrics.csv
   torchrun --nproc-per-node 2 -m tokenloom.cli.main train --table corpus.lance \\
       --out runs/ddp --global-batch-size 16 --micro-batch-size 4 --epochs 1
@@ -153,6 +271,7 @@ With --json the log lines go to stderr and stdout holds one JSON object.""",
 )
 @storage_options_option
 @loader_options(run=False)
+@image_text_options
 @trainer_options()
 @click.option("--plot", default=None, metavar="FILE", help="Write loss curves (PNG) at the end.")
 @json_option
@@ -212,6 +331,8 @@ def train(
     Takes every loader option (packing, long documents, mixtures, block order); runs as one
     process or under torchrun (DDP: gloo on CPU, nccl on GPU). A resume needs only --out and
     --resume: the options come from the run's record, and one given again must match it.
+    With --image-column it trains the tiny VLM on packed image+text blocks instead (prompt and
+    response from token columns of `tokenloom tokenize --text-column`).
     """
     from tokenloom.loader.exclude import ExcludeError
     from tokenloom.loader.reweight import ReweightError
@@ -254,11 +375,24 @@ def train(
             rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
         except CheckpointNotFoundError as exc:
             raise click.BadParameter(str(exc), param_hint="'--out'") from None
-    cfg = _config(ctx, options, resume, reweight=reweight)
+    image = {k: options.pop(k) for k in IMAGE_KEYS}
+    record = _image_record(options.get("out")) if resume else None
+    if image["image_column"] is not None or record is not None:
+        cfg = _image_config(ctx, options, image, resume, record)
+    else:
+        given_image = [k for k in IMAGE_KEYS if image[k] is not None]
+        if given_image:
+            flag = "--" + given_image[0].replace("_", "-")
+            raise click.UsageError(
+                f"{flag} applies to image+text runs: give --image-column COL (the encoded "
+                "image column) to train the tiny VLM on image+text blocks"
+            )
+        cfg = _config(ctx, options, resume, reweight=reweight)
     if rewind is not None:
         cfg = dataclasses.replace(cfg, out=rewind.run)
-    _check_slices(cfg)
-    check_loss_mask_option(cfg.loader, cfg.storage_options)  # on --resume too
+    if record is None and image["image_column"] is None:
+        _check_slices(cfg)
+        check_loss_mask_option(cfg.loader, cfg.storage_options)  # on --resume too
     try:
         result = run(
             cfg,
@@ -307,6 +441,20 @@ def train(
         say(f"loss curves: {plot}")
     if result.interrupted:  # checkpointed, but the run is not done: say so in the status
         raise click.exceptions.Exit(128 + result.interrupted)
+
+
+def _image_record(out: str | None):  # noqa: ANN202
+    """The record of the run in ``out`` when it is an image+text run, else ``None``."""
+    if out is None:
+        return None
+    from tokenloom.train.record import RecordError, read_record
+    from tokenloom.vision.spec import ImageTextSpec
+
+    try:
+        record = read_record(out)
+    except RecordError:
+        return None  # the token path reports it
+    return record if isinstance(record.loader, ImageTextSpec) else None
 
 
 def _device(value: str) -> str:

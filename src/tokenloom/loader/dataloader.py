@@ -69,7 +69,7 @@ class DataLoader(torch.utils.data.DataLoader):
     """
 
     def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        rows = sys.modules.get("tokenloom.rows.dataset")  # loaded if a RowDataset exists
+        rows = sys.modules.get("tokenloom.rows.iterable")  # loaded if a RowDataset exists
         if cls is DataLoader and rows is not None and isinstance(dataset, rows.RowDataset):
             from tokenloom.rows.loader import RowLoader
 
@@ -154,9 +154,7 @@ class DataLoader(torch.utils.data.DataLoader):
             for i in range(group.steps):
                 self.stats.add(group.step_stats(i))
                 self.ledger.add(group.counts.step(i))
-                ds._epoch, ds._step = group.epoch, group.first + i + 1
-                if ds._step >= total:
-                    ds._epoch, ds._step = group.epoch + 1, 0
+                ds.delivered(group.epoch, group.first + i, total)
                 pool.check()  # a dead worker is noticed here, not when its queue runs dry
                 yield as_tensors(group.batch(i), pin=pin)
 

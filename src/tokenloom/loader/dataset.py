@@ -54,8 +54,9 @@ from tokenloom.loader.readahead import (
 from tokenloom.loader.spec import LoaderSpec
 from tokenloom.loader.state import LoaderState, plan_fingerprint
 from tokenloom.loader.stats import LoaderStats
+from tokenloom.loader.stream.cursor import Cursor, StreamCursor
+from tokenloom.loader.stream.topology import Topology, worker_groups
 from tokenloom.loader.view import EpochView, StepCounts
-from tokenloom.process import env_topology
 from tokenloom.table.storage import is_remote
 
 __all__ = ["PackedStream"]
@@ -83,7 +84,7 @@ _LOCAL_SPAN_TOKENS = 8 << 20
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
 
 
-class PackedStream:
+class PackedStream(StreamCursor):
     """Packed blocks of a token column, streamed from the table as a
     :class:`~tokenloom.loader.spec.LoaderSpec` says (numpy; torch's face of it is
     :class:`~tokenloom.loader.dataloader.PackedDataset`, whose arguments these are). A
@@ -159,9 +160,9 @@ class PackedStream:
                 "pass either a LoaderSpec or keyword options, not both "
                 f"(got {', '.join(sorted(options)) or 'token_column'}); use spec.replace(...)"
             )
-        self.rank, self.world_size = env_topology(rank, world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise LoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
+        self.topology = Topology.of(rank, world_size)
+        """This rank of the world (:class:`~tokenloom.loader.stream.topology.Topology`)."""
+        self.rank, self.world_size = self.topology.rank, self.topology.world_size
         self.blocks_per_rank = spec.per_rank(self.world_size)
         """Blocks this rank packs per step (``global_batch / world_size``)."""
         self._version_given = spec.version is not None
@@ -214,8 +215,8 @@ class PackedStream:
         """Queue occupancy of this process's read pipeline (written into :attr:`stats`)."""
         self.last_counts: StepCounts | None = None
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
-        self._epoch = int(epoch)
-        self._step = 0
+        self.at = Cursor(epoch)
+        """The cursor: the next global step to deliver (:class:`~.stream.cursor.Cursor`)."""
 
     def _pin(
         self, spec: LoaderSpec, handle: Any = None, changes: tuple[StreamChange, ...] = ()
@@ -282,48 +283,31 @@ class PackedStream:
 
     # -- the plan -----------------------------------------------------------------------------
 
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @property
-    def step(self) -> int:
-        """Global steps of this epoch delivered so far."""
-        return self._step
-
     def plan(self, epoch: int | None = None) -> Any:
         """The epoch's plan (a :class:`~tokenloom.loader.view.BlockPlan`)."""
-        return self.planner.plan(self._epoch if epoch is None else epoch)
+        return self.planner.plan(self.at.epoch if epoch is None else epoch)
 
     def view(self, epoch: int | None = None) -> EpochView:
         """The epoch cut into global steps (:class:`~tokenloom.loader.view.EpochView`)."""
-        return self.planner.view(self._epoch if epoch is None else epoch)
+        return self.planner.view(self.at.epoch if epoch is None else epoch)
 
     def epoch_info(self, epoch: int | None = None) -> dict:
         """Exact sizes of an epoch from stored counts: steps, blocks, tokens, padding, dropped."""
-        return self.planner.epoch_info(self._epoch if epoch is None else epoch)
+        return self.planner.epoch_info(self.at.epoch if epoch is None else epoch)
 
     def __len__(self) -> int:
         """Steps in the current epoch (the same on every rank)."""
         return self.view().steps
 
-    def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (from its start, unless the cursor is already in it)."""
-        if epoch != self._epoch:
-            self._epoch = int(epoch)
-            self._step = 0
+    def steps(self, epoch: int | None = None) -> int:
+        """Global steps of an epoch (default: the current one), the same on every rank."""
+        return self.view(epoch).steps
 
     # -- state --------------------------------------------------------------------------------
 
     def plan_inputs(self) -> dict:
         """The named inputs the stream depends on (world size and workers are not among them)."""
         return self.planner.plan_inputs()
-
-    def state_dict(self) -> dict:
-        """The exact cursor of batches delivered so far, with the plan's fingerprint."""
-        return LoaderState.create(
-            epoch=self._epoch, step=self._step, inputs=self.plan_inputs()
-        ).to_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the global stream a state was taken at (on any world size / workers).
@@ -357,8 +341,7 @@ class PackedStream:
                 # allow_data_change onto yet another version: its plan as is, no history
                 changes = ()
             self._repin(self.spec.replace(version=version), changes)
-        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
-        self._epoch, self._step = saved.epoch, saved.step
+        self.at.restore(state, self.plan_inputs(), allow_data_change=self.allow_data_change)
 
     def _repin(self, spec: LoaderSpec, changes: tuple[StreamChange, ...]) -> None:
         if self._fetcher is not None:  # fetched spans of the other version
@@ -409,9 +392,9 @@ class PackedStream:
         self._repin(self.spec, (*changes, change))
         self.planner._previous = before  # scanned already
         self.change = change
-        self._epoch, self._step = saved.epoch, saved.step
-        if self._step >= self.view(self._epoch).steps:  # nothing left of the epoch to deliver
-            self._epoch, self._step = self._epoch + 1, 0
+        self.at.seek(saved.epoch, saved.step)
+        if saved.step >= self.steps(saved.epoch):  # nothing left of the epoch to deliver
+            self.at.seek(saved.epoch + 1, 0)
         return change
 
     # -- iteration ----------------------------------------------------------------------------
@@ -601,21 +584,15 @@ class PackedStream:
         into its groups of the next epoch (as the training process's own do)."""
         return self._iterate((worker, workers), keep=keep)
 
-    def seek(self, epoch: int, step: int) -> None:
-        """Put the cursor at global step ``step`` of ``epoch`` (a persistent worker is told
-        where each pass starts; the training process moves by :meth:`set_epoch` and
-        :meth:`load_state_dict`)."""
-        self._epoch, self._step = int(epoch), int(step)
-
     def _iterate(self, worker: tuple[int, int] | None, keep: bool = False) -> Iterator[Any]:
         info = worker
         wid, workers = worker if worker is not None else (0, 1)
-        epoch, first = self._epoch, self._step
+        epoch, first = self.at.at
         view = self.view(epoch)
         total = view.steps
         size = self._group_steps(view)
         # worker w builds groups w, w + W, ...: the DataLoader's round-robin keeps the order
-        groups = _groups(first, total, size, wid, workers)
+        groups = worker_groups(first, total, size, wid, workers)
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
         remote = is_remote(self.uri)
@@ -674,9 +651,7 @@ class PackedStream:
                     self.stats.add(group.step_stats(i))
                     gauge.handed_out(self.stats, steps=1)
                     self.last_counts = group.counts.step(i)
-                    self._step = group.first + i + 1
-                    if self._step >= total:
-                        self._epoch, self._step = epoch + 1, 0
+                    self.at.delivered(epoch, group.first + i, total)
                     yield group.batch(i)
         if fetcher is not None and info is not None and not keep:
             fetcher.close()  # a worker's copy ends with its epoch, unless it is persistent
@@ -719,7 +694,7 @@ class PackedStream:
 
             def following() -> tuple[SpanKey, Any] | None:
                 nxt = self.view(epoch + 1)
-                gs = _groups(0, nxt.steps, size, *worker)
+                gs = worker_groups(0, nxt.steps, size, *worker)
                 if not gs:
                     return None
                 k = SpanKey(epoch=epoch + 1, groups=tuple((g.start, g.stop) for g in gs),
@@ -820,10 +795,3 @@ class PackedStream:
         fetcher.resize(depth=depth, parts=parts)
         self.stats.record_sizing(self.sizing)
         log.info("%s (%s)", self.sizing.describe(), self.uri)
-
-
-def _groups(first: int, total: int, size: int, wid: int, workers: int) -> list[range]:
-    """Read groups of ``size`` steps from ``first``: worker ``wid`` of ``workers`` builds groups
-    ``wid, wid + workers, ...``."""
-    starts = range(first + wid * size, total, workers * size)
-    return [range(lo, min(lo + size, total)) for lo in starts]

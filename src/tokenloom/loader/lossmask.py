@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenloom.loader.read import LoaderError
+from tokenloom.loader.stream.take import take
 
 __all__ = [
     "MASK_TYPE",
@@ -247,7 +248,7 @@ class MaskReader:
         inputs = self.inputs
         rowids = np.asarray(inputs.rowids[np.searchsorted(inputs.row_ids, spans.row_id)])
         uniq, first, inv = np.unique(rowids, return_index=True, return_inverse=True)
-        col = self.ds._take_rows(uniq.tolist(), columns=[self.column]).column(self.column)
+        col = take(self.ds, uniq.tolist(), [self.column]).column(self.column)
         ids = spans.row_id[first]
         pairs, ptr = mask_pairs(col, column=self.column, rowids=ids)
         check_pairs(pairs, ptr, spans.doc_len[first], column=self.column, rowids=ids)

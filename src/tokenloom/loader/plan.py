@@ -519,12 +519,11 @@ class EpochSteps:
 
 
 def _check_topology(batch_size: int, world_size: int, rank: int = 0) -> None:
+    from tokenloom.loader.stream.topology import check_rank  # imports this module's PlanError
+
     if batch_size < 1:
         raise PlanError(f"batch_size must be >= 1, got {batch_size}")
-    if world_size < 1:
-        raise PlanError(f"world_size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise PlanError(f"rank must be in [0, {world_size}), got {rank}")
+    check_rank(rank, world_size)
 
 
 def epoch_steps(plan: Any, *, global_batch: int, drop_last: bool) -> EpochSteps:

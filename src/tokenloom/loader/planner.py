@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +58,7 @@ from tokenloom.loader.recipe import plan_recipe_epoch
 from tokenloom.loader.reweight import register as _register_reweight
 from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
 from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.stream.cursor import PlanCache
 from tokenloom.loader.view import BlockPlan, EpochView
 from tokenloom.loader.window import WindowTable, window_table
 from tokenloom.table.filters import and_filters
@@ -237,7 +237,7 @@ class Planner:
         """Which table this is (not only which version): see ``table_identity``."""
         self.spec: LoaderSpec = spec.replace(version=handle.version)
         """The spec with the version pinned (what checkpoints record)."""
-        self._plans: OrderedDict[int, BlockPlan] = OrderedDict()
+        self._plans: PlanCache[BlockPlan] = PlanCache(keep=_PLANS_KEPT)
         self.changes: tuple[StreamChange, ...] = tuple(changes)
         """The run's stream changes so far, in order (empty: one phase)."""
         if self.changes and self.changes[-1].version_after != self.version:
@@ -251,7 +251,7 @@ class Planner:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_plans"] = OrderedDict()  # a worker maps the shared layouts, never a pickled copy
+        state["_plans"] = PlanCache(keep=_PLANS_KEPT)  # a worker maps the shared layouts
         state["_spliced"] = {}
         return state
 
@@ -305,10 +305,10 @@ class Planner:
         return np.where(keep_mask(inputs.row_ids, self.excluded), n, 0)
 
     def _own_plan(self, epoch: int) -> BlockPlan:
-        """This phase's plan of ``epoch``, from its own version and spec."""
-        cached = self._plans.get(epoch)
-        if cached is not None:
-            return cached
+        """This phase's plan of ``epoch``, from its own version and spec (the last few cached)."""
+        return self._plans.get(epoch, self._build_plan)
+
+    def _build_plan(self, epoch: int) -> BlockPlan:
         spec = self.spec
         if len(self.excluded):  # the seeded order of every row, the excluded ones left out
             plan: BlockPlan = later_epoch_plan(self, epoch, self.excluded)
@@ -350,9 +350,6 @@ class Planner:
                 store=self.store,
                 ordering=self.orderings[0] if self.orderings else None,
             )
-        self._plans[epoch] = plan
-        while len(self._plans) > _PLANS_KEPT:
-            self._plans.popitem(last=False)
         return plan
 
     def view(self, epoch: int) -> EpochView:

@@ -1,12 +1,13 @@
 """Reading the token ranges a batch's spans need (the plan's own inputs are scanned by
 :mod:`~tokenloom.loader.inputs`).
 
-Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released) and gathered
-into the packer's layout with one vectorised ``take``: locally one take per group of steps; on an
-object store the rows of many groups at once (a :class:`Fetched` span, :meth:`TokenReader.fetch`,
-cut into concurrent takes of neighbouring rows), which the groups are then packed from. A
-document that goes on past a group is kept in a small LRU while its later blocks are packed, so a
-document of millions of tokens is read about once per process and costs linear work.
+Token lists are fetched by stable row id (:func:`~tokenloom.loader.stream.take.take`:
+thread-safe, GIL released) and gathered into the packer's layout with one vectorised ``take``:
+locally one take per group of steps; on an object store the rows of many groups at once (a
+:class:`Fetched` span, :meth:`TokenReader.fetch`, cut into concurrent takes of neighbouring
+rows), which the groups are then packed from. A document that goes on past a group is kept in a
+small LRU while its later blocks are packed, so a document of millions of tokens is read about
+once per process and costs linear work.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.buffers import scratch
+from tokenloom.loader.stream.take import take
 from tokenloom.loader.window import CutPoints
 from tokenloom.table.storage import is_remote
 from tokenloom.table.tokens import token_dtype, token_lists
@@ -401,11 +403,11 @@ class TokenReader:
         if is_remote(self.uri):
             runs = split_rows(ids, min_rows=SPLIT_TAKE_ROWS, max_parts=parts)
         if len(runs) == 1:
-            tables = [self.dataset._take_rows(ids.tolist(), columns=columns)]
+            tables = [take(self.dataset, ids.tolist(), columns)]
         else:
             ds = self.dataset
             pool = self._take_pool(len(runs))
-            tables = list(pool.map(lambda p: ds._take_rows(p.tolist(), columns=columns), runs))
+            tables = list(pool.map(lambda p: take(ds, p.tolist(), columns), runs))
 
         def joined(name: str) -> Any:
             if len(tables) == 1:
@@ -492,7 +494,7 @@ def read_cut_points(ds: Any, inputs: Any, column: str | None, window: int, mixtu
 
 def take_cut_points(ds: Any, inputs: Any, column: str, positions: np.ndarray) -> CutPoints:
     """The cut points of the selection's rows at ``positions``, as CSR by row id."""
-    table = ds._take_rows(inputs.rowids[positions].tolist(), columns=["id", column])
+    table = take(ds, inputs.rowids[positions].tolist(), ["id", column])
     ids = table.column("id").to_numpy().astype(np.int64, copy=False)
     col = table.column(column).combine_chunks()
     del table

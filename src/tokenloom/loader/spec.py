@@ -15,13 +15,13 @@ neither Lance nor torch.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokenloom.loader.plan import PlanError, check_block_order
 from tokenloom.loader.recipe import Recipe
+from tokenloom.loader.stream.spec import StreamSpec, absolute_uri, check_int
 
 __all__ = ["PoolSpec", "LoaderSpec", "parse_pools", "absolute_uri", "count_column_for"]
 
@@ -29,26 +29,7 @@ SPEC_VERSION = 1
 """Layout version of :meth:`LoaderSpec.to_dict`."""
 
 
-def absolute_uri(uri: str) -> str:
-    """An object-store or ``file://`` URI unchanged; a local path made absolute (so a record
-    written in one directory is read the same from any other).
-
-    Raises:
-        StorageError: A malformed URI (:func:`~tokenloom.table.storage.check_uri`).
-    """
-    from tokenloom.table.storage import check_uri
-
-    text = check_uri(uri)
-    if "://" in text:
-        return text
-    return os.path.abspath(os.path.expanduser(text))
-
-
-def _int(name: str, value: Any, *, low: int, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise PlanError(f"{name} must be an integer >= {low}, got {value!r}")
+_int = check_int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,30 +103,22 @@ def parse_pools(mixture: Any) -> tuple[PoolSpec, ...]:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class LoaderSpec:
-    """Which stream of packed blocks a loader delivers (see the module docstring)."""
+class LoaderSpec(StreamSpec):
+    """Which stream of packed blocks a loader delivers (see the module docstring).
 
-    table: str
-    """The table: a local path (stored absolute) or an object-store URI Lance accepts."""
-    version: int | None = None
-    """Table version to read; ``None``: the latest when the loader is built (then pinned, and
-    the pinned number is what checkpoints record)."""
+    ``table``, ``version``, ``filter``, ``global_batch`` (blocks per global step over all
+    ranks), ``seed`` and ``drop_last`` (leave out the last incomplete step, its tokens counted
+    as dropped, instead of completing it with whole padding blocks) are the common part
+    (:class:`~tokenloom.loader.stream.spec.StreamSpec`).
+    """
+
     token_column: str = "input_ids"
     """The list column of token ids."""
     count_column: str | None = None
     """Its stored token counts; ``None``: ``n_tokens`` for ``input_ids``, else
     ``n_tokens_<suffix>`` (as ``tokenloom tokenize`` names them)."""
-    filter: str | None = None
-    """SQL selecting the rows (``None``: all)."""
     seq_len: int = 1024
     """Positions per block ``L``."""
-    global_batch: int = 8
-    """Blocks per global step ``G``, over all ranks (each of ``W`` ranks packs ``G / W``)."""
-    seed: int = 0
-    """Shuffle seed; every epoch is a fresh permutation of (seed, epoch)."""
-    drop_last: bool = False
-    """Leave out an epoch's last, incomplete global step (its tokens are counted as dropped)
-    instead of completing it with whole padding blocks."""
     lookahead: bool = True
     """Read one token past a block ending mid-document so its last label is real."""
     block_order: str | None = None
@@ -181,10 +154,7 @@ class LoaderSpec:
     targets get label ``-100`` (:mod:`~tokenloom.loader.lossmask`); ``None``: no mask."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
-            raise PlanError(f"table must be a path or URI, got {self.table!r}")
-        object.__setattr__(self, "table", absolute_uri(self.table))
-        _int("version", self.version, low=0, optional=True)
+        StreamSpec.__post_init__(self)  # table, version, filter, global_batch, seed, drop_last
         for name in ("token_column", "count_column", "loss_mask_column"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
@@ -196,16 +166,10 @@ class LoaderSpec:
                 f"loss_mask_column {self.loss_mask_column!r} holds the token ids or their counts, "
                 "not [start, end) token spans; name the mask (e.g. loss_mask)"
             )
-        if self.filter is not None and (
-            not isinstance(self.filter, str) or not self.filter.strip()
-        ):
-            raise PlanError(f"filter must be SQL text or None, got {self.filter!r}")
         _int("seq_len", self.seq_len, low=1)
-        _int("global_batch", self.global_batch, low=1)
-        _int("seed", self.seed, low=0)
         _int("eos_id", self.eos_id, low=0, optional=True)
         _int("pad_id", self.pad_id, low=0, optional=True)
-        for name in ("drop_last", "lookahead", "allow_missing"):
+        for name in ("lookahead", "allow_missing"):
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
         self._check_order()
@@ -249,19 +213,10 @@ class LoaderSpec:
 
     # -- derived ------------------------------------------------------------------------------
 
-    def per_rank(self, world_size: int) -> int:
-        """Blocks each of ``world_size`` ranks packs per step, ``G / W``.
-
-        Raises:
-            PlanError: ``G`` is not a multiple of ``world_size``.
-        """
-        _int("world_size", world_size, low=1)
-        if self.global_batch % world_size:
-            raise PlanError(
-                f"global batch {self.global_batch} blocks does not split evenly over "
-                f"{world_size} ranks; pick a global batch that is a multiple of {world_size}"
-            )
-        return self.global_batch // world_size
+    @property
+    def unit(self) -> str:
+        """A global step's items are blocks (``per_rank``: blocks each rank packs per step)."""
+        return "blocks"
 
     @property
     def pool_names(self) -> tuple[str, ...]:
@@ -284,13 +239,10 @@ class LoaderSpec:
         column) are left out, so their checkpoints still resume.
         """
         out: dict[str, Any] = {
-            "filter": self.filter,
+            **self.stream_inputs(),
             "token_column": self.token_column,
             "seq_len": self.seq_len,
-            "seed": self.seed,
-            "global_batch": self.global_batch,
             "lookahead": self.lookahead,
-            "drop_last": self.drop_last,
             **self.recipe.fingerprint_inputs(),
         }
         if self.recipe.cut_column:

@@ -25,6 +25,7 @@ from tokenloom.loader.plan import (
     steps_blocks,
 )
 from tokenloom.loader.spans import Spans
+from tokenloom.loader.stream.topology import split_global_batch
 
 __all__ = [
     "BlockPlan",
@@ -229,15 +230,11 @@ class EpochView:
 
     def blocks(self, step: int, *, rank: int = 0, world_size: int = 1) -> np.ndarray:
         """``(G / W,)`` plan blocks rank ``rank`` packs at ``step`` (``-1``: padding block)."""
-        if self.global_batch % world_size:
-            raise PlanError(
-                f"global batch {self.global_batch} does not split over {world_size} ranks"
-            )
         return step_blocks(
             step,
             rank=rank,
             world_size=world_size,
-            batch_size=self.global_batch // world_size,
+            batch_size=split_global_batch(self.global_batch, world_size, unit="blocks"),
             num_blocks=self.plan.num_blocks,
             drop_last=self.drop_last,
             order=self.stream_order,
@@ -245,12 +242,8 @@ class EpochView:
 
     def group(self, steps: np.ndarray, *, rank: int = 0, world_size: int = 1) -> GroupLayout:
         """:meth:`layout` of consecutive steps at once: one ``spans`` call for all their blocks."""
-        if self.global_batch % world_size:
-            raise PlanError(
-                f"global batch {self.global_batch} does not split over {world_size} ranks"
-            )
         steps = np.asarray(steps, dtype=np.int64).reshape(-1)
-        B = self.global_batch // world_size
+        B = split_global_batch(self.global_batch, world_size, unit="blocks")
         blocks = steps_blocks(
             steps,
             rank=rank,

@@ -194,6 +194,8 @@ class WorkerPool:
         timeout: Seconds to wait for one group before giving up (0: no limit; a dead worker is
             detected either way).
         init_fn: Called in each worker with its index before it reads (``worker_init_fn``).
+        main_objects: Functions the stream calls in the workers (a row transform): one defined
+            in the script's ``__main__`` makes the workers run the script again to find it.
         persistent: Keep the processes between passes (:meth:`run` starts each pass from a
             cursor; a pass left before its end stops them, the next :meth:`run` starts new
             ones). Otherwise each pass (``iter(pool)``) starts and stops its own processes.
@@ -208,6 +210,7 @@ class WorkerPool:
         prefetch: int = 2,
         timeout: float = 0.0,
         init_fn: Callable[[int], None] | None = None,
+        main_objects: tuple = (),
         persistent: bool = False,
     ) -> None:
         if workers < 1:
@@ -215,6 +218,7 @@ class WorkerPool:
         self.stream, self.workers = stream, int(workers)
         self.context = multiprocessing_context(context)
         self.prefetch, self.timeout, self.init_fn = max(int(prefetch), 1), float(timeout), init_fn
+        self.main_objects = tuple(main_objects)
         self.torch_imported: bool | None = None
         """Whether any worker had torch imported when it finished (``None`` until one did)."""
         self.persistent = bool(persistent)
@@ -266,7 +270,7 @@ class WorkerPool:
         ]  # fmt: skip
         self._started = True
         try:
-            with main_not_rerun(not defined_in_main(self.init_fn)):
+            with main_not_rerun(not defined_in_main(self.init_fn, *self.main_objects)):
                 for p in self._procs:
                     p.start()
         finally:

@@ -16,7 +16,7 @@ from tokenloom.rows.spec import RowSpec
 from tokenloom.rows.transform import FORMATS, ON_ERROR, RowLoaderError, RowTransformError, SkipRow
 
 _LAZY = {
-    "RowDataset": "dataset",
+    "RowDataset": "iterable",
     "RowMapDataset": "dataset",
     "RowLoader": "loader",
     "RowReader": "read",

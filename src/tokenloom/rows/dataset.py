@@ -4,9 +4,13 @@ The plan (:mod:`tokenloom.rows.plan`) says which row fills which slot of which g
 module reads those rows in chunks of ``read_batch_size`` (:mod:`tokenloom.rows.read`), runs the
 transform on each chunk in a pool of ``transform_threads`` threads (Lance's take releases the
 GIL, so do Pillow and numpy), refills the slots of rows the transform left out, and hands the
-batch out in the chosen format. DataLoader worker ``w`` of ``W`` builds this rank's steps ``w,
-w+W, ...`` and torch delivers them round-robin, so the stream is the same for any number of
-workers. State: ``(epoch, step)`` plus the fingerprint of the plan's inputs.
+batch out in the chosen format. It is built on the stream skeleton (:mod:`tokenloom.loader.stream`:
+spec, topology, cursor, take): :class:`RowStream` is the plan plus this materialiser, without
+torch. A :class:`~tokenloom.rows.RowLoader` worker ``w`` of ``W`` (tokenloom's own,
+:mod:`~tokenloom.loader.workers`) builds this rank's steps ``w, w+W, ...`` into a shared-memory
+ring (:mod:`~tokenloom.loader.stream.transit`) and the loader takes them round-robin, so the
+stream is the same for any number of workers. State: ``(epoch, step)`` plus the fingerprint of
+the plan's inputs.
 
 :class:`RowMapDataset` is the map-style variant (``DataLoader(shuffle=True)`` works): item ``i``
 is the ``i``-th selected row (ascending id), a failing row replaced by its refill candidates.
@@ -21,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.state import LoaderState
-from tokenloom.process import env_topology
+from tokenloom.loader.stream.cursor import Cursor, PlanCache, StreamCursor
+from tokenloom.loader.stream.topology import Topology, worker_groups
+from tokenloom.loader.stream.transit import StepMessage, StepRing
 from tokenloom.rows.blobs import LazyBatch, returned_blob
 from tokenloom.rows.plan import MAX_REFILLS, RowPlan
 from tokenloom.rows.read import RowReader, lazy_columns, scan_selection
@@ -40,9 +45,17 @@ from tokenloom.rows.transform import (
     transform_name,
 )
 
-__all__ = ["RowDataset", "RowMapDataset", "StepRows"]
+__all__ = ["RowMapDataset", "RowStream", "StepRows"]
 
-_META = "_rows"  # per-batch worker metadata, removed by RowLoader
+
+def __getattr__(name: str) -> Any:
+    # RowDataset, the torch face, lives in its own module: a worker unpickles a RowStream from
+    # this one without importing torch
+    if name == "RowDataset":
+        from tokenloom.rows.iterable import RowDataset
+
+        return RowDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class StepRows:
@@ -56,15 +69,6 @@ class StepRows:
         self.row_ids = row_ids
         self.skipped = skipped
         self.refills = refills
-
-
-def _torch_base() -> type:
-    try:
-        from torch.utils.data import IterableDataset
-
-        return IterableDataset
-    except ImportError:  # pragma: no cover - the rows loader works without torch too
-        return object
 
 
 _HINTS = {
@@ -199,8 +203,10 @@ class _Rows:
         )
 
 
-class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
-    """Batches of rows streamed from the table as a :class:`RowSpec` says.
+class RowStream(StreamCursor, _Rows):
+    """Batches of rows streamed from the table as a :class:`RowSpec` says (no torch; its
+    torch face is :class:`RowDataset`, whose arguments these are; a worker of
+    :class:`~tokenloom.rows.RowLoader` runs a detached copy, :meth:`detached`).
 
     ``RowDataset(spec, rank=r, world_size=w, transform=f)``, or the keyword form
     ``RowDataset("img.lance", columns=["image", "text"], global_batch=32, ...)``.
@@ -247,9 +253,9 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
             storage_options=storage_options,
             options=options,
         )
-        self.rank, self.world_size = env_topology(rank, world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise RowLoaderError(f"rank {self.rank} is outside world_size {self.world_size}")
+        self.topology = Topology.of(rank, world_size)
+        """This rank of the world (:class:`~tokenloom.loader.stream.topology.Topology`)."""
+        self.rank, self.world_size = self.topology.rank, self.topology.world_size
         self.batch_size = self.spec.per_rank(self.world_size)
         for name, value, low in (
             ("transform_threads", transform_threads, 0),
@@ -262,19 +268,11 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         self.read_batch_size = read_batch_size
         self.prefetch = prefetch
         self.allow_data_change = allow_data_change
-        self._epoch, self._step = int(epoch), 0
-        self._plans: dict[int, RowPlan] = {}
+        self.at = Cursor(epoch)
+        """The cursor: the next global step to deliver (:class:`~.stream.cursor.Cursor`)."""
+        self._plans: PlanCache[RowPlan] = PlanCache(keep=2)
 
     # -- the plan -----------------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        return self._epoch
-
-    @property
-    def step(self) -> int:
-        """Global steps of this epoch delivered so far."""
-        return self._step
 
     def plan(self, epoch: int | None = None) -> RowPlan:
         """The epoch's :class:`RowPlan` (the last two are kept).
@@ -286,49 +284,40 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
             RowLoaderError: The epoch has no global step (no row selected, or ``drop_last``
                 with fewer rows than one global batch).
         """
-        e = self._epoch if epoch is None else int(epoch)
-        if e not in self._plans:
-            s = self.spec
-            n = len(self.selection.row_ids)
-            plan = RowPlan.build(
-                n, seed=s.seed, epoch=e, global_batch=s.global_batch, drop_last=s.drop_last
-            )
-            if plan.steps == 0:
-                if n == 0:
-                    raise RowLoaderError(
-                        f"epoch {e} has no step: the filter {s.filter!r} selects no row of "
-                        f"{s.table} (version {self.version}); widen the filter"
-                    )
+        return self._plans.get(self.at.epoch if epoch is None else epoch, self._build_plan)
+
+    def _build_plan(self, e: int) -> RowPlan:
+        s = self.spec
+        n = len(self.selection.row_ids)
+        plan = RowPlan.build(
+            n, seed=s.seed, epoch=e, global_batch=s.global_batch, drop_last=s.drop_last
+        )
+        if plan.steps == 0:
+            if n == 0:
                 raise RowLoaderError(
-                    f"epoch {e} has no step: its {n:,} rows are fewer than one global batch "
-                    f"of {s.global_batch} rows, and drop_last leaves that incomplete step out; "
-                    f"use global_batch={n} or less, or drop_last=False"
+                    f"epoch {e} has no step: the filter {s.filter!r} selects no row of "
+                    f"{s.table} (version {self.version}); widen the filter"
                 )
-            self._plans = {k: v for k, v in self._plans.items() if k >= e - 1}
-            self._plans[e] = plan
-        return self._plans[e]
+            raise RowLoaderError(
+                f"epoch {e} has no step: its {n:,} rows are fewer than one global batch "
+                f"of {s.global_batch} rows, and drop_last leaves that incomplete step out; "
+                f"use global_batch={n} or less, or drop_last=False"
+            )
+        return plan
 
     def __len__(self) -> int:
         """Steps in the current epoch (the same on every rank)."""
         return self.plan().steps
 
-    def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (from its start, unless the cursor is already in it)."""
-        if epoch != self._epoch:
-            self._epoch, self._step = int(epoch), 0
-
-    @property
-    def cursor(self) -> tuple[int, int]:
-        """``(epoch, step)`` of the next batch."""
-        return self._epoch, self._step
+    def steps(self, epoch: int | None = None) -> int:
+        """Global steps of an epoch (default: the current one), the same on every rank."""
+        return self.plan(epoch).steps
 
     # -- state --------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered so far, the fingerprint, and the skip counts."""
-        out = LoaderState.create(
-            epoch=self._epoch, step=self._step, inputs=self.plan_inputs()
-        ).to_dict()
+        out = StreamCursor.state_dict(self)
         out["skipped"] = dict(self.skipped)
         out["refills"] = self.refills
         return out
@@ -339,9 +328,7 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
         Raises:
             ResumeMismatchError: naming what changed and the override.
         """
-        saved = LoaderState.from_dict(state)
-        saved.check(self.plan_inputs(), allow_data_change=self.allow_data_change)
-        self._epoch, self._step = saved.epoch, saved.step
+        StreamCursor.load_state_dict(self, state)
         self.skipped = Counter(state.get("skipped", {}))
         self.refills = int(state.get("refills", 0))
 
@@ -392,17 +379,9 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            from torch.utils.data import get_worker_info
-
-            info = get_worker_info()
-        except ImportError:  # pragma: no cover
-            info = None
-        wid, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch, first = self._epoch, self._step
-        plan = self.plan(epoch)
-        steps = list(range(first + wid, plan.steps, workers))
+    def _built(self, plan: RowPlan, steps: list[int]) -> Iterator[StepRows]:
+        """The steps ``steps`` of ``plan`` built in order, ``prefetch`` steps ahead in a pool
+        of ``transform_threads`` threads (the skip counts added up here)."""
         threads = self.transform_threads
         pool = ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-rows") if threads else None
         try:
@@ -419,30 +398,48 @@ class RowDataset(_Rows, _torch_base()):  # type: ignore[misc]
                     ahead.append(self._submit(pool, plan, nxt))
                 self.skipped.update(built.skipped)
                 self.refills += built.refills
-                if info is not None:  # a worker: numpy/arrow out, the loader converts
-                    fmt = "numpy" if self.format == "torch" else self.format
-                    batch = to_format(built.output, built.row_ids, fmt)
-                    yield {
-                        _META: {
-                            "epoch": epoch,
-                            "step": built.step,
-                            "skipped": dict(built.skipped),
-                            "refills": built.refills,
-                        },
-                        "batch": batch,
-                    }
-                    continue
-                self._step = built.step + 1
-                if self._step >= plan.steps:
-                    self._epoch, self._step = epoch + 1, 0
-                yield to_format(built.output, built.row_ids, self.format)
-            if info is not None:
-                # a worker's pass ran to its end: a persistent worker's next pass starts the
-                # next epoch, where the training process's cursor now is
-                self._epoch, self._step = epoch + 1, 0
+                yield built
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def batches(self) -> Iterator[Any]:
+        """The rest of the current epoch in this process, in :attr:`format` (the cursor moves
+        as each batch is handed out)."""
+        epoch, first = self.at.at
+        plan = self.plan(epoch)
+        for built in self._built(plan, list(range(first, plan.steps))):
+            self.at.delivered(epoch, built.step, plan.steps)
+            yield to_format(built.output, built.row_ids, self.format)
+
+    def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[StepMessage]:
+        """Worker ``worker`` of ``workers`` (:class:`~tokenloom.loader.workers.WorkerPool`):
+        its steps ``first + worker, first + worker + workers, ...`` of the rest of the current
+        epoch, numeric arrays in a shared-memory ring (numpy out; the loader converts to
+        torch). ``keep`` (a persistent worker) changes nothing here: each pass is told its
+        cursor."""
+        del keep
+        epoch, first = self.at.at
+        plan = self.plan(epoch)
+        steps = [g.start for g in worker_groups(first, plan.steps, 1, worker, workers)]
+        fmt = "numpy" if self.format == "torch" else self.format
+        ring = StepRing()
+        for built in self._built(plan, steps):
+            message = StepMessage(
+                epoch=epoch,
+                first=built.step,
+                batch=to_format(built.output, built.row_ids, fmt),
+                extra={"skipped": dict(built.skipped), "refills": built.refills},
+                worker=worker,
+            )
+            yield ring.put(message)
+
+    def detached(self) -> RowStream:
+        """This stream as a plain :class:`RowStream` (what a worker is sent: unpickling it
+        imports no torch). Shares this object's state."""
+        out = RowStream.__new__(RowStream)
+        out.__dict__.update(self.__dict__)
+        return out
 
 
 class RowMapDataset(_Rows):

@@ -1,14 +1,17 @@
 """``RowLoader``: a torch DataLoader over a :class:`~tokenloom.rows.RowDataset`.
 
-Spawned (or ``forkserver``) workers, ``fork`` refused (Lance is not fork-safe), that do not
-run the script again (no ``__main__`` guard needed, as for the packed loader:
-:func:`tokenloom.process.main_not_rerun`),
-``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact
-cursor of batches *delivered to the consumer*, and the workers' skip counts added up in the
-dataset. With ``persistent_workers=True`` the workers are kept between epochs: a worker whose
-pass ran to its end moves its own copy of the cursor to the next epoch's start, which is where
-the training process's cursor is after a whole pass; a pass left before its end, ``set_epoch``
-or ``load_state_dict`` elsewhere start new workers from the training process's cursor.
+Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`, as the packed
+loader's): spawned (or ``forkserver``) processes, ``fork`` refused (Lance is not fork-safe), that
+do not run the script again unless the transform (or ``worker_init_fn``) is defined in it (no
+``__main__`` guard needed: :func:`tokenloom.process.main_not_rerun`) and import no torch; each
+builds its steps and sends their arrays through a shared-memory ring
+(:mod:`~tokenloom.loader.stream.transit`). A dead worker is reported within a step with its exit
+code and signal; a training process killed outright takes its workers along. ``batch_size=None``
+(the dataset yields whole batches), a ``state_dict()`` that is the exact cursor of batches
+*delivered to the consumer*, and the workers' skip counts added up in the dataset. With
+``persistent_workers=True`` the processes are kept between passes; each pass tells them the
+training process's cursor (``set_epoch`` and ``load_state_dict`` reach them); a pass left
+before its end stops them and the next one starts new ones.
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.workers import multiprocessing_context
-from tokenloom.process import defined_in_main, main_not_rerun
-from tokenloom.rows.dataset import _META, RowDataset
+from tokenloom.loader.buffers import SharedSlots
+from tokenloom.loader.workers import WorkerPool, multiprocessing_context
+from tokenloom.rows.iterable import RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
 
 __all__ = ["RowLoader"]
 
 
-def _keep(batch: Any) -> Any:
-    """collate_fn of the workers: the batch as built."""
-    return batch
+def _pinned(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch's tensors in pinned memory (``pin_memory=True`` with CUDA)."""
+    return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 class RowLoader(torch.utils.data.DataLoader):
@@ -46,47 +49,79 @@ class RowLoader(torch.utils.data.DataLoader):
             kwargs["multiprocessing_context"] = multiprocessing_context(
                 kwargs.get("multiprocessing_context")
             )
-            kwargs.setdefault("collate_fn", _keep)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        self._workers_at: tuple[int, int] | None = None
-        """With persistent workers: the cursor their copies hold (after a whole pass)."""
+        self._kept: tuple[tuple, WorkerPool] | None = None
+        """With ``persistent_workers``: the workers kept between passes, and what they were
+        started for."""
+        self._iterator = None
+        """The kept workers (``persistent_workers``), as torch names its kept iterator."""
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         ds: RowDataset = self.dataset  # type: ignore[assignment]
+        pin = bool(self.pin_memory) and ds.format == "torch" and torch.cuda.is_available()
         if self.num_workers == 0:
-            yield from iter(ds)
+            for batch in ds.batches():
+                yield _pinned(batch) if pin else batch
             return
         total = len(ds)
-        kept = getattr(self, "_iterator", None)
-        if self.persistent_workers and kept is not None and self._workers_at != ds.cursor:
-            # the kept workers would start where their last pass ended: start new ones
-            kept._shutdown_workers()
-            self._iterator = None
-        self._workers_at = None
-        # torch starts the workers when the iterator is made; a transform (or init/collate
-        # function) defined in the script can only reach them by running the script again.
-        uses_main = defined_in_main(ds.transform, self.worker_init_fn, self.collate_fn)
-        with main_not_rerun(not uses_main):
-            items = super().__iter__()
-        for item in items:
-            meta = item[_META]
-            ds.skipped.update(meta["skipped"])
-            ds.refills += meta["refills"]
-            ds._epoch, ds._step = meta["epoch"], meta["step"] + 1
-            if ds._step >= total:
-                ds._epoch, ds._step = meta["epoch"] + 1, 0
-            batch = item["batch"]
-            if ds.format == "torch":
-                batch = to_format(batch, batch["row_id"], "torch")
-            yield batch
-        self._workers_at = ds.cursor  # every worker ran its pass to the end, as the cursor
+        pool = self._workers(ds)
+        self.worker_pool = pool
+        """The workers of the current (or last) pass."""
+        it = pool.run(ds.cursor) if pool.persistent else iter(pool)
+        slots: dict[int, SharedSlots] = {}  # each worker's ring
+        try:
+            for message in it:
+                if message.slots is not None:
+                    slots[message.worker] = message.slots
+                batch = message.settle(slots.get(message.worker))
+                ds.skipped.update(message.extra["skipped"])
+                ds.refills += message.extra["refills"]
+                ds.delivered(message.epoch, message.first, total)
+                if ds.format == "torch":
+                    batch = to_format(batch, batch["row_id"], "torch")
+                    batch = _pinned(batch) if pin else batch
+                pool.check()  # a dead worker is noticed here, not when its queue runs dry
+                yield batch
+        finally:
+            it.close()  # a pass left before its end stops a persistent pool too
+            if self._kept is not None and not self._kept[1].alive:
+                self._kept = None
+            self._iterator = self._kept[1] if self._kept is not None else None
+
+    def _workers(self, ds: RowDataset) -> WorkerPool:
+        """This pass's workers: new ones, or with ``persistent_workers`` the ones kept from the
+        last pass when it ran to its end (each pass tells them its cursor)."""
+        persistent = bool(self.persistent_workers)
+        key = (ds.spec, ds.transform, ds.on_error, ds.format, ds.rank, ds.world_size,
+               ds.read_batch_size, ds.transform_threads, ds.prefetch)  # fmt: skip
+        if persistent and self._kept is not None:
+            kept_key, kept = self._kept
+            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
+            if kept.alive and not kept.running and same:
+                return kept
+            kept.close()
+            self._kept = None
+        pool = WorkerPool(
+            ds.detached(),
+            self.num_workers,
+            context=self.multiprocessing_context,
+            prefetch=self.prefetch_factor or 2,
+            timeout=self.timeout,
+            init_fn=self.worker_init_fn,
+            main_objects=(ds.transform,),
+            persistent=persistent,
+        )
+        if persistent:
+            self._kept = (key, pool)
+            self._iterator = pool
+        return pool
 
     def close(self) -> None:
         """Stop the workers kept between passes (``persistent_workers``)."""
-        kept = getattr(self, "_iterator", None)
-        if kept is not None:
-            kept._shutdown_workers()
-            self._iterator = None
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
+        self._iterator = None
 
     def state_dict(self) -> dict:
         """The cursor of batches delivered to the consumer."""

@@ -23,6 +23,7 @@ import numpy as np
 
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.shuffle import epoch_order, epoch_permutation
+from tokenloom.loader.stream.topology import Topology
 
 __all__ = ["REFILL_ALGORITHM", "MAX_REFILLS", "RowPlan", "refill_permutation", "naive_slots"]
 
@@ -100,18 +101,14 @@ class RowPlan:
         Raises:
             PlanError: A bad topology or a step outside the epoch.
         """
-        if world_size < 1 or not 0 <= rank < world_size or self.global_batch % world_size:
-            raise PlanError(
-                f"global batch {self.global_batch} rows does not split over rank {rank} of "
-                f"{world_size}; pick a global batch that is a multiple of the world size"
-            )
+        topology = Topology(rank, world_size)
+        b = topology.per_rank(self.global_batch, unit="rows")
         if not 0 <= step < self.steps:
             raise PlanError(
                 f"step {step} is outside the epoch: it has {self.steps} global steps of "
                 f"{self.global_batch} rows ({self.n} rows, drop_last={self.drop_last})"
             )
-        b = self.global_batch // world_size
-        return step * self.global_batch + rank * b + np.arange(b, dtype=np.int64)
+        return topology.first(step, self.global_batch) + np.arange(b, dtype=np.int64)
 
     def first_rows(self, positions: np.ndarray) -> np.ndarray:
         """Selection position of each global position's own row (``-1`` past the epoch's end)."""

@@ -1,10 +1,10 @@
 """The row loader's I/O: resolve the selection once, then read chunks of rows by stable row id.
 
 The plan needs ``(id, _rowid)`` of the rows under the filter — one scan of one small column.
-Rows are read with ``_take_rows`` (thread-safe, GIL released); a blob-encoded column (see
-:mod:`tokenloom.ingest.columns`) is read lazily with ``take_blobs`` and materialised as
-``large_binary`` bytes only for the rows of the chunk, or, for the spec's ``lazy_blobs``
-columns, handed on as file objects read by range (:mod:`tokenloom.rows.blobs`).
+Rows are read with :func:`~tokenloom.loader.stream.take.take` (thread-safe, GIL released); a
+blob-encoded column (see :mod:`tokenloom.ingest.columns`) is read lazily with ``take_blobs`` and
+materialised as ``large_binary`` bytes only for the rows of the chunk, or, for the spec's
+``lazy_blobs`` columns, handed on as file objects read by range (:mod:`tokenloom.rows.blobs`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenloom.loader.compact import CompactInts, encode
+from tokenloom.loader.stream.take import BLOB_V2, is_blob, take, take_blob_files
 from tokenloom.rows.blobs import LazyBatch, LazyBlob
 from tokenloom.rows.transform import RowLoaderError
 from tokenloom.table.filters import validate_filter
@@ -33,18 +34,6 @@ __all__ = [
     "lazy_columns",
     "take_blob_files",
 ]
-
-
-BLOB_V2 = "lance.blob.v2"
-"""Arrow extension name of Lance's newer blob columns (``lance.blob.BlobType``, 2.2 files)."""
-
-
-def is_blob(field: pa.Field) -> bool:
-    """Whether a column is stored with Lance's blob encoding (the ``lance-encoding:blob`` field
-    metadata tokenloom's ingest writes, or a ``lance.blob.v2`` column of an adopted table)."""
-    if getattr(field.type, "extension_name", None) == BLOB_V2:
-        return True
-    return (field.metadata or {}).get(b"lance-encoding:blob") == b"true"
 
 
 def lazy_columns(
@@ -82,14 +71,6 @@ def lazy_columns(
                 f"{c!r} out of lazy_blobs to read it whole"
             )
     return tuple(lazy)
-
-
-def take_blob_files(ds: lance.LanceDataset, column: str, rowids: Sequence[int]) -> list:
-    """Lance's file objects (``BlobFile``, ``None`` for a null) of blob ``column`` for rows by
-    stable row id, in that order: the one place blob values are taken (nothing is fetched yet
-    but their positions)."""
-    rid = [int(r) for r in rowids]
-    return ds.take_blobs(column, ids=rid) if rid else []
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -193,9 +174,9 @@ class RowReader:
         started = time.perf_counter()
         ds = self.dataset
         schema = ds.schema
-        plain = [c for c in self.columns if not is_blob(schema.field(c))]
         rid = [int(r) for r in rowids]
-        table = ds._take_rows(rid, columns=["id", *[c for c in plain if c != "id"]])
+        eager = [c for c in self.columns if c != "id" and c not in self.lazy]
+        table = take(ds, rid, ["id", *eager])  # eager blob columns as bytes
         arrays: dict[str, pa.Array] = {
             name: table.column(name).combine_chunks() for name in table.column_names
         }
@@ -209,16 +190,12 @@ class RowReader:
         for c in self.columns:
             if is_bytes_layout(schema.field(c)):  # token ids read as lists, either layout
                 arrays[c] = as_token_lists(arrays[c], schema.field(c))
-            if is_blob(schema.field(c)):
+            if c in self.lazy:
                 files = take_blob_files(ds, c, rid)
-                if c in self.lazy:
-                    row_ids = got.tolist()
-                    lazy[c] = [
-                        self._lazy(c, f, r, i) for f, r, i in zip(files, rid, row_ids, strict=True)
-                    ]
-                    continue
-                values = [f.readall() if f is not None else None for f in files]
-                arrays[c] = pa.array(values, type=pa.large_binary())
+                row_ids = got.tolist()
+                lazy[c] = [
+                    self._lazy(c, f, r, i) for f, r, i in zip(files, rid, row_ids, strict=True)
+                ]
         kept = [c for c in self.columns if c not in lazy]
         batch = pa.record_batch([arrays[c] for c in kept], names=kept)
         self.read_seconds += time.perf_counter() - started

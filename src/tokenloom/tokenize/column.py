@@ -36,6 +36,8 @@ from tokenloom.tokenize.roundtrip import roundtrip_failures
 __all__ = ["Encode", "LossyTokenizerError", "TokenizeResult", "count_column_for", "tokenize_table"]
 
 TOKENIZER_META_KEY = b"tokenloom.tokenizer"
+TEXT_COLUMN_META_KEY = b"tokenloom.text_column"
+"""Field metadata of a token column: the text column it encodes."""
 _EXAMPLES_KEPT = 20
 """Failures kept as examples in the result (every failure is counted)."""
 
@@ -58,7 +60,8 @@ def count_column_for(token_column: str) -> str:
     batch_size=512,
 )
 class Encode:
-    """Token ids of ``text`` (no special tokens) and their count.
+    """Token ids of the input text column (``text``, or the one :func:`encode_udf` names; no
+    special tokens) and their count.
 
     ``spec``, ``vocab_hash`` and ``layout`` (given only when not ``"list"``) are the identity;
     ``_threads`` is run-time (threads per worker).
@@ -74,7 +77,7 @@ class Encode:
             )
 
     def __call__(self, batch: pa.RecordBatch) -> list:
-        ids = self.tokenizer.encode_batch(batch.column("text"))
+        ids = self.tokenizer.encode_batch(batch.column(0))  # the one input: the text column
         counts = pc.list_value_length(ids).cast(pa.int64())
         return [to_layout(ids, self.layout), counts]
 
@@ -108,15 +111,21 @@ class TokenizeResult:
 
 
 def encode_udf(  # noqa: ANN201
-    spec: str, column: str = "input_ids", *, threads: int = 1, layout: str = "list"
+    spec: str,
+    column: str = "input_ids",
+    *,
+    threads: int = 1,
+    layout: str = "list",
+    text_column: str = "text",
 ):
-    """The :class:`Encode` UDF for a tokenizer spec, writing ``column`` (in ``layout``) and its
-    count column."""
+    """The :class:`Encode` UDF for a tokenizer spec, encoding ``text_column`` into ``column``
+    (in ``layout``) and its count column."""
     tok = load_tokenizer(spec)
     identity = tok.identity()
     meta = {
         TOKENIZER_META_KEY: json.dumps(identity, sort_keys=True).encode(),
         b"tokenloom.count_column": count_column_for(column).encode(),
+        TEXT_COLUMN_META_KEY: text_column.encode(),
     }
     schema = pa.schema(
         [
@@ -125,9 +134,10 @@ def encode_udf(  # noqa: ANN201
         ]
     )
     extra = {"layout": layout} if layout != "list" else {}  # a list column keeps its identity
-    return Encode.bind(
-        spec=tok.name, vocab_hash=tok.vocab_hash, _threads=threads, **extra
-    ).with_output(schema), tok
+    enc = Encode.bind(spec=tok.name, vocab_hash=tok.vocab_hash, _threads=threads, **extra)
+    if text_column != "text":  # the text column keeps the UDF's identity as it always was
+        enc = enc.with_inputs([text_column])
+    return enc.with_output(schema), tok
 
 
 def tokenize_table(
@@ -142,6 +152,7 @@ def tokenize_table(
     progress: bool | None = None,
     storage_options: Mapping[str, str] | None = None,
     layout: str | None = None,
+    text_column: str = "text",
 ) -> TokenizeResult:
     """Add ``column`` (token ids) and its count column, then check a round-trip sample.
 
@@ -158,6 +169,8 @@ def tokenize_table(
         allow_lossy: Commit the column even when sampled rows do not round-trip.
         layout: ``"list"`` or ``"bytes"`` (:mod:`tokenloom.table.tokens`); ``None``: the
             existing column's layout, else ``"list"``.
+        text_column: The text column encoded (e.g. ``prompt`` into ``prompt_ids`` for the
+            image+text loader).
 
     Raises:
         TokenLayoutError: ``layout`` differs from the existing column's (nothing is changed).
@@ -174,15 +187,20 @@ def tokenize_table(
     started = time.perf_counter()
     table = Table.open(uri, storage_options=storage_options)
     layout = _layout_for(table.schema(), column, layout)
-    enc, tok = encode_udf(spec, column, threads=threads, layout=layout)
+    if text_column not in table.schema().names:
+        raise TokenizerError(
+            f"the table has no text column {text_column!r} to tokenize (columns: "
+            f"{', '.join(table.schema().names)}); pass --text-column NAME"
+        )
+    enc, tok = encode_udf(spec, column, threads=threads, layout=layout, text_column=text_column)
     pick = _roundtrip_pick(Table.open(uri, storage_options=storage_options), roundtrip_sample)
     if len(pick) and not allow_lossy:
         sample = Table.open(uri, storage_options=storage_options).dataset.take(
-            pick, columns=["id", "text"]
+            pick, columns=["id", text_column]
         )
         try:
             failures = roundtrip_failures(
-                tok, sample.column("text"), sample.column("id").to_pylist()
+                tok, sample.column(text_column), sample.column("id").to_pylist()
             )
         except EncodeError as exc:
             raise EncodeError(f"{exc} Nothing was committed.", exc.index) from None
@@ -210,10 +228,10 @@ def tokenize_table(
     res.seconds = time.perf_counter() - started
     pick = _roundtrip_pick(table, roundtrip_sample)
     if len(pick):
-        sample = table.dataset.take(pick, columns=["id", "text", column])
+        sample = table.dataset.take(pick, columns=["id", text_column, column])
         failures = roundtrip_failures(
             tok,
-            sample.column("text"),
+            sample.column(text_column),
             sample.column("id").to_pylist(),
             encoded=as_token_lists(sample.column(column), sample.schema.field(column)),
         )

@@ -56,7 +56,7 @@ class RunEntry:
             "pins": list(r.pins),
             "spec": r.loader.describe(),
             "filter": r.loader.filter,
-            "token_column": r.loader.token_column,
+            "token_column": getattr(r.loader, "token_column", None),  # none: an image+text run
             "train_loss": r.train_loss,
             "val_loss": r.val_loss,
             "total_budget_tokens": r.config.get("total_budget_tokens"),

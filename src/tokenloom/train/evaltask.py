@@ -84,6 +84,7 @@ def write_eval_task(
         EvalTaskError: No non-empty row under the filter, or a task name lm-eval cannot take.
         FilterError: The filter does not fit the table.
     """
+    from tokenloom.loader.stream.take import take
     from tokenloom.rows.read import scan_selection
     from tokenloom.table import Table
 
@@ -94,7 +95,7 @@ def write_eval_task(
     ds = Table.open(table, version=version, storage_options=storage_options).dataset
     selection = scan_selection(ds, filter=filter, columns=["id", "text"])
     rowids = selection.rowids if limit is None else selection.rowids[:limit]
-    rows = ds._take_rows(rowids.tolist(), columns=["id", "text"]).to_pylist() if len(rowids) else []
+    rows = take(ds, rowids.tolist(), ["id", "text"]).to_pylist()
     rows.sort(key=lambda r: r["id"])
     kept = [r for r in rows if r["text"].strip()]
     if not kept:

@@ -99,7 +99,8 @@ def _micro_batches(cfg: TrainConfig, world: int) -> tuple[int, int]:
     if per_rank % b:
         raise TrainError(
             f"--micro-batch-size {b} does not divide the {per_rank} blocks each of {world} "
-            f"process(es) gets of the global batch {cfg.loader.global_batch}"
+            f"process(es) gets of the global batch {cfg.loader.global_batch}; pass a divisor of "
+            f"{per_rank} ({', '.join(str(d) for d in range(1, per_rank + 1) if per_rank % d == 0)})"
         )
     return b, per_rank // b
 
@@ -259,6 +260,9 @@ def train(
         progress: Rank 0 shows a step bar or periodic lines on stderr (see
             :mod:`tokenloom.progress`; ``None``: unless silenced).
     """
+    if not isinstance(cfg.loader, LoaderSpec):  # an image+text run: the tiny VLM
+        return _train_vlm(cfg, resume, overwrite, reschedule, allow_data_change, data_change,
+                          reweight, exclude, rewind, log, progress)  # fmt: skip
     dist = Dist.setup(cfg.device)
     try:
         if resume and rewind is not None:
@@ -289,6 +293,25 @@ def train(
             return trainer.run(closing, show=progress if main else False)
     finally:
         dist.close()
+
+
+def _train_vlm(cfg, resume, overwrite, reschedule, allow_data_change, data_change, reweight,
+               exclude, rewind, log, progress) -> TrainResult:  # noqa: ANN001  # fmt: skip
+    """An image+text run (:mod:`tokenloom.vision.train`), refusing what applies to tokens."""
+    from tokenloom.vision.train import train_vlm
+
+    changes = (
+        (data_change != "refuse", "--data-change"),
+        (reweight, "--reweight"),
+        (exclude is not None, "--exclude"),
+        (rewind is not None, "RUN/step-N"),
+    )
+    for given, flag in changes:
+        if given:
+            raise TrainError(f"{flag} applies to token runs; an image+text run resumes its "
+                             "latest checkpoint as is")  # fmt: skip
+    return train_vlm(cfg, resume=resume, overwrite=overwrite, reschedule=reschedule,
+                     allow_data_change=allow_data_change, log=log, progress=progress)  # fmt: skip
 
 
 def _quiet(*_: Any) -> None:

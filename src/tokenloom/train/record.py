@@ -39,7 +39,8 @@ class RunRecord:
     step: int
     """Optimizer steps done."""
     loader: LoaderSpec
-    """The loader spec trained on, table version pinned."""
+    """The loader spec trained on, table version pinned (an image+text run's
+    :class:`~tokenloom.vision.ImageTextSpec`, told apart by its ``kind``)."""
     loader_state: dict[str, Any]
     """The loader's cursor and plan inputs (:meth:`PackedDataset.state_dict`)."""
     config: dict[str, Any]
@@ -139,7 +140,7 @@ class RunRecord:
                 train_loss=data.get("train_loss"),
                 val_loss=data.get("val_loss"),
                 val_loss_by=dict(data.get("val_loss_by") or {}),
-                loader=LoaderSpec.from_dict(data["loader"]),
+                loader=_spec_from_dict(data["loader"]),
                 loader_state=dict(data["loader_state"]),
                 config=dict(data["config"]),
                 tokenizer=dict(data["tokenizer"]),
@@ -150,6 +151,17 @@ class RunRecord:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _spec_from_dict(data: Mapping[str, Any]) -> Any:
+    """The loader spec of a record: a token loader's, or an image+text run's (``kind``)."""
+    from tokenloom.vision.spec import SPEC_KIND
+
+    if isinstance(data, Mapping) and data.get("kind") == SPEC_KIND:
+        from tokenloom.vision.spec import ImageTextSpec
+
+        return ImageTextSpec.from_dict(dict(data))
+    return LoaderSpec.from_dict(data)
 
 
 def record_path(run: str | os.PathLike[str]) -> str:

@@ -257,6 +257,7 @@ def fixed_candidates(ds: Any, plan: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     """Text, stored ids and count of rows (by table id), and a fresh tokenization of each text."""
+    from tokenloom.loader.stream.take import take
     from tokenloom.table import Table
     from tokenloom.table.tokens import as_token_lists
 
@@ -270,7 +271,7 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     column, count, mask = ds.spec.token_column, ds.spec.count_column, ds.spec.loss_mask_column
     opened = Table.open(ds.uri, version=ds.version, storage_options=ds.planner.storage_options)
     columns = ["id", "text", column, count, *([mask] if mask else [])]
-    table = opened.dataset._take_rows(rowids.tolist(), columns=columns)
+    table = take(opened.dataset, rowids.tolist(), columns)
     spans = [np.zeros((0, 2), dtype=np.int64)] * table.num_rows
     if mask:
         from tokenloom.loader.lossmask import mask_pairs

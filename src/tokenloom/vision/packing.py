@@ -30,6 +30,8 @@ __all__ = [
     "PACK_ALGORITHM",
     "IGNORE",
     "PackPlan",
+    "CompactBlocks",
+    "pack_compact",
     "plan_blocks",
     "naive_greedy",
     "plan_padding",
@@ -136,6 +138,100 @@ def _knapsack(lengths: np.ndarray, images: np.ndarray, budget: int, cap: int) ->
     return [0, *sorted(chosen)]
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class CompactBlocks:
+    """Blocks as two flat arrays (what a loader keeps at millions of samples: no Python object
+    per block): block ``b`` holds ``members[starts[b] : starts[b + 1]]``."""
+
+    members: np.ndarray
+    """Indices (into the input order) of the packed samples, block after block (uint32 below
+    ``2**32`` samples)."""
+    starts: np.ndarray
+    """``(n_blocks + 1,)`` offsets into :attr:`members` (uint32 below ``2**32`` samples)."""
+    dropped: int
+    """Samples longer than the budget (or with more images than the cap): never packed."""
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def block(self, b: int) -> np.ndarray:
+        """The samples of block ``b`` (int64)."""
+        return self.members[int(self.starts[b]) : int(self.starts[b + 1])].astype(np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.members.nbytes + self.starts.nbytes)
+
+
+def _narrow(values: Sequence[int], n: int) -> np.ndarray:
+    dtype = np.uint32 if n < 2**32 else np.int64
+    return np.asarray(values, dtype=dtype)
+
+
+def pack_compact(
+    lengths: np.ndarray,
+    images: np.ndarray,
+    *,
+    budget: int,
+    image_cap: int = 4,
+    policy: str = "knapsack",
+    window: int = 32,
+) -> CompactBlocks:
+    """Pack samples (in the given order) into blocks of at most ``budget`` tokens and
+    ``image_cap`` images, as :class:`CompactBlocks` (``greedy`` or ``knapsack``; the same blocks
+    as :func:`plan_blocks`, in ``O(n * window)``: the knapsack keeps only its window of waiting
+    samples)."""
+    n_arr = np.asarray(lengths)
+    k_arr = np.asarray(images)
+    if n_arr.shape != k_arr.shape or n_arr.ndim != 1:
+        raise ValueError("lengths and images must be aligned 1-d arrays")
+    if budget < 1 or image_cap < 1:
+        raise ValueError(f"budget and image_cap must be >= 1, got {budget}, {image_cap}")
+    if policy not in ("greedy", "knapsack"):
+        raise ValueError(f"policy must be greedy or knapsack, got {policy!r}")
+    fits = (n_arr <= budget) & (k_arr <= image_cap)
+    order = np.flatnonzero(fits)
+    members = np.empty(len(order), dtype=np.uint32 if len(n_arr) < 2**32 else np.int64)
+    sizes: list[int] = []
+    at = 0
+    if policy == "greedy":
+        used = imgs = count = 0
+        members[:] = order  # greedy keeps the order: only the cuts are computed
+        at = len(order)
+        for lo in range(0, len(order), 65536):  # Python ints for one chunk at a time
+            part = order[lo : lo + 65536]
+            for n, k in zip(n_arr[part].tolist(), k_arr[part].tolist(), strict=True):
+                if count and (used + n > budget or imgs + k > image_cap):
+                    sizes.append(count)
+                    used = imgs = count = 0
+                used, imgs, count = used + n, imgs + k, count + 1
+        if count:
+            sizes.append(count)
+    else:
+        nxt, total = 0, len(order)
+        win: list[int] = []
+        while nxt < total or win:
+            while len(win) < window and nxt < total:  # the first `window` waiting samples
+                win.append(int(order[nxt]))
+                nxt += 1
+            w = np.asarray(win, dtype=np.int64)
+            wl, wk = n_arr[w].astype(np.int64), k_arr[w].astype(np.int64)
+            if wl.sum() <= budget and wk.sum() <= image_cap:
+                pick = list(range(len(win)))  # all fit: the fullest subset is all of them
+            else:
+                pick = _knapsack(wl, wk, budget, image_cap)
+            members[at : at + len(pick)] = w[pick]
+            at += len(pick)
+            sizes.append(len(pick))
+            taken = set(pick)
+            win = [x for j, x in enumerate(win) if j not in taken]
+    starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    return CompactBlocks(
+        members=members, starts=_narrow(starts, len(n_arr)), dropped=int(len(n_arr) - len(order))
+    )
+
+
 def plan_blocks(
     lengths: Sequence[int],
     images: Sequence[int],
@@ -175,20 +271,12 @@ def plan_blocks(
             part = order[lo : lo + per_batch]
             blocks.append(part)
             widths.append(int(n_arr[part].max()) * len(part))
-    elif policy == "greedy":
-        for b in naive_greedy(n_arr[order].tolist(), k_arr[order].tolist(), budget, image_cap):
-            blocks.append(order[np.asarray(b, dtype=np.int64)])
-            widths.append(budget)
     else:
-        waiting = list(order.tolist())
-        while waiting:
-            win = np.asarray(waiting[:window], dtype=np.int64)
-            pick = _knapsack(n_arr[win], k_arr[win], budget, image_cap)
-            chosen = win[pick]
-            blocks.append(chosen)
-            widths.append(budget)
-            taken = set(chosen.tolist())
-            waiting = [i for i in waiting if i not in taken]
+        packed = pack_compact(
+            n_arr, k_arr, budget=budget, image_cap=image_cap, policy=policy, window=window
+        )
+        blocks = [packed.block(b) for b in range(len(packed))]
+        widths = [budget] * len(blocks)
     return PackPlan(
         blocks=blocks,
         width=np.asarray(widths, dtype=np.int64),

@@ -4,7 +4,8 @@ The vision encoder is the minimum that shows the contract end to end: one linear
 flattened patch (``patch*patch*3`` values) to the model width plus a learned embedding of the
 patch's place in the block. Image positions take those vectors instead of token embeddings;
 attention is the GPT's document mask from ``doc_ids`` (no sample sees another), and the loss is
-on response tokens only (the block's ``labels``). :func:`train_steps` trains a few steps on CPU.
+on response tokens only (the block's ``labels``). :func:`train_steps` trains a few steps on CPU;
+``tokenloom train`` trains it from an image+text table (:mod:`tokenloom.vision.train`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from tokenloom.train.model import GPT, GPTConfig, document_mask
-from tokenloom.vision.blocks import VOCAB
 
 __all__ = ["TinyVLM", "VLMConfig", "train_steps", "TrainReport"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class VLMConfig:
-    """Model size (a GPT ``tiny`` by default) and the patch size it reads."""
+    """Model size (a GPT ``tiny`` by default), the vocabulary and the patch size it reads."""
 
+    vocab_size: int
+    """Ids of the token columns' tokenizer (:attr:`ImageTextDataset.vocab_size`)."""
     patch_dim: int = 16 * 16 * 3
     """Values per flattened patch."""
     block_size: int = 256
@@ -44,7 +46,7 @@ class TinyVLM(nn.Module):
         self.cfg = cfg
         self.gpt = GPT(
             GPTConfig(
-                vocab_size=VOCAB,
+                vocab_size=cfg.vocab_size,
                 block_size=cfg.block_size,
                 n_layer=cfg.n_layer,
                 n_head=cfg.n_head,
@@ -93,7 +95,7 @@ def train_steps(
     model: TinyVLM, batches: Iterable[dict], *, steps: int, lr: float = 3e-3, seed: int = 0
 ) -> TrainReport:
     """Train ``steps`` optimizer steps on numpy batches from
-    :class:`~tokenloom.vision.blocks.ImageTextBlocks` (cycled if shorter)."""
+    :class:`~tokenloom.vision.ImageTextDataset` (cycled if shorter)."""
     torch.manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     report = TrainReport()
