@@ -551,7 +551,8 @@ class PackedStream:
             tokens, offsets, masked, read = self._read_sources(layout, fetched)
         else:
             rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
-            tokens, offsets, masked, read = self.reader.read_masked(
+            # the ranges where they lie: the compiled packer reads them in place
+            tokens, offsets, masked, read = self.reader.locate(
                 rowids, layout.starts, layout.stops, spans.doc_len, fetched
             )
         if fetched is not None and fetch is not None and fetch[1]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
-from tokenloom.loader.pack import PackedArrays, pack_blocks
+from tokenloom.loader.pack import PackedArrays, TokenSource, pack_blocks
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.spans import Spans
 
@@ -66,6 +66,9 @@ class PackedGroup:
     """``(k,)`` int64 labels a loss mask set to ``-100`` per step (``None``: no mask)."""
     masked_blocks: np.ndarray | None = None
     """``(k * B,)`` int64 of them per block (``None``: no mask)."""
+    block_counts: np.ndarray | None = None
+    """``(2, k * B)`` int64 padding positions and positions whose label trains, per block, as
+    the compiled packer counted them (``None``: count them on the arrays)."""
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -114,7 +117,7 @@ class PackedGroup:
 
 def pack_group(
     spans: Spans,
-    tokens: np.ndarray,
+    tokens: np.ndarray | TokenSource,
     token_offsets: np.ndarray,
     *,
     steps: int,
@@ -182,7 +185,10 @@ def pack_group(
     eos = per_step(spans.has_eos)
     windowed = spans.ctx_end is not None or spans.ends_window is not None
     if windowed:
-        loss = (packed.labels.reshape(k, B * L) != -100).sum(axis=1).astype(np.int64)
+        if packed.block_counts is not None:
+            loss = packed.block_counts[1].reshape(k, B).sum(axis=1)
+        else:
+            loss = (packed.labels.reshape(k, B * L) != -100).sum(axis=1).astype(np.int64)
         ctx = packed.context
         assert ctx is not None  # windowed spans always carry context ranges
         context_positions = per_step(ctx[:, 1] - ctx[:, 0])
@@ -217,6 +223,7 @@ def pack_group(
         context_positions=context_positions,
         masked_positions=masked_steps,
         masked_blocks=packed.masked_blocks,
+        block_counts=packed.block_counts,
     )
 
 
