@@ -16,8 +16,9 @@ it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -81,6 +82,10 @@ _MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
 # (loader/fetch.py's spans) once a group holds fewer, up to this many tokens per take.
 _LOCAL_SPAN_TOKENS = 8 << 20
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
+# Layouts of read groups kept between their span's fetch and their build (~50 KB each): the
+# groups of the spans in flight, locally two spans of a few groups; past that (a deep remote
+# read-ahead) the oldest are worked out again by their build.
+_LAYOUTS_KEPT = 64
 
 
 class PackedStream:
@@ -214,6 +219,9 @@ class PackedStream:
         """Queue occupancy of this process's read pipeline (written into :attr:`stats`)."""
         self.last_counts: StepCounts | None = None
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
+        self._layouts: OrderedDict[tuple, tuple] = OrderedDict()
+        """Read groups' layouts worked out for their span's fetch, kept for their build."""
+        self._layouts_lock = threading.Lock()
         self._epoch = int(epoch)
         self._step = 0
 
@@ -240,7 +248,13 @@ class PackedStream:
         state = dict(self.__dict__)
         state["_fetcher"] = None  # threads and fetched rows stay in this process
         state["_readers"] = {}
+        state["_layouts"] = OrderedDict()
+        state["_layouts_lock"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._layouts_lock = threading.Lock()
 
     # -- what the spec resolved to --------------------------------------------------------------
 
@@ -460,19 +474,46 @@ class PackedStream:
         return int(min(-(-TAKE_ROWS // per_group), most))
 
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
-        """The stable row ids a read group's stretches come from (no I/O)."""
-        layout = view.group(
-            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
-        )
+        """The stable row ids a read group's stretches come from (no I/O). Its layout is kept
+        for the group's build (:meth:`_group_layout`): a span's fetch asks first."""
+        layout, rowids = self._group_layout(view, steps, keep=True)
+        if rowids is not None:
+            return rowids
         ids = layout.spans.row_id
-        if layout.sources:  # across a stream change: this version's stretches only
-            lo, parts = 0, []
-            for end, source in layout.sources:
-                if source.version == self.version:
-                    parts.append(ids[lo:end])
-                lo = end
-            ids = np.concatenate(parts) if parts else ids[:0]
+        lo, parts = 0, []  # across a stream change: this version's stretches only
+        for end, source in layout.sources:
+            if source.version == self.version:
+                parts.append(ids[lo:end])
+            lo = end
+        ids = np.concatenate(parts) if parts else ids[:0]
         return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, ids)]
+
+    def _group_layout(
+        self, view: EpochView, steps: range, *, keep: bool = False
+    ) -> tuple[Any, np.ndarray | None]:
+        """A read group's layout and, without a stream change in it, the stable row ids of
+        its stretches: worked out once per group. The fetch of the group's span asks first
+        (``keep``: held for the build, at most :data:`_LAYOUTS_KEPT` groups), the build then
+        takes them."""
+        key = (id(view), steps.start, steps.stop)
+        with self._layouts_lock:
+            held = self._layouts.pop(key, None)
+        if held is not None and held[0] is view:
+            layout, rowids = held[1], held[2]
+        else:
+            layout = view.group(
+                np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
+            )
+            rowids = None
+            if not layout.sources:
+                ids = layout.spans.row_id
+                rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, ids)]
+        if keep:
+            with self._layouts_lock:
+                self._layouts[key] = (view, layout, rowids)
+                while len(self._layouts) > _LAYOUTS_KEPT:
+                    self._layouts.popitem(last=False)
+        return layout, rowids
 
     def _reader_of(self, source: Any) -> TokenReader:
         """The token reader of a phase's table version (this loader's own, or one per earlier
@@ -540,17 +581,14 @@ class PackedStream:
         for most of their time); the consumer hands them out step by step. ``slots``: in a
         DataLoader worker, pack into a shared-memory slot that the training process lends to
         the batches."""
-        layout = view.group(
-            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
-        )
+        layout, rowids = self._group_layout(view, steps)
         spans = layout.spans
         fetched = None
         if fetch is not None:
             fetched = fetch[0].result()
-        if layout.sources:
+        if rowids is None:  # across a stream change
             tokens, offsets, masked, read = self._read_sources(layout, fetched)
         else:
-            rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
             # the ranges where they lie: the compiled packer reads them in place
             tokens, offsets, masked, read = self.reader.locate(
                 rowids, layout.starts, layout.stops, spans.doc_len, fetched
