@@ -22,6 +22,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,11 @@ _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 _PACK_THREADS = 2
 _PACK_AHEAD = 4
 _MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
+# DataLoader workers pack with the numpy packer: the compiled one (numba, loader/_pack_jit.py)
+# costs ~6 ns less CPU per token but loading numba and LLVM adds ~115 MB of RSS to each worker
+# (measured at 200k documents: 267 -> 382 MB per worker, 925 -> 1,148 MB for the tree with two
+# workers, past the 1 GB goal). The training process packs with the compiled one.
+_COMPILED_IN_WORKERS = False
 # Locally a take of ~1,000 sorted rows costs a third less CPU per token than one of ~300 (a
 # take pays a fixed cost, then each row): the rows of consecutive groups are taken together
 # (loader/fetch.py's spans) once a group holds fewer, up to this many tokens per take.
@@ -574,6 +580,7 @@ class PackedStream:
         steps: range,
         slots: SharedSlots | None,
         fetch: tuple[Future, bool] | None = None,
+        compiled: bool = True,
     ) -> BuiltGroup:
         """Several consecutive steps read with ONE take of all their rows (or from their
         span's fetch, ``fetch``: its future and whether this group carries its read cost) and
@@ -604,7 +611,7 @@ class PackedStream:
             slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
         if slot is None:
             out = self._buffers.take(shape)
-        packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked)
+        packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked, compiled=compiled)
         counts = view.count_group(layout, packed, len(self.spec.pool_names))
         if slot is not None:
             packed = replace(packed, arrays=None)  # the training process reads the slot
@@ -680,7 +687,9 @@ class PackedStream:
                 slots = SharedSlots(
                     depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, size_values, lendable=_SLOTS_LENT
                 )
-            build = self._build_group
+            # the compiled packer in the training process; a DataLoader worker packs with numpy
+            # (numba and LLVM would add ~115 MB of RSS to each worker: _COMPILED_IN_WORKERS)
+            build = partial(self._build_group, compiled=info is None or _COMPILED_IN_WORKERS)
 
             def submit(i: int) -> Any:
                 g = groups[i]

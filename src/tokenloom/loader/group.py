@@ -129,6 +129,7 @@ def pack_group(
     out: np.ndarray | None = None,
     masked: np.ndarray | None = None,
     overlap_loss: bool = False,
+    compiled: bool = True,
 ) -> PackedGroup:
     """Pack ``k`` steps' stretches with one :func:`~tokenloom.loader.pack.pack_blocks` call.
 
@@ -138,7 +139,7 @@ def pack_group(
         tokens, token_offsets: As :func:`~tokenloom.loader.pack.pack_blocks`.
         steps: ``k``.
         blocks_per_step: ``B``.
-        seq_len, eos_id, pad_id, lookahead, out, masked: As
+        seq_len, eos_id, pad_id, lookahead, out, masked, overlap_loss, compiled: As
             :func:`~tokenloom.loader.pack.pack_blocks` (``out`` of shape ``(4, k * B, L)``).
 
     Returns:
@@ -167,6 +168,7 @@ def pack_group(
         out=out,
         masked=masked,
         overlap_loss=overlap_loss,
+        compiled=compiled,
     )
     step_of = spans.block // B  # (S,) step of each stretch within the group
     stretch_bounds = np.searchsorted(spans.block, np.arange(k + 1, dtype=np.int64) * B)
@@ -276,23 +278,29 @@ class BuiltGroup:
         return self.packed.steps
 
     def batch(self, i: int) -> dict[str, Any]:
-        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays)."""
-        p = self.packed.step(i)
+        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays): the
+        fields of :meth:`PackedGroup.step`, sliced here directly (once per step: no
+        :class:`PackedArrays` and its counters built and dropped)."""
+        p = self.packed
+        B = p.blocks_per_step
+        rows = slice(i * B, (i + 1) * B)
+        a, b = p.stretch_bounds[i : i + 2].tolist()
+        c, d = p.segment_bounds[i : i + 2].tolist()
+        arrays = p.arrays
         batch: dict[str, Any] = {
-            "input_ids": p.input_ids,
-            "labels": p.labels,
-            "position_ids": p.position_ids,
-            "doc_ids": p.doc_ids,
-            "cu_seqlens": p.cu_seqlens,
-            "max_seqlen": p.max_seqlen,
-            "continues": p.continues,
-            "spans": p.spans,
+            "input_ids": arrays[0, rows],
+            "labels": arrays[1, rows],
+            "position_ids": arrays[2, rows],
+            "doc_ids": arrays[3, rows],
+            "cu_seqlens": p.cu_seqlens[c : d + 1] - np.int32(i * B * arrays.shape[2]),
+            "max_seqlen": int(p.max_seqlen[i]),
+            "continues": p.continues[rows],
+            "spans": p.spans[a:b],
         }
         if p.context is not None:
-            batch["context"] = p.context  # (n, 2) context-only range of each stretch
+            batch["context"] = p.context[a:b]  # (n, 2) context-only range of each stretch
         if self.pools is not None:
-            B = self.packed.blocks_per_step
-            batch["block_pool"] = self.pools[i * B : (i + 1) * B]  # (B,) pool of each block
+            batch["block_pool"] = self.pools[rows]  # (B,) pool of each block
         return batch
 
     def step_stats(self, i: int) -> dict[str, float]:

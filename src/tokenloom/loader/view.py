@@ -279,11 +279,12 @@ class EpochView:
         offsets: np.ndarray,
         out: np.ndarray | None = None,
         masked: np.ndarray | None = None,
+        compiled: bool = True,
     ) -> PackedGroup:
         """Pack a group's tokens (``offsets``: CSR over its stretches; ``tokens`` gathered, or a
         :class:`~tokenloom.loader.pack.TokenSource`) into its steps' batches
         (``out``: an optional ``(4, k * B, L)`` int64 buffer; ``masked``: the read tokens in a
-        loss-mask span; see :func:`pack_group`)."""
+        loss-mask span; ``compiled``: the packer; see :func:`pack_group`)."""
         return pack_group(
             layout.spans,
             tokens,
@@ -297,6 +298,7 @@ class EpochView:
             out=out,
             masked=masked,
             overlap_loss=self.overlap_loss,
+            compiled=compiled,
         )
 
     def count_group(self, layout: GroupLayout, packed: PackedGroup, num_pools: int) -> GroupCounts:
