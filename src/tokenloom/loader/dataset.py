@@ -4,8 +4,9 @@ The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row land
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
 (:mod:`~tokenloom.loader.group`) and hands out batches. Steps are built in *groups* of consecutive
 steps: one ``take`` for all their rows (on an object store, the rows of many groups fetched
-ahead at once, :mod:`~tokenloom.loader.fetch`), one vectorised gather, one pack into a reused
-buffer (:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading.
+ahead at once, :mod:`~tokenloom.loader.fetch`), one pack into a reused buffer
+(:mod:`~tokenloom.loader.buffers`; compiled in the training process, reading the taken rows in
+place; numpy in a DataLoader worker), so per-step Python stays small next to reading.
 DataLoader worker ``w`` of ``W`` (:mod:`~tokenloom.loader.workers`) builds groups ``w, w+W, ...``
 of this rank's steps into shared-memory slots and sends one message per group; the training
 process takes the workers' messages round-robin, so the stream is the same for any number of

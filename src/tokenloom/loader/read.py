@@ -1,10 +1,13 @@
 """Reading the token ranges a batch's spans need (the plan's own inputs are scanned by
 :mod:`~tokenloom.loader.inputs`).
 
-Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released) and gathered
-into the packer's layout with one vectorised ``take``: locally one take per group of steps; on an
-object store the rows of many groups at once (a :class:`Fetched` span, :meth:`TokenReader.fetch`,
-cut into concurrent takes of neighbouring rows), which the groups are then packed from. A
+Token lists are fetched by stable row id (``_take_rows``, thread-safe, GIL released) and each
+stretch's range is located in them (:meth:`TokenReader.locate`: a
+:class:`~tokenloom.loader.pack.TokenSource` the compiled packer reads in place) or gathered into
+the packer's layout with one vectorised ``take`` (:meth:`TokenReader.read_masked`): locally one
+take per group of steps; on an object store the rows of many groups at once (a :class:`Fetched`
+span, :meth:`TokenReader.fetch`, cut into concurrent takes of neighbouring rows), which the
+groups are then packed from. A
 document that goes on past a group is kept in a small LRU while its later blocks are packed, so a
 document of millions of tokens is read about once per process and costs linear work.
 """
