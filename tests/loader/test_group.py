@@ -25,6 +25,7 @@ from tests.loader.helpers import (
 from tokenloom.loader import EpochView, plan_epoch, step_blocks
 from tokenloom.loader.bestfit import plan_bestfit
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
+from tokenloom.loader.group import BuiltGroup
 from tokenloom.loader.plan import steps_blocks
 from tokenloom.loader.read import _gather
 from tokenloom.loader.window import plan_windowed_epoch
@@ -94,6 +95,53 @@ def test_a_group_of_steps_equals_its_steps_packed_one_by_one(
         np.testing.assert_array_equal(counts.step(i).counts, ref.counts)
         for a, b in zip(counts.step(i).starts, ref.starts, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(
+    corpus=corpora(max_docs=14),
+    seed=seeds,
+    kind=st.sampled_from(["concat", "window", "best_fit"]),
+    per_rank=st.integers(1, 3),
+    lookahead=st.booleans(),
+    drop_last=st.booleans(),
+    group=st.integers(1, 5),
+)
+def test_group_batches_equal_their_steps_with_either_packer(
+    corpus, seed, kind, per_rank, lookahead, drop_last, group
+):
+    """A handed-out batch (:meth:`BuiltGroup.batch`) is its step's arrays, and a group packed
+    with the numpy reference packs and counts exactly as with the compiled packer (the
+    DataLoader workers pack with the former, the training process with the latter)."""
+    L, lengths = corpus
+    rows = make_rows(lengths)
+    view = EpochView(
+        _plan(kind, rows, L, seed, 0), global_batch=per_rank, drop_last=drop_last,
+        block_order="sequential", lookahead=lookahead, eos_id=EOS, pad_id=PAD,
+    )  # fmt: skip
+    if view.steps == 0:
+        return
+    layout = view.group(np.arange(min(group, view.steps)))
+    tokens, offsets = gather(layout.spans, rows, lookahead=lookahead)
+    packed = view.pack_group(layout, tokens, offsets)
+    reference = view.pack_group(layout, tokens, offsets, compiled=False)
+    counts, ref_counts = view.count_group(layout, packed, 1), view.count_group(layout, reference, 1)
+    np.testing.assert_array_equal(counts.counts, ref_counts.counts)
+    np.testing.assert_array_equal(counts.starts, ref_counts.starts)
+    built = BuiltGroup(epoch=0, first=0, packed=packed, counts=counts, pools=None,
+                       read=(0, 0, 0.0), pack_seconds=0.0, seq_len=L)  # fmt: skip
+    for i in range(packed.steps):
+        want = reference.step(i)
+        assert_packed_equal(packed.step(i), want)
+        batch = built.batch(i)
+        for name in ("input_ids", "labels", "position_ids", "doc_ids", "cu_seqlens", "continues",
+                     "spans"):  # fmt: skip
+            got, ref = batch[name], getattr(want, name)
+            assert got.dtype == ref.dtype and np.array_equal(got, ref), name
+        assert batch["max_seqlen"] == want.max_seqlen
+        assert ("context" in batch) == (want.context is not None)
+        if want.context is not None:
+            np.testing.assert_array_equal(batch["context"], want.context)
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)

@@ -31,6 +31,8 @@ from tokenloom.loader import (
     steps_in_epoch,
     token_ranges,
 )
+from tokenloom.loader.pack import TokenSource
+from tokenloom.loader.spans import Spans
 
 
 def pack(plan, rows, blocks, *, lookahead: bool) -> PackedArrays:
@@ -236,3 +238,134 @@ def test_two_million_token_document_packs_exactly() -> None:
     assert out.continues.tolist() == [False] + [True] * (plan.num_blocks - 1)
     assert out.spans.shape == (plan.num_blocks, 5)
     assert (out.real_tokens, out.loss_positions, out.padding_positions) == (big, big, pad)
+
+
+def _adversarial_batch(rng: np.random.Generator, *, windows: bool) -> dict:
+    """Random stretches within the packer's contract, beyond what the planners make: empty
+    documents (EOS only), documents running over several blocks, blocks continuing mid-document,
+    stretches ending exactly at their document's end without the EOS (it is in the next block),
+    padding tails, whole padding blocks, a short last block; with ``windows``, context ranges
+    anywhere (inside, before, past the stretch) and windows ending anywhere, mid-block too."""
+    B, L = int(rng.integers(1, 6)), int(rng.integers(1, 13))
+    names = "block pos row_id doc_len tok_start tok_end has_eos ctx_end ends_window".split()
+    fields: dict[str, list] = {k: [] for k in names}
+    for b in range(B):
+        if rng.random() < 0.15:
+            continue  # a whole padding block
+        pos, first = 0, True
+        while pos < L:
+            doc_len = int(rng.choice([0, 1, 2, int(rng.integers(0, 4 * L + 2))]))
+            start = int(rng.integers(0, doc_len + 1)) if first and rng.random() < 0.5 else 0
+            room, left = L - pos, doc_len - start
+            ends = windows and rng.random() < 0.2 and left >= 1
+            if ends:  # a window ends inside this block, or at its end
+                end, eos = start + int(rng.integers(1, min(left, room) + 1)), False
+            elif left + 1 <= room:
+                end, eos = doc_len, True
+            else:  # cut by the block's end (at the document's end when left == room)
+                end, eos = start + room, False
+            fields["block"].append(b)
+            fields["pos"].append(pos)
+            fields["row_id"].append(int(rng.integers(0, 1000)))
+            fields["doc_len"].append(doc_len)
+            fields["tok_start"].append(start)
+            fields["tok_end"].append(end)
+            fields["has_eos"].append(eos)
+            fields["ctx_end"].append(int(rng.integers(0, end + 3)) if rng.random() < 0.5 else 0)
+            fields["ends_window"].append(ends)
+            pos += end - start + eos
+            first = False
+            if eos and rng.random() < 0.2:
+                break  # a padding tail
+    arr = {k: np.asarray(v, dtype=bool if k in ("has_eos", "ends_window") else np.int64)
+           for k, v in fields.items()}  # fmt: skip
+    if not windows:
+        arr["ctx_end"] = arr["ends_window"] = None
+    arr["doc"] = np.arange(len(arr["block"]), dtype=np.int64)
+    blocks = np.arange(B, dtype=np.int64)
+    return {"spans": Spans(seq_len=L, blocks=blocks, **arr), "B": B, "L": L}
+
+
+def _compare_packers(spans, tokens, offsets, B: int, L: int, **kw) -> PackedArrays:
+    got = pack_blocks(spans, tokens, offsets, num_blocks_in_batch=B, seq_len=L, eos_id=EOS,
+                      pad_id=PAD, **kw)  # fmt: skip
+    plain = tokens.gather(offsets) if isinstance(tokens, TokenSource) else tokens
+    want = pack_blocks(spans, plain, offsets, num_blocks_in_batch=B, seq_len=L, eos_id=EOS,
+                       pad_id=PAD, compiled=False, **kw)  # fmt: skip
+    assert_packed_equal(got, want)
+    for name in ("context", "context_positions", "masked_positions", "masked_blocks"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None) == (b is None), name
+        assert a is None or np.array_equal(a, b), (name, a, b)
+    pad, trains = got.block_counts
+    assert np.array_equal(pad, (want.doc_ids == -1).sum(axis=1))
+    assert np.array_equal(trains, (want.labels != -100).sum(axis=1))
+    return got
+
+
+@pytest.mark.parametrize("windows", [False, True], ids=["concat", "windows"])
+def test_compiled_packer_equals_numpy_reference_on_adversarial_stretches(windows: bool) -> None:
+    """Every field, every count, bit for bit: with and without lookahead, loss masks and the
+    overlap loss, token ids of several dtypes (-100 among them), tokens gathered or left where
+    they lie (a buffer plus copied ranges, as the reader hands them over)."""
+    rng = np.random.default_rng(7 if windows else 3)
+    for case in range(250):
+        batch = _adversarial_batch(rng, windows=windows)
+        spans, B, L = batch["spans"], batch["B"], batch["L"]
+        lookahead = bool(case % 2)
+        start, stop = token_ranges(spans, lookahead=lookahead)
+        n = stop - start
+        offsets = np.zeros(len(spans) + 1, dtype=np.int64)
+        np.cumsum(n, out=offsets[1:])
+        dtype = (np.uint16, np.int32, np.int64)[case % 3]
+        tokens = rng.integers(0, 500, int(offsets[-1])).astype(dtype)
+        if dtype is not np.uint16 and tokens.size:
+            tokens[rng.random(tokens.size) < 0.05] = -100  # an id equal to the ignore index
+        masked = rng.random(tokens.size) < 0.3 if case % 4 < 2 else None
+        kw = {"lookahead": lookahead, "masked": masked, "overlap_loss": windows and case % 5 == 0}
+        got = _compare_packers(spans, tokens, offsets, B, L, **kw)
+        check_invariants_without_ids(got, L)
+        # the same ranges where a reader leaves them: most in one buffer, a few copied apart
+        values = np.zeros(int(offsets[-1]) + 7, dtype=dtype)
+        apart = rng.random(len(spans)) < 0.3
+        extra = np.concatenate([tokens[offsets[i] : offsets[i + 1]] for i in np.flatnonzero(apart)]
+                               or [np.zeros(0, dtype)]).astype(dtype)  # fmt: skip
+        at = np.zeros(len(spans), dtype=np.int64)
+        e = 0
+        for i in range(len(spans)):
+            if apart[i]:
+                at[i], e = len(values) + e, e + int(n[i])
+            else:  # at a random offset of the buffer (ranges may overlap: both packers read
+                # the same buffer)
+                at[i] = int(rng.integers(0, len(values) - n[i] + 1))
+                values[at[i] : at[i] + n[i]] = tokens[offsets[i] : offsets[i + 1]]
+        source = TokenSource(values=values, at=at, extra=extra)
+        _compare_packers(spans, source, offsets, B, L, **kw)
+
+
+def check_invariants_without_ids(out: PackedArrays, L: int) -> None:
+    """:func:`check_invariants` less the id pattern (these token ids are random)."""
+    B = out.input_ids.shape[0]
+    cu = out.cu_seqlens.astype(np.int64)
+    assert out.cu_seqlens.dtype == np.int32 and cu[0] == 0 and cu[-1] == B * L
+    assert (np.diff(cu) > 0).all() and set(range(0, B * L, L)) <= set(cu.tolist())
+    flat_pos = out.position_ids.reshape(-1)
+    assert set(np.flatnonzero(flat_pos == 0).tolist()) == set(cu[:-1].tolist())
+    pad = out.doc_ids == -1
+    assert (out.input_ids[pad] == PAD).all() and (out.labels[pad] == -100).all()
+    assert out.real_tokens + out.eos_positions + out.padding_positions == B * L
+
+
+def test_compiled_packer_refuses_ranges_outside_its_buffers() -> None:
+    spans = _adversarial_batch(np.random.default_rng(1), windows=False)["spans"]
+    start, stop = token_ranges(spans, lookahead=False)
+    offsets = np.zeros(len(spans) + 1, dtype=np.int64)
+    np.cumsum(stop - start, out=offsets[1:])
+    n = int(offsets[-1])
+    assert n > 0
+    at = offsets[:-1].copy()
+    at[np.flatnonzero(stop > start)[-1]] += 1  # one range runs past the buffer's end
+    source = TokenSource(values=np.zeros(n, dtype=np.int32), at=at)
+    with pytest.raises(PlanError, match="outside its buffers"):
+        pack_blocks(spans, source, offsets, num_blocks_in_batch=len(spans.blocks),
+                    seq_len=spans.seq_len, eos_id=EOS, pad_id=PAD, lookahead=False)  # fmt: skip

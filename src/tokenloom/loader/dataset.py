@@ -4,8 +4,9 @@ The pure plan (:mod:`~tokenloom.loader.plan`) says which token of which row land
 module reads those tokens (:mod:`~tokenloom.loader.read`), packs them
 (:mod:`~tokenloom.loader.group`) and hands out batches. Steps are built in *groups* of consecutive
 steps: one ``take`` for all their rows (on an object store, the rows of many groups fetched
-ahead at once, :mod:`~tokenloom.loader.fetch`), one vectorised gather, one pack into a reused
-buffer (:mod:`~tokenloom.loader.buffers`), so per-step Python stays small next to reading.
+ahead at once, :mod:`~tokenloom.loader.fetch`), one pack into a reused buffer
+(:mod:`~tokenloom.loader.buffers`; compiled in the training process, reading the taken rows in
+place; numpy in a DataLoader worker), so per-step Python stays small next to reading.
 DataLoader worker ``w`` of ``W`` (:mod:`~tokenloom.loader.workers`) builds groups ``w, w+W, ...``
 of this rank's steps into shared-memory slots and sends one message per group; the training
 process takes the workers' messages round-robin, so the stream is the same for any number of
@@ -16,11 +17,13 @@ it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.dataloader`
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -77,11 +80,20 @@ _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 _PACK_THREADS = 2
 _PACK_AHEAD = 4
 _MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
+# DataLoader workers pack with the numpy packer: the compiled one (numba, loader/_pack_jit.py)
+# costs ~6 ns less CPU per token but loading numba and LLVM adds ~115 MB of RSS to each worker
+# (measured at 200k documents: 267 -> 382 MB per worker, 925 -> 1,148 MB for the tree with two
+# workers, past the 1 GB goal). The training process packs with the compiled one.
+_COMPILED_IN_WORKERS = False
 # Locally a take of ~1,000 sorted rows costs a third less CPU per token than one of ~300 (a
 # take pays a fixed cost, then each row): the rows of consecutive groups are taken together
 # (loader/fetch.py's spans) once a group holds fewer, up to this many tokens per take.
 _LOCAL_SPAN_TOKENS = 8 << 20
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
+# Layouts of read groups kept between their span's fetch and their build (~50 KB each): the
+# groups of the spans in flight, locally two spans of a few groups; past that (a deep remote
+# read-ahead) the oldest are worked out again by their build.
+_LAYOUTS_KEPT = 64
 
 
 class PackedStream(StreamCursor):
@@ -217,6 +229,9 @@ class PackedStream(StreamCursor):
         """Per-pool counts of the batch built last (the DataLoader adds them up)."""
         self.at = Cursor(epoch)
         """The cursor: the next global step to deliver (:class:`~.stream.cursor.Cursor`)."""
+        self._layouts: OrderedDict[tuple, tuple] = OrderedDict()
+        """Read groups' layouts worked out for their span's fetch, kept for their build."""
+        self._layouts_lock = threading.Lock()
 
     def _pin(
         self, spec: LoaderSpec, handle: Any = None, changes: tuple[StreamChange, ...] = ()
@@ -241,7 +256,13 @@ class PackedStream(StreamCursor):
         state = dict(self.__dict__)
         state["_fetcher"] = None  # threads and fetched rows stay in this process
         state["_readers"] = {}
+        state["_layouts"] = OrderedDict()
+        state["_layouts_lock"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._layouts_lock = threading.Lock()
 
     # -- what the spec resolved to --------------------------------------------------------------
 
@@ -443,19 +464,46 @@ class PackedStream(StreamCursor):
         return int(min(-(-TAKE_ROWS // per_group), most))
 
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
-        """The stable row ids a read group's stretches come from (no I/O)."""
-        layout = view.group(
-            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
-        )
+        """The stable row ids a read group's stretches come from (no I/O). Its layout is kept
+        for the group's build (:meth:`_group_layout`): a span's fetch asks first."""
+        layout, rowids = self._group_layout(view, steps, keep=True)
+        if rowids is not None:
+            return rowids
         ids = layout.spans.row_id
-        if layout.sources:  # across a stream change: this version's stretches only
-            lo, parts = 0, []
-            for end, source in layout.sources:
-                if source.version == self.version:
-                    parts.append(ids[lo:end])
-                lo = end
-            ids = np.concatenate(parts) if parts else ids[:0]
+        lo, parts = 0, []  # across a stream change: this version's stretches only
+        for end, source in layout.sources:
+            if source.version == self.version:
+                parts.append(ids[lo:end])
+            lo = end
+        ids = np.concatenate(parts) if parts else ids[:0]
         return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, ids)]
+
+    def _group_layout(
+        self, view: EpochView, steps: range, *, keep: bool = False
+    ) -> tuple[Any, np.ndarray | None]:
+        """A read group's layout and, without a stream change in it, the stable row ids of
+        its stretches: worked out once per group. The fetch of the group's span asks first
+        (``keep``: held for the build, at most :data:`_LAYOUTS_KEPT` groups), the build then
+        takes them."""
+        key = (id(view), steps.start, steps.stop)
+        with self._layouts_lock:
+            held = self._layouts.pop(key, None)
+        if held is not None and held[0] is view:
+            layout, rowids = held[1], held[2]
+        else:
+            layout = view.group(
+                np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
+            )
+            rowids = None
+            if not layout.sources:
+                ids = layout.spans.row_id
+                rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, ids)]
+        if keep:
+            with self._layouts_lock:
+                self._layouts[key] = (view, layout, rowids)
+                while len(self._layouts) > _LAYOUTS_KEPT:
+                    self._layouts.popitem(last=False)
+        return layout, rowids
 
     def _reader_of(self, source: Any) -> TokenReader:
         """The token reader of a phase's table version (this loader's own, or one per earlier
@@ -516,6 +564,7 @@ class PackedStream(StreamCursor):
         steps: range,
         slots: SharedSlots | None,
         fetch: tuple[Future, bool] | None = None,
+        compiled: bool = True,
     ) -> BuiltGroup:
         """Several consecutive steps read with ONE take of all their rows (or from their
         span's fetch, ``fetch``: its future and whether this group carries its read cost) and
@@ -523,18 +572,16 @@ class PackedStream(StreamCursor):
         for most of their time); the consumer hands them out step by step. ``slots``: in a
         DataLoader worker, pack into a shared-memory slot that the training process lends to
         the batches."""
-        layout = view.group(
-            np.arange(steps.start, steps.stop), rank=self.rank, world_size=self.world_size
-        )
+        layout, rowids = self._group_layout(view, steps)
         spans = layout.spans
         fetched = None
         if fetch is not None:
             fetched = fetch[0].result()
-        if layout.sources:
+        if rowids is None:  # across a stream change
             tokens, offsets, masked, read = self._read_sources(layout, fetched)
         else:
-            rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
-            tokens, offsets, masked, read = self.reader.read_masked(
+            # the ranges where they lie: the compiled packer reads them in place
+            tokens, offsets, masked, read = self.reader.locate(
                 rowids, layout.starts, layout.stops, spans.doc_len, fetched
             )
         if fetched is not None and fetch is not None and fetch[1]:
@@ -548,7 +595,7 @@ class PackedStream(StreamCursor):
             slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
         if slot is None:
             out = self._buffers.take(shape)
-        packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked)
+        packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked, compiled=compiled)
         counts = view.count_group(layout, packed, len(self.spec.pool_names))
         if slot is not None:
             packed = replace(packed, arrays=None)  # the training process reads the slot
@@ -618,7 +665,9 @@ class PackedStream(StreamCursor):
                 slots = SharedSlots(
                     depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, size_values, lendable=_SLOTS_LENT
                 )
-            build = self._build_group
+            # the compiled packer in the training process; a DataLoader worker packs with numpy
+            # (numba and LLVM would add ~115 MB of RSS to each worker: _COMPILED_IN_WORKERS)
+            build = partial(self._build_group, compiled=info is None or _COMPILED_IN_WORKERS)
 
             def submit(i: int) -> Any:
                 g = groups[i]

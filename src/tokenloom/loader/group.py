@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
-from tokenloom.loader.pack import PackedArrays, pack_blocks
+from tokenloom.loader.pack import PackedArrays, TokenSource, pack_blocks
 from tokenloom.loader.plan import PlanError
 from tokenloom.loader.spans import Spans
 
@@ -66,6 +66,9 @@ class PackedGroup:
     """``(k,)`` int64 labels a loss mask set to ``-100`` per step (``None``: no mask)."""
     masked_blocks: np.ndarray | None = None
     """``(k * B,)`` int64 of them per block (``None``: no mask)."""
+    block_counts: np.ndarray | None = None
+    """``(2, k * B)`` int64 padding positions and positions whose label trains, per block, as
+    the compiled packer counted them (``None``: count them on the arrays)."""
 
     @property
     def input_ids(self) -> np.ndarray:
@@ -114,7 +117,7 @@ class PackedGroup:
 
 def pack_group(
     spans: Spans,
-    tokens: np.ndarray,
+    tokens: np.ndarray | TokenSource,
     token_offsets: np.ndarray,
     *,
     steps: int,
@@ -126,6 +129,7 @@ def pack_group(
     out: np.ndarray | None = None,
     masked: np.ndarray | None = None,
     overlap_loss: bool = False,
+    compiled: bool = True,
 ) -> PackedGroup:
     """Pack ``k`` steps' stretches with one :func:`~tokenloom.loader.pack.pack_blocks` call.
 
@@ -135,7 +139,7 @@ def pack_group(
         tokens, token_offsets: As :func:`~tokenloom.loader.pack.pack_blocks`.
         steps: ``k``.
         blocks_per_step: ``B``.
-        seq_len, eos_id, pad_id, lookahead, out, masked: As
+        seq_len, eos_id, pad_id, lookahead, out, masked, overlap_loss, compiled: As
             :func:`~tokenloom.loader.pack.pack_blocks` (``out`` of shape ``(4, k * B, L)``).
 
     Returns:
@@ -164,6 +168,7 @@ def pack_group(
         out=out,
         masked=masked,
         overlap_loss=overlap_loss,
+        compiled=compiled,
     )
     step_of = spans.block // B  # (S,) step of each stretch within the group
     stretch_bounds = np.searchsorted(spans.block, np.arange(k + 1, dtype=np.int64) * B)
@@ -182,7 +187,10 @@ def pack_group(
     eos = per_step(spans.has_eos)
     windowed = spans.ctx_end is not None or spans.ends_window is not None
     if windowed:
-        loss = (packed.labels.reshape(k, B * L) != -100).sum(axis=1).astype(np.int64)
+        if packed.block_counts is not None:
+            loss = packed.block_counts[1].reshape(k, B).sum(axis=1)
+        else:
+            loss = (packed.labels.reshape(k, B * L) != -100).sum(axis=1).astype(np.int64)
         ctx = packed.context
         assert ctx is not None  # windowed spans always carry context ranges
         context_positions = per_step(ctx[:, 1] - ctx[:, 0])
@@ -217,6 +225,7 @@ def pack_group(
         context_positions=context_positions,
         masked_positions=masked_steps,
         masked_blocks=packed.masked_blocks,
+        block_counts=packed.block_counts,
     )
 
 
@@ -269,23 +278,29 @@ class BuiltGroup:
         return self.packed.steps
 
     def batch(self, i: int) -> dict[str, Any]:
-        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays)."""
-        p = self.packed.step(i)
+        """Step ``first + i`` as a dict of numpy arrays (views into the group's arrays): the
+        fields of :meth:`PackedGroup.step`, sliced here directly (once per step: no
+        :class:`PackedArrays` and its counters built and dropped)."""
+        p = self.packed
+        B = p.blocks_per_step
+        rows = slice(i * B, (i + 1) * B)
+        a, b = p.stretch_bounds[i : i + 2].tolist()
+        c, d = p.segment_bounds[i : i + 2].tolist()
+        arrays = p.arrays
         batch: dict[str, Any] = {
-            "input_ids": p.input_ids,
-            "labels": p.labels,
-            "position_ids": p.position_ids,
-            "doc_ids": p.doc_ids,
-            "cu_seqlens": p.cu_seqlens,
-            "max_seqlen": p.max_seqlen,
-            "continues": p.continues,
-            "spans": p.spans,
+            "input_ids": arrays[0, rows],
+            "labels": arrays[1, rows],
+            "position_ids": arrays[2, rows],
+            "doc_ids": arrays[3, rows],
+            "cu_seqlens": p.cu_seqlens[c : d + 1] - np.int32(i * B * arrays.shape[2]),
+            "max_seqlen": int(p.max_seqlen[i]),
+            "continues": p.continues[rows],
+            "spans": p.spans[a:b],
         }
         if p.context is not None:
-            batch["context"] = p.context  # (n, 2) context-only range of each stretch
+            batch["context"] = p.context[a:b]  # (n, 2) context-only range of each stretch
         if self.pools is not None:
-            B = self.packed.blocks_per_step
-            batch["block_pool"] = self.pools[i * B : (i + 1) * B]  # (B,) pool of each block
+            batch["block_pool"] = self.pools[rows]  # (B,) pool of each block
         return batch
 
     def step_stats(self, i: int) -> dict[str, float]:

@@ -40,8 +40,10 @@ whose target is such a token (the next token of the stretch, or its lookahead to
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +52,14 @@ from tokenloom.loader.plan import PlanError
 from tokenloom.loader.shuffle import epoch_permutation
 from tokenloom.loader.spans import Spans
 
-__all__ = ["IGNORE_INDEX", "PackedArrays", "token_ranges", "pack_blocks", "naive_pack"]
+__all__ = [
+    "IGNORE_INDEX",
+    "PackedArrays",
+    "TokenSource",
+    "token_ranges",
+    "pack_blocks",
+    "naive_pack",
+]
 
 IGNORE_INDEX = -100
 """Label of positions that carry no loss (PyTorch's ``cross_entropy`` default ``ignore_index``)."""
@@ -94,6 +103,95 @@ class PackedArrays:
     :attr:`loss_positions`)."""
     masked_blocks: np.ndarray | None = None
     """``(B,)`` int64 :attr:`masked_positions` of each block; ``None`` without a loss mask."""
+    block_counts: np.ndarray | None = None
+    """``(2, B)`` int64: padding positions and positions whose label trains, per block (the
+    compiled packer counts them as it writes; ``None`` from the numpy reference, whose caller
+    counts them on the arrays)."""
+
+
+@dataclass(frozen=True, eq=False)
+class TokenSource:
+    """The read tokens of a batch's stretches where they lie, not gathered into one array.
+
+    Stretch ``i``'s ``n_i = offsets[i + 1] - offsets[i]`` tokens (the ``token_offsets`` passed
+    with it) are ``values[at[i] : at[i] + n_i]`` when ``at[i] < len(values)``, else
+    ``extra[at[i] - len(values) :][:n_i]``: ``values`` is typically the taken rows' token
+    buffer (Arrow's values, zero-copy) and ``extra`` the few ranges copied from elsewhere (the
+    long-document cache), one after another.
+    """
+
+    values: np.ndarray
+    """The buffer holding most ranges (any integer dtype)."""
+    at: np.ndarray
+    """``(S,)`` int64: where each range starts in ``values`` followed by ``extra``."""
+    extra: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Ranges that are not in ``values``."""
+
+    def check(self, offsets: np.ndarray) -> None:
+        """Refuse ranges outside both buffers, or across their border.
+
+        Raises:
+            PlanError: A range is not inside ``values`` nor inside ``extra``.
+        """
+        at = np.asarray(self.at)
+        n = offsets[1:] - offsets[:-1]
+        if at.shape != n.shape:
+            raise PlanError(f"token source: {at.shape[0]} range starts for {n.shape[0]} stretches")
+        nv, ne = self.values.shape[0], self.extra.shape[0]
+        ok = (n == 0) | ((at >= 0) & (at + n <= nv)) | ((at >= nv) & (at + n <= nv + ne))
+        if not bool(ok.all()):
+            i = int(np.flatnonzero(~ok)[0])
+            raise PlanError(
+                f"token source: stretch {i}'s {n[i]} tokens at {at[i]} are outside its buffers "
+                f"({nv} values, {ne} extra)"
+            )
+
+    def gather(self, offsets: np.ndarray) -> np.ndarray:
+        """The ranges concatenated: the ``(T,)`` tokens :func:`pack_blocks` also takes."""
+        nv = self.values.shape[0]
+        lengths = offsets[1:] - offsets[:-1]
+        dtype = self.values.dtype if nv or not self.extra.shape[0] else self.extra.dtype
+        tokens = np.empty(int(offsets[-1]), dtype=dtype)
+        at = np.asarray(self.at, dtype=np.int64)
+        other = np.flatnonzero((at >= nv) & (lengths > 0))
+        if not len(other):  # one source buffer: one gather
+            _gather(self.values, at, lengths, offsets, tokens)
+            return tokens
+        # The few ranges of ``extra`` are copied one by one; the rest is one gather from
+        # ``values``, the extra ranges' positions in it written first and then overwritten.
+        if int(lengths.sum()) > int(lengths[other].sum()):
+            at0 = at.copy()
+            at0[other] = 0
+            _gather(self.values, at0, lengths, offsets, tokens, clip=True)
+        for i in other.tolist():
+            lo = int(at[i]) - nv
+            tokens[offsets[i] : offsets[i + 1]] = self.extra[lo : lo + int(lengths[i])]
+        return tokens
+
+
+def _gather(
+    buf: np.ndarray,
+    begin: np.ndarray,
+    lengths: np.ndarray,
+    at: np.ndarray,
+    out: np.ndarray,
+    *,
+    clip: bool = False,
+) -> None:
+    """``out[at[i] : at[i] + lengths[i]] = buf[begin[i] : begin[i] + lengths[i]]`` for ranges
+    that tile ``out`` in order: one ``take`` through an index built as a running sum of its
+    jumps (in a reused scratch array: no fresh megabyte-sized temporaries). ``clip``: ranges
+    past the end of ``buf`` are allowed (placeholders the caller overwrites)."""
+    nz = lengths > 0
+    b, n, o = begin[nz], lengths[nz], at[:-1][nz]
+    if not len(b):
+        return
+    idx = scratch("read.gather", len(out))
+    idx.fill(1)
+    idx[o[1:]] = b[1:] - (b[:-1] + n[:-1] - 1)
+    idx[0] = b[0]
+    np.cumsum(idx, out=idx)
+    np.take(buf, idx, out=out, mode="clip" if clip else "raise")
 
 
 def token_ranges(spans: Spans, *, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +260,7 @@ def _check_inputs(
 
 def pack_blocks(
     spans: Spans,
-    tokens: np.ndarray,
+    tokens: np.ndarray | TokenSource,
     token_offsets: np.ndarray,
     *,
     num_blocks_in_batch: int,
@@ -173,13 +271,21 @@ def pack_blocks(
     out: np.ndarray | None = None,
     masked: np.ndarray | None = None,
     overlap_loss: bool = False,
+    compiled: bool = True,
 ) -> PackedArrays:
-    """Pack stretches into a ``(B, L)`` batch. Vectorised: O(B * L + S), no per-stretch loop.
+    """Pack stretches into a ``(B, L)`` batch: O(B * L + S).
+
+    Compiled (the default): one pass of :func:`tokenloom.loader._pack_jit.pack_rows` writes the
+    four fields from the tokens where they lie. ``compiled=False``: the vectorised numpy
+    packer, the reference the compiled one is tested against field by field (same output).
 
     Args:
         spans: The stretches of the batch's blocks (:func:`~tokenloom.loader.spans.block_spans`).
-        tokens: ``(T,)`` integer token ids of every stretch, per the module's input contract.
-        token_offsets: ``(S + 1,)`` integers delimiting each stretch's tokens in ``tokens``.
+        tokens: ``(T,)`` integer token ids of every stretch, per the module's input contract;
+            or a :class:`TokenSource`: the same ranges where they lie (no gathered copy).
+        token_offsets: ``(S + 1,)`` integers delimiting each stretch's tokens in ``tokens``
+            (with a :class:`TokenSource`: their lengths, as CSR; ``masked`` is aligned with
+            them).
         num_blocks_in_batch: ``B``, the rows of the batch (``len(spans.blocks)`` normally).
         seq_len: ``L``, positions per block (must equal the plan's).
         eos_id: Id written after each document.
@@ -192,6 +298,7 @@ def pack_blocks(
             span (see the module docstring).
         overlap_loss: Keep the loss on targets that are context tokens (a window's overlap is
             trained again; ``context`` still reports the range). Default: context only.
+        compiled: Pack with the compiled kernel (``False``: the numpy reference).
 
     Returns:
         The :class:`PackedArrays`.
@@ -202,19 +309,52 @@ def pack_blocks(
     B, L = int(num_blocks_in_batch), int(seq_len)
     if B * L >= 2**31:
         raise PlanError(f"B * L = {B * L} positions do not fit int32 cu_seqlens")
-    toks = np.asarray(tokens).reshape(-1)
-    if toks.size and not np.issubdtype(toks.dtype, np.integer):
-        raise PlanError(f"tokens must hold integer ids, got dtype {toks.dtype}")
     offs = np.asarray(token_offsets).astype(np.int64, copy=False)
-    _check_inputs(spans, offs, int(toks.shape[0]), B, L, bool(lookahead))
+    if isinstance(tokens, TokenSource):
+        source = tokens
+        n_tokens = int(offs[-1]) if offs.ndim == 1 and offs.size else 0
+    else:
+        toks = np.asarray(tokens).reshape(-1)
+        source = TokenSource(values=toks, at=offs[:-1] if offs.ndim == 1 else offs)
+        n_tokens = int(toks.shape[0])
+    for buf in (source.values, source.extra):
+        if buf.size and not np.issubdtype(buf.dtype, np.integer):
+            raise PlanError(f"tokens must hold integer ids, got dtype {buf.dtype}")
+    _check_inputs(spans, offs, n_tokens, B, L, bool(lookahead))
+    if isinstance(tokens, TokenSource):
+        tokens.check(offs)
     if masked is not None:
         masked = np.asarray(masked, dtype=bool).reshape(-1)
-        if masked.shape != toks.shape:
-            raise PlanError(f"masked must have shape {toks.shape}, got {masked.shape}")
+        if masked.shape != (n_tokens,):
+            raise PlanError(f"masked must have shape {(n_tokens,)}, got {masked.shape}")
     if out is None:
         out = np.empty((4, B, L), dtype=np.int64)
     elif out.shape != (4, B, L) or out.dtype != np.int64 or not out.flags.c_contiguous:
         raise PlanError(f"out must be a C-contiguous (4, {B}, {L}) int64 array")
+    if compiled:
+        return _pack_compiled(
+            spans, source, offs, B, L, eos_id, pad_id, bool(lookahead), out, masked, overlap_loss
+        )
+    toks = source.gather(offs) if isinstance(tokens, TokenSource) else source.values
+    return _pack_numpy(
+        spans, toks, offs, B, L, eos_id, pad_id, bool(lookahead), out, masked, overlap_loss
+    )
+
+
+def _pack_numpy(
+    spans: Spans,
+    toks: np.ndarray,
+    offs: np.ndarray,
+    B: int,
+    L: int,
+    eos_id: int,
+    pad_id: int,
+    lookahead: bool,
+    out: np.ndarray,
+    masked: np.ndarray | None,
+    overlap_loss: bool,
+) -> PackedArrays:
+    """The vectorised numpy packer (the reference; inputs checked by :func:`pack_blocks`)."""
     ids_out, lab_out, pos_out, doc_out = (out[i].reshape(-1) for i in range(4))  # (B * L,)
     S = len(spans)
     has_eos = spans.has_eos
@@ -351,6 +491,130 @@ def pack_blocks(
         masked_positions=n_masked,
         masked_blocks=masked_blocks,
     )
+
+
+def _pack_compiled(
+    spans: Spans,
+    source: TokenSource,
+    offs: np.ndarray,
+    B: int,
+    L: int,
+    eos_id: int,
+    pad_id: int,
+    lookahead: bool,
+    out: np.ndarray,
+    masked: np.ndarray | None,
+    overlap_loss: bool,
+) -> PackedArrays:
+    """:func:`_pack_numpy`'s output from one pass of the compiled kernel (inputs checked by
+    :func:`pack_blocks`); the per-stretch metadata stays numpy (O(S))."""
+    S = len(spans)
+
+    def i64(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.int64)
+
+    def flag(a: np.ndarray | None) -> np.ndarray:
+        return _NO_FLAGS if a is None else np.ascontiguousarray(a, dtype=np.bool_)
+
+    has_eos = flag(spans.has_eos)
+    tok_start, tok_end, doc_len = i64(spans.tok_start), i64(spans.tok_end), i64(spans.doc_len)
+    block = i64(spans.block)
+    ctx_end = _NO_INTS if spans.ctx_end is None else i64(spans.ctx_end)
+    cu = np.empty(S + B + 1, dtype=np.int32)
+    per_block = np.empty((3, B), dtype=np.int64)  # filled, loss, dropped by the loss mask
+    n_cu = _kernel()(
+        source.values,
+        source.extra,
+        i64(source.at),
+        i64(offs),
+        flag(masked),
+        masked is not None,
+        block,
+        i64(spans.pos),
+        tok_start,
+        tok_end,
+        doc_len,
+        has_eos,
+        ctx_end,
+        spans.ctx_end is not None,
+        flag(spans.ends_window),
+        spans.ends_window is not None,
+        lookahead,
+        bool(overlap_loss),
+        int(eos_id),
+        int(pad_id),
+        L,
+        out,
+        cu,
+        per_block[0],
+        per_block[1],
+        per_block[2],
+    )
+    cu = cu[:n_cu]
+    filled, loss, dropped = per_block
+    continues = np.zeros(B, dtype=bool)
+    if S:
+        new_block = np.ones(S, dtype=bool)
+        new_block[1:] = block[1:] != block[:-1]
+        continues[spans.block[new_block]] = spans.tok_start[new_block] > 0
+    provenance = np.stack(
+        [spans.block, spans.pos, spans.row_id, spans.tok_start, spans.tok_end], axis=1
+    )
+    ntok = tok_end - tok_start
+    real, eos = int(ntok.sum()), int(np.count_nonzero(has_eos))
+    n_masked = int(dropped.sum()) if masked is not None else 0
+    windowed = spans.ctx_end is not None or spans.ends_window is not None
+    context = None
+    if spans.ctx_end is not None:
+        ctx_hi = np.clip(ctx_end, tok_start, tok_end)
+        context = np.stack([tok_start, ctx_hi], axis=1).astype(np.int64).reshape(S, 2)
+    elif windowed:
+        context = np.stack([tok_start, tok_start], axis=1).astype(np.int64).reshape(S, 2)
+    if windowed:
+        loss_positions = int(loss.sum())
+    else:
+        lost = 0 if lookahead else int(np.count_nonzero(~has_eos & (tok_end != doc_len)))
+        loss_positions = real - lost - n_masked
+    seg_len = np.diff(cu)
+    return PackedArrays(
+        input_ids=out[0],
+        labels=out[1],
+        position_ids=out[2],
+        doc_ids=out[3],
+        cu_seqlens=cu,
+        max_seqlen=int(seg_len.max()) if seg_len.size else 0,
+        continues=continues,
+        spans=provenance.astype(np.int64, copy=False).reshape(S, 5),
+        real_tokens=real,
+        eos_positions=eos,
+        padding_positions=B * L - real - eos,
+        loss_positions=loss_positions,
+        context=context,
+        context_positions=int((context[:, 1] - context[:, 0]).sum()) if windowed else 0,
+        masked_positions=n_masked,
+        masked_blocks=dropped if masked is not None else None,
+        block_counts=np.stack([L - filled, loss]),
+    )
+
+
+_NO_FLAGS = np.zeros(0, dtype=np.bool_)
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_KERNEL: Any = None
+_KERNEL_LOCK = threading.Lock()
+
+
+def _kernel() -> Any:
+    """The compiled packer (:func:`tokenloom.loader._pack_jit.pack_rows`), imported on first
+    use: numba is loaded by the first pack, never by ``import tokenloom`` (the first call on a
+    machine compiles it, then numba's on-disk cache serves every process)."""
+    global _KERNEL
+    if _KERNEL is None:
+        with _KERNEL_LOCK:
+            if _KERNEL is None:
+                from tokenloom.loader._pack_jit import pack_rows
+
+                _KERNEL = pack_rows
+    return _KERNEL
 
 
 def naive_pack(

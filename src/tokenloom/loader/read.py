@@ -2,12 +2,15 @@
 :mod:`~tokenloom.loader.inputs`).
 
 Token lists are fetched by stable row id (:func:`~tokenloom.loader.stream.take.take`:
-thread-safe, GIL released) and gathered into the packer's layout with one vectorised ``take``:
-locally one take per group of steps; on an object store the rows of many groups at once (a
-:class:`Fetched` span, :meth:`TokenReader.fetch`, cut into concurrent takes of neighbouring
-rows), which the groups are then packed from. A document that goes on past a group is kept in a
-small LRU while its later blocks are packed, so a document of millions of tokens is read about
-once per process and costs linear work.
+thread-safe, GIL released) and each
+stretch's range is located in them (:meth:`TokenReader.locate`: a
+:class:`~tokenloom.loader.pack.TokenSource` the compiled packer reads in place) or gathered into
+the packer's layout with one vectorised ``take`` (:meth:`TokenReader.read_masked`): locally one
+take per group of steps; on an object store the rows of many groups at once (a :class:`Fetched`
+span, :meth:`TokenReader.fetch`, cut into concurrent takes of neighbouring rows), which the
+groups are then packed from. A
+document that goes on past a group is kept in a small LRU while its later blocks are packed, so a
+document of millions of tokens is read about once per process and costs linear work.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from tokenloom.errors import TokenloomError
-from tokenloom.loader.buffers import scratch
+from tokenloom.loader.pack import TokenSource, _gather  # noqa: F401 - _gather: imported from here too
 from tokenloom.loader.stream.take import take
 from tokenloom.loader.window import CutPoints
 from tokenloom.table.storage import is_remote
@@ -207,6 +210,29 @@ class TokenReader:
             LoaderError: A row holds fewer tokens than the plan says.
             LossMaskDataError: A row's spans break the mask column's contract.
         """
+        source, offsets, masked, read = self.locate(rowids, starts, stops, doc_len, fetched)
+        return source.gather(offsets), offsets, masked, read
+
+    def locate(
+        self,
+        rowids: np.ndarray,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        doc_len: np.ndarray,
+        fetched: Fetched | None = None,
+    ) -> tuple[TokenSource, np.ndarray, np.ndarray | None, tuple[int, int, float]]:
+        """:meth:`read_masked` without the gather: where each range lies, for the compiled
+        packer to read in place (:class:`~tokenloom.loader.pack.TokenSource`: the fetched or
+        taken rows' buffer, zero-copy, and the ranges of cached documents copied apart).
+
+        Returns:
+            ``(source, offsets, masked, read)``: ``source.gather(offsets)`` is
+            :meth:`read_masked`'s ``tokens``; the rest as :meth:`read_masked`.
+
+        Raises:
+            LoaderError: A row holds fewer tokens than the plan says.
+            LossMaskDataError: A row's spans break the mask column's contract.
+        """
         S = len(rowids)
         want_mask = self.mask_column is not None
         msrc: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -217,7 +243,7 @@ class TokenReader:
         read = (0, 0, 0.0)
         if S == 0:
             empty = np.zeros(0, dtype=bool) if want_mask else None
-            return np.empty(0, dtype=np.int64), offsets, empty, read
+            return TokenSource(values=np.empty(0, np.int64), at=starts[:0]), offsets, empty, read
         uniq, first, inv = np.unique(rowids, return_index=True, return_inverse=True)
         source = np.zeros(len(uniq), dtype=np.int64)  # which buffer holds each row
         base = np.zeros(len(uniq), dtype=np.int64)  # where its tokens start in that buffer
@@ -285,23 +311,19 @@ class TokenReader:
                 what="stable row id",
             )  # fmt: skip
         dtype = next((b.dtype for b in buffers if len(b)), np.dtype(np.int64))
-        tokens = np.empty(int(offsets[-1]), dtype=dtype)
         at = base[inv] + starts  # (S,) where each range starts in its source buffer
         src = source[inv]  # (S,) buffer of each range
         other = np.flatnonzero(src != 0)
-        if not len(other):  # one source buffer: one gather
-            _gather(buffers[0], at, lengths, offsets, tokens)
-        else:
+        values = buffers[0] if len(buffers[0]) else np.empty(0, dtype=dtype)
+        extra = np.empty(0, dtype=dtype)
+        if len(other):
             # The few ranges of cached documents (a document running on from the previous
-            # group) are copied one by one; the rest is one gather from the taken rows, the
-            # cached ranges' positions in it written first and then overwritten.
-            if int(lengths[src == 0].sum()):
-                at0 = at.copy()
-                at0[other] = 0
-                _gather(buffers[0], at0, lengths, offsets, tokens, clip=True)
-            for i in other.tolist():
-                lo = int(at[i])
-                tokens[offsets[i] : offsets[i + 1]] = buffers[src[i]][lo : lo + int(lengths[i])]
+            # group) are copied apart, one after another, after the taken rows' buffer.
+            n = lengths[other]
+            pieces = zip(src[other].tolist(), at[other].tolist(), n.tolist(), strict=True)
+            extra = np.concatenate([buffers[b][lo : lo + k] for b, lo, k in pieces])
+            extra = extra.astype(dtype, copy=False)
+            at[other] = len(values) + np.cumsum(n) - n
         # A document that goes on after this call's last range is needed again by a later
         # call: keep a copy (not a view that would pin the whole fetched or taken buffer); one
         # that ends here is dropped from the cache.
@@ -324,7 +346,7 @@ class TokenReader:
             from tokenloom.loader.lossmask import stretch_mask
 
             masked = stretch_mask(mpairs, mptr, inv, starts, stops, offsets)  # type: ignore[arg-type]
-        return tokens, offsets, masked, read
+        return TokenSource(values=values, at=at, extra=extra), offsets, masked, read
 
     def _pairs(self, mcol: Any, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The spans of a taken mask column (:func:`~tokenloom.loader.lossmask.mask_pairs`)."""
@@ -532,28 +554,3 @@ def _list_values(col: pa.ListArray) -> tuple[np.ndarray, np.ndarray]:
     offs = col.offsets.to_numpy().astype(np.int64, copy=False)
     values = col.values.to_numpy(zero_copy_only=False) if len(col.values) else np.empty(0, np.int64)
     return values, offs
-
-
-def _gather(
-    buf: np.ndarray,
-    begin: np.ndarray,
-    lengths: np.ndarray,
-    at: np.ndarray,
-    out: np.ndarray,
-    *,
-    clip: bool = False,
-) -> None:
-    """``out[at[i] : at[i] + lengths[i]] = buf[begin[i] : begin[i] + lengths[i]]`` for ranges
-    that tile ``out`` in order: one ``take`` through an index built as a running sum of its
-    jumps (in a reused scratch array: no fresh megabyte-sized temporaries). ``clip``: ranges
-    past the end of ``buf`` are allowed (placeholders the caller overwrites)."""
-    nz = lengths > 0
-    b, n, o = begin[nz], lengths[nz], at[:-1][nz]
-    if not len(b):
-        return
-    idx = scratch("read.gather", len(out))
-    idx.fill(1)
-    idx[o[1:]] = b[1:] - (b[:-1] + n[:-1] - 1)
-    idx[0] = b[0]
-    np.cumsum(idx, out=idx)
-    np.take(buf, idx, out=out, mode="clip" if clip else "raise")

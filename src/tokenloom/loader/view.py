@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from tokenloom.loader.group import PackedGroup, pack_group
-from tokenloom.loader.pack import PackedArrays, pack_blocks, token_ranges
+from tokenloom.loader.pack import PackedArrays, TokenSource, pack_blocks, token_ranges
 from tokenloom.loader.plan import (
     BlockCounts,
     EpochSteps,
@@ -268,14 +268,16 @@ class EpochView:
     def pack_group(
         self,
         layout: GroupLayout,
-        tokens: np.ndarray,
+        tokens: np.ndarray | TokenSource,
         offsets: np.ndarray,
         out: np.ndarray | None = None,
         masked: np.ndarray | None = None,
+        compiled: bool = True,
     ) -> PackedGroup:
-        """Pack a group's tokens (``offsets``: CSR over its stretches) into its steps' batches
+        """Pack a group's tokens (``offsets``: CSR over its stretches; ``tokens`` gathered, or a
+        :class:`~tokenloom.loader.pack.TokenSource`) into its steps' batches
         (``out``: an optional ``(4, k * B, L)`` int64 buffer; ``masked``: the read tokens in a
-        loss-mask span; see :func:`pack_group`)."""
+        loss-mask span; ``compiled``: the packer; see :func:`pack_group`)."""
         return pack_group(
             layout.spans,
             tokens,
@@ -289,6 +291,7 @@ class EpochView:
             out=out,
             masked=masked,
             overlap_loss=self.overlap_loss,
+            compiled=compiled,
         )
 
     def count_group(self, layout: GroupLayout, packed: PackedGroup, num_pools: int) -> GroupCounts:
@@ -300,8 +303,11 @@ class EpochView:
         n = k * P
         out = np.zeros((n, len(COUNT_FIELDS)), dtype=np.int64)
         out[:, 0] = np.bincount(key[pools >= 0], minlength=n)
-        out[:, 3] = np.bincount(key, weights=(packed.doc_ids == -1).sum(axis=1), minlength=n)
-        out[:, 4] = np.bincount(key, weights=(packed.labels != -100).sum(axis=1), minlength=n)
+        per_block = packed.block_counts  # counted by the compiled packer, or on the arrays
+        if per_block is None:
+            per_block = ((packed.doc_ids == -1).sum(axis=1), (packed.labels != -100).sum(axis=1))
+        out[:, 3] = np.bincount(key, weights=per_block[0], minlength=n)
+        out[:, 4] = np.bincount(key, weights=per_block[1], minlength=n)
         if packed.masked_blocks is not None:
             out[:, 6] = np.bincount(key, weights=packed.masked_blocks, minlength=n)
         ids = np.zeros(0, dtype=np.int64)
