@@ -392,6 +392,29 @@ row groups) and MDS from it.""",
     help="Training steps per loader with --model (after one warm-up step).",
 )
 @click.option(
+    "--batch-sizes",
+    default="8",
+    show_default=True,
+    metavar="LIST",
+    help="The protocol's sweep: every loader at each batch size, e.g. 4,8,16 (the goals and the "
+    "main table are at 8 when listed, else at the first).",
+)
+@click.option(
+    "--epochs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Measuring windows (--seconds or --steps each) per loader and batch size; the table "
+    "gives their mean and min-max.",
+)
+@click.option(
+    "--seq-len",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(min=8),
+    help="Block length L of every loader (a shorter one keeps --model steps short on CPU).",
+)
+@click.option(
     "--store",
     type=click.Choice(["local", "s3"]),
     default="local",
@@ -434,6 +457,9 @@ def loader_bench(
     shuffle_docs: int | None,
     model: str | None,
     model_steps: int,
+    batch_sizes: str,
+    epochs: int,
+    seq_len: int,
     store: str,
     latency_ms: str,
     scale_docs: int | None,
@@ -474,8 +500,23 @@ def loader_bench(
         raise click.BadParameter(
             f"{cache!r}: choose from {','.join(CACHE_MODES)}", param_hint="--cache"
         )
+    from tokenloom.bench.protocol import parse_sizes
+
+    try:
+        sizes = parse_sizes(batch_sizes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--batch-sizes") from None
     config = LoaderBenchConfig(
-        docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names, cache=modes
+        docs=docs,
+        seconds=seconds,
+        steps=steps,
+        workdir=workdir,
+        only=names,
+        cache=modes,
+        seq_len=seq_len,
+        batch_size=8 if 8 in sizes else sizes[0],
+        batch_sizes=sizes,
+        epochs=epochs,
     )
     try:
         sims = parse_gpu_sims(gpu_sim, config.seq_len) if gpu_sim is not None else []
@@ -518,6 +559,8 @@ def loader_bench(
         from tokenloom.bench.loader_shuffle import format_shuffle
 
         click.echo("\n" + format_shuffle(shuffles, bench))
+    with open(written["protocol markdown"], encoding="utf-8") as f:
+        click.echo("\nprotocol (per loader and batch size):\n" + f.read())
 
 
 def _loader_s3_bench(
