@@ -150,3 +150,67 @@ def test_tree_sampler_keeps_a_usage_series():
     assert len(points) >= 2
     assert [p.t for p in points] == sorted(p.t for p in points)
     assert all(p.cpu_pct >= 0 and p.rss_mb > 0 for p in points)
+
+
+def test_loader_protocol_sweep_and_files(tmp_path):
+    """A loader at two batch sizes x two epochs (in this process, workers=0, tiny corpus): a
+    rate per epoch per size, then the protocol's rows and files of the run."""
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    from dataclasses import replace
+
+    from tokenloom.bench.loader import LoaderBenchConfig
+    from tokenloom.bench.loader_cases import CaseSpec, measure_case
+    from tokenloom.bench.loader_data import CorpusSpec, build_parquet
+    from tokenloom.bench.loader_output import protocol_rows, write_outputs
+    from tokenloom.bench.loader_report import LoaderBench
+
+    built = build_parquet(str(tmp_path / "c.parquet"), CorpusSpec(docs=300))
+    spec = CaseSpec(
+        label="Parquet (workers=0)", kind="parquet", path=built.path, workers=0, seq_len=32,
+        batch_size=4, steps=2, epochs=2,
+    )  # fmt: skip
+    config = LoaderBenchConfig(
+        docs=300, steps=2, workdir=str(tmp_path), seq_len=32, batch_size=4,
+        batch_sizes=(2, 4), epochs=2,
+    )  # fmt: skip
+    bench = LoaderBench(config=config)
+    bench.results = [measure_case(spec), measure_case(replace(spec, batch_size=2))]
+    for r in bench.results:
+        assert r.ok, r.error
+        assert len(r.windows) == 2 and all(w > 0 for w in r.windows)
+        assert r.tokens == 2 * 2 * r.batch_size * 32  # two epochs of two batches
+    assert [r.batch_size for r in bench.primary] == [4]  # the goals' size
+    bench.attach("Parquet (workers=0)", "model", {"window_stall_pct": [1.0, 3.0]}, 2)
+    rows, _ = protocol_rows(bench)
+    assert [(r.batch_size, r.stall_pct) for r in rows] == [(2, [1.0, 3.0]), (4, [])]
+    assert [r.samples_per_s for r in rows] == [
+        [w / 32 for w in res.windows] for res in bench.results[::-1]
+    ]
+    paths = write_outputs(bench, str(tmp_path / "out"))
+    doc = json.loads(open(paths["protocol json"]).read())
+    assert [(row["loader"], row["rate"]["n"]) for row in doc["rows"]] == [
+        ("Parquet (workers=0)", 2),
+    ] * 2
+    assert os.path.exists(paths["throughput chart"])
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["loader", "--batch-sizes", "4,x"], "--batch-sizes"),
+        (["loader", "--epochs", "0"], "--epochs"),
+        (["rows", "--batch-sizes", "0"], "--batch-sizes"),
+        (["rows", "--only", "tokenloom,petastorm"], "unknown loader(s) petastorm"),
+        (["rows", "--copies", "1", "--batch-sizes", "64"], "--copies to 2"),
+    ],
+)
+def test_protocol_options_are_usage_errors(tmp_path, args, says):
+    """Refused before anything is built: exit 2 naming the option, through a real process."""
+    from tests.conftest import run_cli
+
+    extra = ["--workdir", str(tmp_path)] if args[0] == "loader" else ["--out", str(tmp_path)]
+    proc = run_cli("bench", *args, *extra)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr
+    assert list(tmp_path.iterdir()) == []
