@@ -25,16 +25,24 @@ test: install  ## the test suite (TEST_WORKERS processes, then the serial tests 
 	$(BIN)/python -m pytest -q -m serial
 	$(BIN)/ruff check src tests
 
-bench: install  ## every benchmark, printed as ratios measured side by side
+BENCH_OUT ?= bench-results
+bench: install  ## every benchmark at sizes that finish in ~30 min on 2 cores; files under BENCH_OUT
 	$(BIN)/python -m pip install -q --no-deps -r requirements/bench.txt
 	$(BIN)/tokenloom bench ingest
 	$(BIN)/tokenloom bench backfill
 	$(BIN)/tokenloom bench tokenize
 	$(BIN)/tokenloom bench components
-	$(BIN)/tokenloom bench loader
-	$(BIN)/tokenloom bench search
-	$(BIN)/tokenloom bench rows --workload image
-	$(BIN)/tokenloom bench rows --workload image-text
+	$(BIN)/tokenloom bench search --embed-rows 1000 --repeats 3
+	$(BIN)/tokenloom bench plan --docs 2000000 --node-processes 2 --recipe-docs 200000
+	$(BIN)/tokenloom bench loader --docs 50000 --seconds 3 --out $(BENCH_OUT)/text
+	$(BIN)/tokenloom bench loader --docs 4000 --seq-len 128 --steps 4 --epochs 3 \
+		--batch-sizes 4,8,16 --only tokenloom,litdata,parquet --model tiny-gpt --model-steps 2 \
+		--shuffle-docs 4000 --out $(BENCH_OUT)/text-protocol
+	$(BIN)/tokenloom bench loader --store s3 --docs 20000 --seconds 3 --latency-ms 0,20
+	$(BIN)/tokenloom bench rows --workload image --copies 2 --batch-sizes 4,8,16 --epochs 3 \
+		--out $(BENCH_OUT)/image
+	$(BIN)/tokenloom bench rows --workload image-text --copies 2 --batch-sizes 4,16 --epochs 3 \
+		--out $(BENCH_OUT)/image-text
 
 clean:
 	rm -rf $(VENV) tokenloom-demo

@@ -19,7 +19,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from tokenloom.bench.loader_baselines import BASELINES, COPIES
 from tokenloom.bench.loader_cache import CACHE_MODES, prepare_cache
@@ -103,7 +103,12 @@ class LoaderBenchConfig:
     seq_len: int = 1024
     """Block length ``L`` of every loader."""
     batch_size: int = 8
-    """Blocks per batch ``B`` of every loader."""
+    """Blocks per batch ``B`` of every loader: the size the goals and the main table are at."""
+    batch_sizes: tuple[int, ...] = ()
+    """The protocol's sweep (every loader at each ``B``; empty: ``batch_size`` alone)."""
+    epochs: int = 1
+    """Measuring windows of the budget per loader and batch size, each one rate
+    (:mod:`tokenloom.bench.protocol`)."""
     seed: int = 0
     """Seed of the corpus (lengths and token ids)."""
     long_docs: int = 40
@@ -130,6 +135,14 @@ class LoaderBenchConfig:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
         if not self.cache or set(self.cache) - set(CACHE_MODES):
             raise ValueError(f"cache takes some of {','.join(CACHE_MODES)}; got {self.cache!r}")
+        if self.epochs < 1 or self.batch_size < 1 or any(b < 1 for b in self.batch_sizes):
+            raise ValueError("epochs and batch sizes must be >= 1")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The batch sizes measured, ``batch_size`` (the goals') first."""
+        rest = tuple(b for b in self.batch_sizes if b != self.batch_size)
+        return (self.batch_size, *rest)
 
     @property
     def corpus(self) -> CorpusSpec:
@@ -166,6 +179,7 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
         "batch_size": config.batch_size,
         "seconds": config.seconds,
         "steps": config.steps,
+        "epochs": config.epochs,
         "eos_id": EOS_ID,
         "pad_id": EOS_ID,
     }
@@ -285,7 +299,8 @@ def _kill_tree(root: int) -> None:
 
 
 def run_case(spec: CaseSpec, config: LoaderBenchConfig) -> CaseResult:
-    """Measure one case, with the peak memory of its process tree."""
+    """Measure one case, with the peak memory of its process tree and its CPU/memory over
+    time."""
     if not config.isolate:
         from tokenloom.bench.loader_cases import measure_case
 
@@ -333,6 +348,7 @@ def _failed(spec: CaseSpec, error: str) -> CaseResult:
         kind=spec.kind,
         workers=spec.workers,
         options=dict(spec.options),
+        batch_size=spec.batch_size,
         error=error,
     )
 
@@ -341,6 +357,7 @@ def _with_memory(result: CaseResult, sampler: TreeSampler) -> CaseResult:
     result.peak_rss_mb = sampler.peak_rss / 2**20
     result.peak_pss_mb = None if sampler.peak_pss is None else sampler.peak_pss / 2**20
     result.processes = sampler.peak_processes
+    result.series = [asdict(p) for p in sampler.series]
     return result
 
 
@@ -352,13 +369,19 @@ def run_loader_bench(
     bench.builds = build_inputs(config, log)
     paths = {name: built.path for name, built in bench.builds.items()}
     data = {path: name for name, path in paths.items()}
-    cases = plan_cases(config, paths)
+    # every loader at each batch size, one after the other (the goals' size first)
+    cases = [
+        replace(spec, batch_size=size)
+        for spec in plan_cases(config, paths)
+        for size in config.sizes
+    ]
     with progress("bench loader", total=len(cases) * len(config.cache), unit="loaders") as bar:
         say = bar.logger(log)
         for spec in cases:
             for mode in config.cache:
-                bar.note(f"{spec.label} [{mode}]")
-                say(f"measuring {spec.label} [{mode}] ...")
+                at = f"B={spec.batch_size}, {mode}" if len(config.sizes) > 1 else mode
+                bar.note(f"{spec.label} [{at}]")
+                say(f"measuring {spec.label} [{at}] ...")
                 state = prepare_cache([spec.path], mode)
                 result = run_case(spec, config)
                 result.data = data.get(spec.path, "")

@@ -36,6 +36,9 @@ class CaseSpec:
     """Time budget after the first batch (ignored when ``steps`` is set)."""
     steps: int | None = None
     """Measure exactly this many batches after the first instead of a time budget."""
+    epochs: int = 1
+    """Measuring windows of the budget, back to back after the first batch (the protocol's
+    epochs: each window's rate is kept, see :mod:`tokenloom.bench.protocol`)."""
     eos_id: int = 50256
     pad_id: int = 50256
     options: tuple[tuple[str, Any], ...] = ()
@@ -50,6 +53,8 @@ class CaseSpec:
             raise ValueError(f"bad topology in {self}")
         if self.steps is None and self.seconds <= 0:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
 
     def option(self, name: str, default: Any = None) -> Any:
         return dict(self.options).get(name, default)
@@ -63,6 +68,8 @@ class CaseResult:
     kind: str
     workers: int
     options: dict = field(default_factory=dict)
+    batch_size: int = 8
+    """``B`` of the batches measured."""
     tokens: int = 0
     """``B * L`` per batch delivered after the first one."""
     steps: int = 0
@@ -86,7 +93,12 @@ class CaseResult:
     """Why a ``cold`` run was not cold, when it was not."""
     notes: str = ""
     figures: dict = field(default_factory=dict)
-    """Named figures a source reports (tokenloom: its read-ahead sizing and rows read)."""
+    """Named figures a source reports (tokenloom: its read-ahead sizing and rows read), and what
+    later passes attach (``model``, ``shuffle``)."""
+    windows: list[float] = field(default_factory=list)
+    """Tokens/s of each measuring window (epoch) after the first batch."""
+    series: list[dict] = field(default_factory=list)
+    """CPU % and RSS/PSS of the process tree over time (set by the orchestrator)."""
     error: str | None = None
 
     @property
@@ -512,8 +524,26 @@ def _rss_mb() -> float:
     return tree_memory([os.getpid()], with_pss=False).rss / 2**20
 
 
+def _window(spec: CaseSpec, it: Iterator[Any]) -> tuple[int, int, float]:
+    """Drive ``it`` for one budget (``spec.steps`` batches or ``spec.seconds``): tokens,
+    batches and seconds."""
+    t0 = time.perf_counter()
+    tokens = steps = 0
+    while True:
+        if spec.steps is not None:
+            if steps >= spec.steps:
+                break
+        elif time.perf_counter() - t0 >= spec.seconds:
+            break
+        batch = next(it)
+        tokens += batch.numel()
+        steps += 1
+    return tokens, steps, time.perf_counter() - t0
+
+
 def measure_case(spec: CaseSpec) -> CaseResult:
-    """Drive one source in this process: time to the first batch, then tokens for the budget.
+    """Drive one source in this process: time to the first batch, then tokens for the budget,
+    ``spec.epochs`` times (one rate per window in ``windows``).
 
     The imports are done before the clock starts (every loader pays them once per process).
     """
@@ -522,7 +552,11 @@ def measure_case(spec: CaseSpec) -> CaseResult:
     for name in _IMPORTS[spec.kind]:
         importlib.import_module(name)
     result = CaseResult(
-        label=spec.label, kind=spec.kind, workers=spec.workers, options=dict(spec.options)
+        label=spec.label,
+        kind=spec.kind,
+        workers=spec.workers,
+        options=dict(spec.options),
+        batch_size=spec.batch_size,
     )
     result.baseline_rss_mb = _rss_mb()
     notes = _Notes()
@@ -533,18 +567,13 @@ def measure_case(spec: CaseSpec) -> CaseResult:
         result.first_batch_s = time.perf_counter() - started
         if tuple(first.shape) != (spec.batch_size, spec.seq_len):
             raise AssertionError(f"{spec.label}: batch shape {tuple(first.shape)}")
-        t0 = time.perf_counter()
         tokens = steps = 0
-        while True:
-            if spec.steps is not None:
-                if steps >= spec.steps:
-                    break
-            elif time.perf_counter() - t0 >= spec.seconds:
-                break
-            batch = next(it)
-            tokens += batch.numel()
-            steps += 1
-        result.seconds = time.perf_counter() - t0
+        seconds = 0.0
+        for _ in range(spec.epochs):
+            got, took, took_s = _window(spec, it)
+            tokens, steps, seconds = tokens + got, steps + took, seconds + took_s
+            result.windows.append(got / took_s if took_s > 0 else 0.0)
+        result.seconds = seconds
         result.tokens, result.steps = tokens, steps
     finally:
         it.close()  # shuts the DataLoader's workers down

@@ -36,6 +36,7 @@ class ModelRun:
     label: str
     model: str
     device: str = ""
+    batch_size: int = 0
     steps: int = 0
     samples: int = 0
     """Blocks trained in the measured steps."""
@@ -46,6 +47,10 @@ class ModelRun:
     first_batch_s: float = 0.0
     loss_first: float | None = None
     loss_last: float | None = None
+    window_samples_per_s: tuple[float, ...] = ()
+    """Samples/s of each epoch (a window of ``steps / epochs`` steps)."""
+    window_stall_pct: tuple[float, ...] = ()
+    """Data stall % of each epoch."""
     error: str | None = None
 
     @property
@@ -64,8 +69,11 @@ class ModelRun:
         }
 
 
-def train_case(spec: CaseSpec, model: str, steps: int, overrides: dict | None = None) -> dict:
-    """Train ``model`` on ``spec``'s loader for one warm-up step plus ``steps`` (this process).
+def train_case(
+    spec: CaseSpec, model: str, steps: int, overrides: dict | None = None, epochs: int = 1
+) -> dict:
+    """Train ``model`` on ``spec``'s loader for one warm-up step plus ``epochs`` windows of
+    ``steps`` steps each (this process); the figures are over all windows, and per window.
 
     Args:
         overrides: :class:`~tokenloom.train.model.GPTConfig` fields over the preset (tests use
@@ -100,39 +108,49 @@ def train_case(spec: CaseSpec, model: str, steps: int, overrides: dict | None = 
     started = time.perf_counter()
     it = SOURCES[spec.kind](spec, _Notes())
     losses = []
-    wait = 0.0
-    samples = 0
     try:
         first = next(it)
         first_s = time.perf_counter() - started
         losses.append(step(first))  # warm-up: allocations, kernels
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            a = time.perf_counter()
-            batch = next(it)
-            wait += time.perf_counter() - a
-            check_batch(spec, batch)  # an epoch's short last batch trains as it comes
-            samples += batch.shape[0]
-            losses.append(step(batch))
-        total = time.perf_counter() - t0
+        windows: list[tuple[float, float, int]] = []  # (wall, waiting, samples) per epoch
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            w_wait, w_samples = 0.0, 0
+            for _ in range(steps):
+                a = time.perf_counter()
+                batch = next(it)
+                w_wait += time.perf_counter() - a
+                check_batch(spec, batch)  # an epoch's short last batch trains as it comes
+                w_samples += batch.shape[0]
+                losses.append(step(batch))
+            windows.append((time.perf_counter() - t0, w_wait, w_samples))
+        total = sum(w[0] for w in windows)
+        wait = sum(w[1] for w in windows)
+        samples = sum(w[2] for w in windows)
     finally:
         it.close()
     return ModelRun(
         label=spec.label,
         model=model,
         device=device,
-        steps=steps,
+        batch_size=spec.batch_size,
+        steps=steps * epochs,
         samples=samples,
         total_s=total,
         wait_s=wait,
         first_batch_s=first_s,
         loss_first=losses[0],
         loss_last=losses[-1],
+        window_samples_per_s=tuple(round(n / w, 3) if w > 0 else 0.0 for w, _, n in windows),
+        window_stall_pct=tuple(round(100 * s / w, 2) if w > 0 else 0.0 for w, s, _ in windows),
     ).to_json()
 
 
 def _from_json(payload: dict) -> ModelRun:
-    return ModelRun(**{k: v for k, v in payload.items() if k not in ("samples_per_s", "stall_pct")})
+    fields = {k: v for k, v in payload.items() if k not in ("samples_per_s", "stall_pct")}
+    for name in ("window_samples_per_s", "window_stall_pct"):
+        fields[name] = tuple(fields.get(name, ()))
+    return ModelRun(**fields)
 
 
 def run_model_in_loop(
@@ -145,8 +163,9 @@ def run_model_in_loop(
     timeout_s: float = 1800.0,
 ) -> list[ModelRun]:
     """Every loader of ``config`` (reading the inputs ``bench``'s speed run built) trains ``model``
-    for ``steps`` steps, each in a fresh process; the figures are also added to the matching
-    results of ``bench`` (``figures["model"]``)."""
+    at each batch size of the sweep for ``config.epochs`` windows of ``steps`` steps, each loader
+    and size in a fresh process; the figures are also attached to the matching results of
+    ``bench`` (``figures["model"]``)."""
     from tokenloom.bench.loader import plan_cases
     from tokenloom.bench.loader_shuffle import run_isolated
 
@@ -154,24 +173,29 @@ def run_model_in_loop(
         raise ValueError(f"unknown model {model!r}; one of {', '.join(MODELS)}")
     paths = {name: built.path for name, built in bench.builds.items()}
     out = []
-    for spec in plan_cases(config, paths):
-        log(f"{model} on {spec.label} ({steps} steps) ...")
-        kind, payload = run_isolated(
-            train_case, (replace(spec, steps=steps), model, steps), timeout_s
-        )
-        run = (
-            _from_json(payload)
-            if kind == "ok"
-            else ModelRun(label=spec.label, model=model, error=str(payload).splitlines()[0])
-        )
-        out.append(run)
-        if run.error:
-            log(f"  FAILED: {run.error}")
-        else:
-            log(f"  {run.samples_per_s:.2f} samples/s, data stall {run.stall_pct:.1f}%")
-        for result in bench.results:
-            if result.label == spec.label:
-                result.figures["model"] = run.to_json()
+    for base in plan_cases(config, paths):
+        for size in config.sizes:
+            spec = replace(base, batch_size=size, steps=steps)
+            log(f"{model} on {spec.label}, B={size} ({config.epochs} x {steps} steps) ...")
+            kind, payload = run_isolated(
+                train_case, (spec, model, steps, None, config.epochs), timeout_s
+            )
+            run = (
+                _from_json(payload)
+                if kind == "ok"
+                else ModelRun(
+                    label=spec.label,
+                    model=model,
+                    batch_size=size,
+                    error=str(payload).splitlines()[0],
+                )
+            )
+            out.append(run)
+            if run.error:
+                log(f"  FAILED: {run.error}")
+            else:
+                log(f"  {run.samples_per_s:.2f} samples/s, data stall {run.stall_pct:.1f}%")
+            bench.attach(spec.label, "model", run.to_json(), size)
     return out
 
 
@@ -182,17 +206,18 @@ def format_model_runs(runs: list[ModelRun]) -> str:
     head = runs[0]
     lines = [
         f"model in the loop: {head.model} ({head.device or 'n/a'}), {head.steps} steps per "
-        "loader after a warm-up step; stall = time waiting for the next batch / wall",
-        f"{'loader':<62} {'samples/s':>10} {'stall %':>8} {'total s':>8} {'1st batch':>10} "
-        f"{'loss':>13}",
+        "loader and batch size after a warm-up step; stall = time waiting for the next batch "
+        "/ wall",
+        f"{'loader':<62} {'B':>3} {'samples/s':>10} {'stall %':>8} {'total s':>8} "
+        f"{'1st batch':>10} {'loss':>13}",
     ]
     for r in runs:
         if r.error:
-            lines.append(f"{r.label:<62} failed: {r.error}")
+            lines.append(f"{r.label:<62} {r.batch_size:>3} failed: {r.error}")
             continue
         loss = f"{r.loss_first:.2f}->{r.loss_last:.2f}"
         lines.append(
-            f"{r.label:<62} {r.samples_per_s:>10.2f} {r.stall_pct:>8.1f} {r.total_s:>8.1f} "
-            f"{r.first_batch_s:>9.2f}s {loss:>13}"
+            f"{r.label:<62} {r.batch_size:>3} {r.samples_per_s:>10.2f} {r.stall_pct:>8.1f} "
+            f"{r.total_s:>8.1f} {r.first_batch_s:>9.2f}s {loss:>13}"
         )
     return "\n".join(lines)

@@ -1,5 +1,8 @@
 """The files one ``tokenloom bench loader`` run leaves: its JSON, a Markdown table and a PNG
-chart, written to one folder (the work dir unless ``--out`` names another), never the cwd.
+chart, written to one folder (the work dir unless ``--out`` names another), never the cwd; and
+the protocol's files for the text workload (:func:`protocol_rows`, written by
+:func:`tokenloom.bench.protocol_output.write_protocol`): ``loader-bench-protocol.json``/``.md``,
+``loader-bench-throughput.png`` and a ``loader-bench-usage-<loader>.png`` per loader.
 
 The chart follows :mod:`tokenloom.stats.plot`: matplotlib (``pip install 'tokenloom[plot]'``)
 imported only on call and drawn on the Agg canvas without ``pyplot``. Without matplotlib the
@@ -14,8 +17,9 @@ import os
 
 from tokenloom.bench.loader_cases import CaseResult
 from tokenloom.bench.loader_report import LoaderBench, cache_cell
+from tokenloom.bench.protocol import ProtocolRow, usage_summary
 
-__all__ = ["STEM", "markdown_report", "plot_bench", "write_outputs"]
+__all__ = ["STEM", "markdown_report", "plot_bench", "protocol_rows", "write_outputs"]
 
 STEM = "loader-bench"
 """File names: ``loader-bench.json``, ``.md``, ``.png``."""
@@ -40,7 +44,7 @@ def markdown_report(bench: LoaderBench) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     best = bench.best_lancedb
-    for r in bench.results:
+    for r in bench.primary:
         b = bench.build_of(r)
         source = (
             f"{r.data} | {b.mbytes:,.0f} | {b.seconds:.1f} s" if b else f"{r.data or 'n/a'} | | "
@@ -56,7 +60,7 @@ def markdown_report(bench: LoaderBench) -> str:
             f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {r.first_batch_s:.2f} s | "
             f"{_mb(r.peak_rss_mb)} | {_mb(r.peak_pss_mb)} | {source} |"
         )
-    notes = [f"- {r.label} ({r.cache}): {r.cache_note}" for r in bench.results if r.cache_note]
+    notes = [f"- {r.label} ({r.cache}): {r.cache_note}" for r in bench.primary if r.cache_note]
     if notes:
         lines += ["", *notes]
     lines += ["", "Goals:", ""]
@@ -79,9 +83,9 @@ def plot_bench(bench: LoaderBench, path: str) -> str:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    labels = list(dict.fromkeys(r.label for r in bench.results))
+    labels = list(dict.fromkeys(r.label for r in bench.primary))
     modes = list(bench.config.cache)
-    by_key: dict[tuple[str, str], CaseResult] = {(r.label, r.cache): r for r in bench.results}
+    by_key: dict[tuple[str, str], CaseResult] = {(r.label, r.cache): r for r in bench.primary}
     height = 0.8 / len(modes)
     fig = Figure(figsize=(11, 0.45 * len(labels) + 1.6), dpi=100)
     FigureCanvasAgg(fig)
@@ -112,12 +116,64 @@ def plot_bench(bench: LoaderBench, path: str) -> str:
     return path
 
 
+def protocol_rows(
+    bench: LoaderBench,
+) -> tuple[list[ProtocolRow], dict[str, dict[int, list[dict]]]]:
+    """The protocol's rows of a run (each loader at each batch size, in the goals' page-cache
+    state; a sample is one block of ``L`` tokens) and each loader's usage series by batch size."""
+    rows, series = [], {}
+    seq_len = bench.config.seq_len
+    order = {label: i for i, label in enumerate(dict.fromkeys(r.label for r in bench.results))}
+    for r in sorted(bench.results, key=lambda r: (order[r.label], r.batch_size)):
+        if r.cache != bench.cache:
+            continue
+        usage = usage_summary(r.series)
+        model = r.figures.get("model") or {}
+        shuffle = r.figures.get("shuffle") or {}
+        rows.append(
+            ProtocolRow(
+                workload="text",
+                loader=r.label,
+                batch_size=r.batch_size,
+                samples_per_s=[w / seq_len for w in r.windows] if r.ok else [],
+                first_batch_s=r.first_batch_s if r.ok else None,
+                cpu_mean_pct=usage["cpu_mean_pct"],
+                peak_rss_mb=r.peak_rss_mb or None,
+                peak_pss_mb=r.peak_pss_mb,
+                stall_pct=list(model.get("window_stall_pct") or ()),
+                model_samples_per_s=list(model.get("window_samples_per_s") or ()),
+                movement=shuffle.get("movement"),
+                batch_shards=shuffle.get("batch_shards"),
+                batch_shards_uniform=shuffle.get("batch_shards_uniform"),
+                error=r.error or model.get("error"),
+            )
+        )
+        series.setdefault(r.label, {})[r.batch_size] = r.series
+    return rows, series
+
+
+def _protocol_header(bench: LoaderBench) -> str:
+    cfg = bench.config
+    built = bench.builds.get("table")
+    corpus = f"{built.docs:,} documents, {built.tokens:,} tokens; " if built else ""
+    budget = f"{cfg.steps} batches" if cfg.steps else f"{cfg.seconds:g} s"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return (
+        f"Text workload: {corpus}blocks of {cfg.seq_len} tokens (a sample = one block), "
+        f"batch sizes {', '.join(map(str, cfg.sizes))}, {cfg.epochs} epoch(s) of {budget} per "
+        f"loader and size, {os.cpu_count()} CPUs, load average at the end {load}."
+    )
+
+
 def write_outputs(bench: LoaderBench, out: str) -> dict[str, str]:
-    """Write ``loader-bench.{json,md,png}`` under ``out`` (created if missing).
+    """Write ``loader-bench.{json,md,png}`` and the protocol's files under ``out`` (created if
+    missing).
 
     Returns:
-        ``{"json": path, "markdown": path, "png": path or the reason it is missing}``.
+        ``{"json": path, "markdown": path, "png": path or the reason it is missing, ...}`` and
+        the protocol's files (see :func:`tokenloom.bench.protocol_output.write_protocol`).
     """
+    from tokenloom.bench.protocol_output import write_protocol
     from tokenloom.errors import MissingDependencyError
 
     folder = os.path.abspath(os.path.expanduser(out))
@@ -135,4 +191,18 @@ def write_outputs(bench: LoaderBench, out: str) -> dict[str, str]:
         paths["png"] = plot_bench(bench, os.path.join(folder, f"{STEM}.png"))
     except MissingDependencyError as exc:
         paths["png"] = f"not written: {exc}"
+    rows, series = protocol_rows(bench)
+    meta = {"workload": "text", "config": {"batch_sizes": list(bench.config.sizes)}}
+    meta["config"].update(epochs=bench.config.epochs, seq_len=bench.config.seq_len)
+    paths.update(
+        write_protocol(
+            rows,
+            series,
+            folder,
+            stem=STEM,
+            header=_protocol_header(bench),
+            title=f"text: samples/s ({bench.config.seq_len}-token blocks) per loader and B",
+            meta=meta,
+        )
+    )
     return paths

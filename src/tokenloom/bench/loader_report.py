@@ -53,16 +53,38 @@ class LoaderBench:
     results: list[CaseResult] = field(default_factory=list)
 
     @property
+    def primary(self) -> list[CaseResult]:
+        """The results at the goals' batch size (``config.batch_size``): the main table's rows;
+        the protocol's sweep (:mod:`tokenloom.bench.protocol`) reads all of :attr:`results`."""
+        return [r for r in self.results if r.batch_size == self.config.batch_size]
+
+    def attach(self, label: str, key: str, figures: dict, batch_size: int | None = None) -> None:
+        """Add a later pass's figures (``model``, ``shuffle``) to the results of loader ``label``
+        (at ``batch_size``; ``None``: at every batch size), as ``figures[key]``."""
+        for result in self.results:
+            if result.label == label and batch_size in (None, result.batch_size):
+                result.figures[key] = figures
+
+    @property
     def cache(self) -> str:
         """The page-cache state the goals are judged in: ``warm`` when it was measured."""
         modes = tuple(self.config.cache)
         return "warm" if "warm" in modes else modes[0]
 
-    def find(self, label: str, cache: str | None = None) -> CaseResult | None:
-        """The successful run of ``label`` in ``cache`` (default: :attr:`cache`)."""
+    def find(
+        self, label: str, cache: str | None = None, batch_size: int | None = None
+    ) -> CaseResult | None:
+        """The successful run of ``label`` in ``cache`` (default: :attr:`cache`) at
+        ``batch_size`` (default: the goals' ``config.batch_size``)."""
         cache = cache or self.cache
+        size = batch_size or self.config.batch_size
         return next(
-            (r for r in self.results if r.label == label and r.cache == cache and r.ok), None
+            (
+                r
+                for r in self.results
+                if r.label == label and r.cache == cache and r.batch_size == size and r.ok
+            ),
+            None,
         )
 
     @property
@@ -73,7 +95,7 @@ class LoaderBench:
     @property
     def best_lancedb(self) -> CaseResult | None:
         """LanceDB's fastest setting, with workers or in-process."""
-        runs = [r for r in self.results if r.kind == "lancedb" and r.cache == self.cache and r.ok]
+        runs = [r for r in self.primary if r.kind == "lancedb" and r.cache == self.cache and r.ok]
         return max(runs, key=lambda r: r.tokens_per_s) if runs else None
 
     def best(self, label: str) -> CaseResult | None:
@@ -88,14 +110,15 @@ class LoaderBench:
 
     def of_bound(self, result: CaseResult) -> float | None:
         """``result``'s tokens/s as a share of the read bound measured in the same cache state."""
-        bound = self.find(_BOUND, result.cache)
+        bound = self.find(_BOUND, result.cache, result.batch_size)
         if bound is None or not result.ok or bound.tokens_per_s <= 0:
             return None
         return result.tokens_per_s / bound.tokens_per_s
 
     def ratio(self, result: CaseResult) -> float | None:
-        """tokenloom (workers=2) tokens/s, in the same page-cache state, over this result's."""
-        ref = self.find(_TL2, result.cache)
+        """tokenloom (workers=2) tokens/s, in the same page-cache state and at the same batch
+        size, over this result's."""
+        ref = self.find(_TL2, result.cache, result.batch_size)
         if ref is None or not result.ok:
             return None
         return ref.tokens_per_s / result.tokens_per_s
@@ -132,7 +155,7 @@ class LoaderBench:
         ]
         tl = [
             r
-            for r in self.results
+            for r in self.primary
             if r.kind == "tokenloom" and r.ok and not r.options and r.cache == self.cache
         ]
         worst = max(tl, key=lambda r: r.peak_rss_mb) if tl else None
@@ -238,7 +261,7 @@ def format_report(bench: LoaderBench) -> str:
     )
     lines += ["", head, "-" * len(head)]
     best = bench.best_lancedb
-    for r in bench.results:
+    for r in bench.primary:
         cache = cache_cell(r)
         if not r.ok:
             lines.append(
@@ -261,11 +284,11 @@ def format_report(bench: LoaderBench) -> str:
         "resident) at the start; data MB / build = the input read (table or derived copy): bytes "
         "on disk and build time"
     )
-    for r in bench.results:
+    for r in bench.primary:
         share = bench.of_bound(r) if r.kind == "tokenloom" else None
         if share is not None:
             lines.append(f"  {r.label} [{r.cache}]: {share:.2f}x of the read bound")
-    lines += [f"  [{r.label}, {r.cache}] {r.cache_note}" for r in bench.results if r.cache_note]
+    lines += [f"  [{r.label}, {r.cache}] {r.cache_note}" for r in bench.primary if r.cache_note]
     lines += ["", "goals:"]
     for g in bench.goals():
         rss = "RSS" in g.name
@@ -273,7 +296,7 @@ def format_report(bench: LoaderBench) -> str:
         value = "n/a" if g.value is None else f"{g.value:,.0f}{unit}" if rss else f"{g.value:.2f}x"
         target = f"{'>=' if g.higher_is_better else '<='} {g.target:,g}{unit}"
         lines.append(f"  {g.status:<4} {g.name}: {value} (target {target}); {g.detail}")
-    for r in bench.results:
+    for r in bench.primary:
         if r.ok and r.notes:
             lines.append(f"  [{r.label}] {r.notes}")
     return "\n".join(lines)

@@ -7,7 +7,9 @@ processes, such as torch's libraries mapped by every spawned worker, count once 
 **PSS** (each shared page divided among the processes sharing it, so the sum is the tree's real
 footprint). Linux ``/proc`` is read directly; elsewhere psutil is used when installed (RSS only).
 The descendant set is refreshed every ``refresh_s`` (a ``/proc`` scan), memory every
-``interval_s``, so sampling costs well under 1% of a core.
+``interval_s``, so sampling costs well under 1% of a core. The sampler also keeps a time series
+(every ``series_s``) of the tree's CPU utilisation (user + system time of its live processes over
+the wall, in % of one core) beside its RSS and PSS: :class:`UsagePoint`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "TreeMemory",
+    "UsagePoint",
+    "tree_cpu_seconds",
     "TreeSampler",
     "tree_pids",
     "tree_memory",
@@ -28,6 +32,7 @@ __all__ = [
 ]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PROC = os.path.isdir("/proc/self")
 
 
@@ -39,6 +44,49 @@ class TreeMemory:
     rss: int
     pss: int | None
     """``None`` where PSS is not available (no ``/proc/<pid>/smaps_rollup``)."""
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    """One point of a tree's usage series."""
+
+    t: float
+    """Seconds since the sampler started."""
+    cpu_pct: float
+    """CPU time of the tree's processes since the previous point over the wall between the two,
+    in % of one core (200 = two cores busy)."""
+    rss_mb: float
+    pss_mb: float | None
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """User + system clock ticks of one process (``/proc/<pid>/stat`` fields 14 and 15)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def tree_cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) each live process of ``pids`` used so far."""
+    out: dict[int, float] = {}
+    for pid in pids:
+        if _PROC:
+            ticks = _cpu_ticks(pid)
+            if ticks is not None:
+                out[pid] = ticks / _TICK
+            continue
+        try:
+            import psutil
+
+            times = psutil.Process(pid).cpu_times()
+            out[pid] = times.user + times.system
+        except Exception:  # noqa: BLE001 - psutil missing, or the process exited
+            continue
+    return out
 
 
 def _ppid(pid: int) -> int | None:
@@ -122,12 +170,23 @@ class TreeSampler:
         root: The tree's root process id.
         interval_s: Seconds between memory samples.
         refresh_s: Seconds between rescans of the descendants.
+        series_s: Seconds between the points of :attr:`series` (CPU %, RSS, PSS).
     """
 
-    def __init__(self, root: int, *, interval_s: float = 0.1, refresh_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        root: int,
+        *,
+        interval_s: float = 0.1,
+        refresh_s: float = 0.5,
+        series_s: float = 0.5,
+    ) -> None:
         self.root = root
         self.interval_s = interval_s
         self.refresh_s = refresh_s
+        self.series_s = series_s
+        self.series: list[UsagePoint] = []
+        """The usage time series (the first point after ``series_s``)."""
         self.peak_rss = 0
         self.peak_pss: int | None = None
         self.peak_processes = 0
@@ -151,14 +210,36 @@ class TreeSampler:
         """The tree's current processes (a fresh scan)."""
         return tree_pids(self.root)
 
+    def _point(self, now: float, pids: list[int], sample: TreeMemory) -> None:
+        """Add a series point: the tree's CPU since the last point (a process born since then
+        counts its CPU from its start; one that exited meanwhile is lost)."""
+        cpu = tree_cpu_seconds(pids)
+        prev_t, prev_cpu = self._cpu_mark
+        used = sum(v - prev_cpu.get(pid, 0.0) for pid, v in cpu.items())
+        self._cpu_mark = (now, cpu)
+        self.series.append(
+            UsagePoint(
+                t=round(now - self._started, 3),
+                cpu_pct=round(100.0 * max(used, 0.0) / max(now - prev_t, 1e-6), 1),
+                rss_mb=round(sample.rss / 2**20, 1),
+                pss_mb=None if sample.pss is None else round(sample.pss / 2**20, 1),
+            )
+        )
+
     def _run(self) -> None:
         pids: list[int] = []
         rescanned = 0.0
+        self._started = time.monotonic()
+        self._cpu_mark: tuple[float, dict[int, float]] = (self._started, {})
         while True:
             now = time.monotonic()
             if now - rescanned >= self.refresh_s:
                 pids, rescanned = tree_pids(self.root), now
+            if not self._cpu_mark[1] and pids:
+                self._cpu_mark = (now, tree_cpu_seconds(pids))
             sample = tree_memory(pids)
+            if now - self._cpu_mark[0] >= self.series_s:
+                self._point(now, pids, sample)
             self.last = sample
             self.peak_rss = max(self.peak_rss, sample.rss)
             self.peak_processes = max(self.peak_processes, sample.processes)

@@ -333,9 +333,7 @@ def run_shuffle_quality(
             log(f"  FAILED: {quality.error}")
         else:
             log(f"  movement {_fmt(quality.movement)}, shards/batch {_fmt(quality.batch_shards)}")
-        for result in bench.results:
-            if result.label == spec.label:
-                result.figures["shuffle"] = quality.to_json()
+        bench.attach(spec.label, "shuffle", quality.to_json())
     return out
 
 
@@ -345,7 +343,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def format_shuffle(qualities: list[ShuffleQuality], bench: LoaderBench) -> str:
     """A table of the shuffle figures beside each loader's tokens/s (the speed run's)."""
-    speed = {r.label: r.tokens_per_s for r in bench.results if r.ok and r.cache == bench.cache}
+    speed = {r.label: r.tokens_per_s for r in bench.primary if r.ok and r.cache == bench.cache}
     lines = [
         "shuffle quality (two epochs on the small corpus; movement: 0 = same order every epoch, "
         "0.333 = independent uniform shuffles; shards/batch: distinct ranges of "

@@ -392,6 +392,29 @@ row groups) and MDS from it.""",
     help="Training steps per loader with --model (after one warm-up step).",
 )
 @click.option(
+    "--batch-sizes",
+    default="8",
+    show_default=True,
+    metavar="LIST",
+    help="The protocol's sweep: every loader at each batch size, e.g. 4,8,16 (the goals and the "
+    "main table are at 8 when listed, else at the first).",
+)
+@click.option(
+    "--epochs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Measuring windows (--seconds or --steps each) per loader and batch size; the table "
+    "gives their mean and min-max.",
+)
+@click.option(
+    "--seq-len",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(min=8),
+    help="Block length L of every loader (a shorter one keeps --model steps short on CPU).",
+)
+@click.option(
     "--store",
     type=click.Choice(["local", "s3"]),
     default="local",
@@ -434,6 +457,9 @@ def loader_bench(
     shuffle_docs: int | None,
     model: str | None,
     model_steps: int,
+    batch_sizes: str,
+    epochs: int,
+    seq_len: int,
     store: str,
     latency_ms: str,
     scale_docs: int | None,
@@ -474,8 +500,23 @@ def loader_bench(
         raise click.BadParameter(
             f"{cache!r}: choose from {','.join(CACHE_MODES)}", param_hint="--cache"
         )
+    from tokenloom.bench.protocol import parse_sizes
+
+    try:
+        sizes = parse_sizes(batch_sizes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--batch-sizes") from None
     config = LoaderBenchConfig(
-        docs=docs, seconds=seconds, steps=steps, workdir=workdir, only=names, cache=modes
+        docs=docs,
+        seconds=seconds,
+        steps=steps,
+        workdir=workdir,
+        only=names,
+        cache=modes,
+        seq_len=seq_len,
+        batch_size=8 if 8 in sizes else sizes[0],
+        batch_sizes=sizes,
+        epochs=epochs,
     )
     try:
         sims = parse_gpu_sims(gpu_sim, config.seq_len) if gpu_sim is not None else []
@@ -518,6 +559,8 @@ def loader_bench(
         from tokenloom.bench.loader_shuffle import format_shuffle
 
         click.echo("\n" + format_shuffle(shuffles, bench))
+    with open(written["protocol markdown"], encoding="utf-8") as f:
+        click.echo("\nprotocol (per loader and batch size):\n" + f.read())
 
 
 def _loader_s3_bench(
@@ -867,36 +910,121 @@ def search_bench(embed_rows: int, workers: int, repeats: int, as_json: bool) -> 
     "rows",
     epilog="""\b
 Examples:
-  tokenloom bench rows                          # images: decode to patches, samples/s
-  tokenloom bench rows --workload image-text --copies 20 --threads 2""",
+  tokenloom bench rows                          # images, ResNet-18 in the loop, every loader
+  tokenloom bench rows --workload image-text --copies 4 --batch-sizes 4,8,16 --epochs 3
+  tokenloom bench rows --only tokenloom,parquet --no-model --out /tmp/rows
+Loaders: tokenloom, tar shards, parquet, mds, ray, ray-shuffle, litdata. Each at each batch
+size in its own process, --epochs passes over the samples; the results are written as
+rows-bench-<workload>-protocol.json/.md and PNG charts under --out.""",
 )
 @click.option(
     "--workload",
     type=click.Choice(["image", "image-text"]),
     default="image",
     show_default=True,
-    help="image: samples/s of decode to patches; image-text: tokens/s (patches + text).",
+    help="image: decode + ResNet-18; image-text: decode + text bytes + a tiny CLIP-style "
+    "dual encoder.",
 )
 @click.option(
     "--copies",
-    default=10,
+    default=4,
     show_default=True,
     type=click.IntRange(min=1),
     help="Times the bundled image set (54 samples) is repeated.",
 )
 @click.option("--threads", default=2, show_default=True, type=click.IntRange(min=1))
-@click.option("--batch", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--batch-sizes",
+    default="4,8,16",
+    show_default=True,
+    metavar="LIST",
+    help="Every loader at each batch size (each in a fresh process).",
+)
+@click.option(
+    "--epochs",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Passes over the samples per loader and size (two or more: the shuffle figures).",
+)
+@click.option(
+    "--only",
+    default="tokenloom,tar shards,parquet,mds,ray,ray-shuffle,litdata",
+    show_default=True,
+    metavar="LIST",
+    help="Comma-separated loaders.",
+)
+@click.option(
+    "--model/--no-model",
+    default=True,
+    show_default=True,
+    help="Train the workload's model on every batch (samples/s and data stall with it).",
+)
+@click.option(
+    "--out",
+    default=None,
+    metavar="DIR",
+    help="Folder for the JSON, Markdown and charts [default: a temporary folder, removed].",
+)
 @json_option
-def rows_bench(workload: str, copies: int, threads: int, batch: int, as_json: bool) -> None:
-    """RowDataset with decode vs tar shards (WebDataset layout), Parquet and MDS, as ratios."""
-    from tokenloom.bench.rows import format_report, run_rows_bench
+def rows_bench(
+    workload: str,
+    copies: int,
+    threads: int,
+    batch_sizes: str,
+    epochs: int,
+    only: str,
+    model: bool,
+    out: str | None,
+    as_json: bool,
+) -> None:
+    """RowDataset vs tar shards, Parquet, MDS, Ray Data and litdata on images, a model in the
+    loop, under the benchmark protocol (batch sizes x epochs, CPU/RSS, shuffle)."""
+    from tokenloom.bench.protocol import parse_sizes
+    from tokenloom.bench.protocol_output import markdown_table, write_protocol
+    from tokenloom.bench.rows import CASES, run_rows_bench
 
-    with tempfile.TemporaryDirectory(prefix="tokenloom-rows-") as tmp:
-        reports = run_rows_bench(
-            tmp, workload=workload, copies=copies, threads=threads, batch=batch
+    try:
+        sizes = parse_sizes(batch_sizes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--batch-sizes") from None
+    names = tuple(n.strip() for n in only.split(",") if n.strip())
+    unknown = sorted(set(names) - set(CASES))
+    if unknown or not names:
+        raise click.BadParameter(
+            f"unknown loader(s) {', '.join(unknown) or '(none given)'}; choose from "
+            f"{','.join(CASES)}",
+            param_hint="--only",
         )
+    if max(sizes) > 54 * copies:
+        raise click.BadParameter(
+            f"batch size {max(sizes)} is over the {54 * copies} samples; raise --copies to "
+            f"{-(-max(sizes) // 54)} or lower the size",
+            param_hint="--batch-sizes",
+        )
+    log = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="tokenloom-rows-") as tmp:
+        rows, series, meta = run_rows_bench(
+            tmp, workload=workload, copies=copies, threads=threads, batch_sizes=sizes,
+            epochs=epochs, model=model, only=names, log=log,
+        )  # fmt: skip
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        header = (
+            f"Workload {workload}: {meta['rows']:,} samples ({copies} copies of the bundled "
+            f"set), batch sizes {batch_sizes}, {epochs} epoch(s), {threads} threads, "
+            f"model: {meta['model'] or 'none'}, {os.cpu_count()} CPUs, load average at the "
+            f"end {load}."
+        )
+        written = write_protocol(
+            rows, series, out or tmp, stem=f"rows-bench-{workload}", header=header,
+            title=f"{workload}: samples/s per loader and B", meta={"workload": workload, **meta},
+        )  # fmt: skip
+        if out is None:
+            written = {}  # the temporary folder goes: nothing to point at
+    for kind, path in written.items():
+        click.echo(f"{kind}: {path}", err=True)
     if as_json:
-        emit_json({"workload": workload, "copies": copies, "reports": reports})
+        emit_json({"workload": workload, "header": header, **meta,
+                   "rows": [r.to_json() for r in rows]})  # fmt: skip
         return
-    click.echo(f"{workload}, {copies} copies of the bundled image set, {threads} decode threads")
-    click.echo(format_report(reports, workload))
+    click.echo(markdown_table(rows, header=header))
