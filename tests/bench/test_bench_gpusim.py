@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from tests.conftest import run_cli  # noqa: E402
 from tokenloom.bench.loader import LoaderBenchConfig  # noqa: E402
 from tokenloom.bench.loader_gpusim import format_gpu_sims, run_gpu_sims  # noqa: E402
-from tokenloom.loader.profile import parse_gpu_sims  # noqa: E402
+from tokenloom.loader.observe.profile import parse_gpu_sims  # noqa: E402
 
 
 def test_gpu_sim_feeds_each_model_and_reports_the_stall(tmp_path):

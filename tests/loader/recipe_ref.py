@@ -14,8 +14,8 @@ import numpy as np
 
 from tests.loader.helpers import EOS, PAD, columns, gather
 from tokenloom.loader import IGNORE_INDEX, PackedArrays, epoch_permutation, pack_blocks
-from tokenloom.loader.bestfit import naive_best_fit_blocks
-from tokenloom.loader.window import naive_window_docs
+from tokenloom.loader.plan.bestfit import naive_best_fit_blocks
+from tokenloom.loader.plan.window import naive_window_docs
 
 Pos = tuple[int, int, int, int, int, bool, int]
 

@@ -20,7 +20,7 @@ from tests.loader.recipe_ref import (
     trained_targets,
 )
 from tokenloom.loader import PlanError
-from tokenloom.loader.bestfit import (
+from tokenloom.loader.plan.bestfit import (
     BESTFIT_ALGORITHM,
     best_fit_blocks,
     best_fit_blocks_reference,
@@ -30,8 +30,8 @@ from tokenloom.loader.bestfit import (
     padding_by_window,
     plan_bestfit,
 )
-from tokenloom.loader.plan import plan_epoch
-from tokenloom.loader.window import window_docs
+from tokenloom.loader.plan.epoch import plan_epoch
+from tokenloom.loader.plan.window import window_docs
 
 
 def realistic_lengths(n: int, seed: int = 0) -> np.ndarray:
@@ -289,7 +289,7 @@ def test_padding_by_window_figure_and_throughput() -> None:
 def test_plan_across_chunks_and_from_the_plan_store(tmp_path, fit_window: int) -> None:  # noqa: ANN001
     """Windows that straddle the planner's chunks of the visiting order (or span several), and a
     plan whose order is mapped from the plan store (its counts read again), equal the former."""
-    from tokenloom.loader.planstore import PlanStore
+    from tokenloom.loader.pipeline.planstore import PlanStore
 
     rng = np.random.default_rng(fit_window)
     n, L = 140_000, 64
@@ -314,7 +314,7 @@ def test_plan_across_chunks_and_from_the_plan_store(tmp_path, fit_window: int) -
 def test_lookups_with_a_small_window_cache_equal_fresh_plans(monkeypatch) -> None:  # noqa: ANN001
     """Lookups reuse windows packed before and drop the oldest beyond the cache's size; the
     spans and counts stay those of a plan that packs everything afresh."""
-    import tokenloom.loader.bestfit as bf
+    import tokenloom.loader.plan.bestfit as bf
 
     monkeypatch.setattr(bf, "_CACHE_PIECES", 40)
     rng = np.random.default_rng(5)

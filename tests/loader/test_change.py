@@ -12,9 +12,9 @@ from tests.conftest import real_paragraphs, write_jsonl
 from tests.loader.tables import token_table
 from tokenloom.ingest import ingest
 from tokenloom.loader import LoaderSpec, ResumeMismatchError
-from tokenloom.loader.change import ChangeError, StreamChange, delivered_rows
-from tokenloom.loader.dataset import PackedStream
-from tokenloom.loader.planner import EmptyEpochError, Planner
+from tokenloom.loader.pipeline.dataset import PackedStream
+from tokenloom.loader.pipeline.planner import EmptyEpochError, Planner
+from tokenloom.loader.plan.change import ChangeError, StreamChange, delivered_rows
 from tokenloom.refresh import refresh_table
 from tokenloom.table import Table
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenloom.loader.compact import CHUNK, CompactInts, encode, naive_decode
+from tokenloom.loader.plan.compact import CHUNK, CompactInts, encode, naive_decode
 
 I64 = np.iinfo(np.int64)
 

@@ -20,8 +20,8 @@ from tokenloom.loader import (  # noqa: E402
     naive_pack,
     step_blocks,
 )
-from tokenloom.loader.plan import PlanError  # noqa: E402
-from tokenloom.loader.read import LoaderError  # noqa: E402
+from tokenloom.loader.pipeline.read import LoaderError  # noqa: E402
+from tokenloom.loader.plan.epoch import PlanError  # noqa: E402
 from tokenloom.table import Table  # noqa: E402
 
 L = 32

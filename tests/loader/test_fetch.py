@@ -1,5 +1,5 @@
-"""Fetch spans (loader/fetch.py) on a local table: rows fetched ahead give exactly the token
-ranges a plain read gives, a fetch that lacks rows is completed by a take, spans are cut from
+"""Fetch spans (loader/pipeline/fetch.py) on a local table: rows fetched ahead give exactly the
+token ranges a plain read gives, a fetch that lacks rows is completed by a take, spans are cut from
 consecutive read groups, and a pipeline finds the spans its predecessor fetched ahead for it.
 The object-store pipeline built on them is tested in tests/s3/test_fetch_s3.py."""
 
@@ -10,9 +10,9 @@ import numpy as np
 
 from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
-from tokenloom.loader.fetch import FetchAhead, SpanKey, cut_spans
-from tokenloom.loader.read import TokenReader
-from tokenloom.loader.readahead import (
+from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey, cut_spans
+from tokenloom.loader.pipeline.read import TokenReader
+from tokenloom.loader.pipeline.readahead import (
     FETCH_BYTES,
     FETCH_FRACTION,
     MAX_FETCH_BYTES,

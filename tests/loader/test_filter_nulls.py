@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import real_paragraphs, run_cli, write_jsonl
 from tokenloom.backfill import add_column, udf
 from tokenloom.ingest import ingest
-from tokenloom.loader.inputs import scan_plan_inputs
-from tokenloom.loader.read import LoaderError
+from tokenloom.loader.pipeline.inputs import scan_plan_inputs
+from tokenloom.loader.pipeline.read import LoaderError
 from tokenloom.table import Table
 
 

@@ -23,12 +23,12 @@ from tests.loader.helpers import (
     seeds,
 )
 from tokenloom.loader import EpochView, plan_epoch, step_blocks
-from tokenloom.loader.bestfit import plan_bestfit
-from tokenloom.loader.buffers import RecycledBuffers, SharedSlots
-from tokenloom.loader.group import BuiltGroup
-from tokenloom.loader.plan import steps_blocks
-from tokenloom.loader.read import _gather
-from tokenloom.loader.window import plan_windowed_epoch
+from tokenloom.loader.pipeline.buffers import RecycledBuffers, SharedSlots
+from tokenloom.loader.pipeline.read import _gather
+from tokenloom.loader.pipeline.transit import BuiltGroup
+from tokenloom.loader.plan.bestfit import plan_bestfit
+from tokenloom.loader.plan.epoch import steps_blocks
+from tokenloom.loader.plan.window import plan_windowed_epoch
 
 
 def _plan(kind: str, rows: dict, L: int, seed: int, epoch: int):

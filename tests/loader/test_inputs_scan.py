@@ -6,7 +6,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from tokenloom.loader.inputs import scan_plan_inputs
+from tokenloom.loader.pipeline.inputs import scan_plan_inputs
 
 
 def _dataset(path, ids: np.ndarray, counts: list) -> lance.LanceDataset:

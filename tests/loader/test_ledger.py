@@ -15,7 +15,7 @@ from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
 from tokenloom.loader import DataLoader, PackedDataset  # noqa: E402
-from tokenloom.loader.ledger import ledger  # noqa: E402
+from tokenloom.loader.observe.ledger import ledger  # noqa: E402
 
 MIX = {"even": ("id % 2 = 0", 0.4), "odd": ("id % 2 = 1", 0.6, 3)}
 
@@ -90,8 +90,8 @@ def test_document_counts_folded_in_batches_equal_per_step_counting(monkeypatch, 
     per-step count (repeats within a step and across steps, saturation at 255)."""
     import numpy as np
 
-    from tokenloom.loader.ledger import LedgerCounter
-    from tokenloom.loader.view import COUNT_FIELDS, StepCounts
+    from tokenloom.loader.observe.ledger import LedgerCounter
+    from tokenloom.loader.plan.view import COUNT_FIELDS, StepCounts
 
     monkeypatch.setattr(LedgerCounter, "_FLUSH_IDS", fold_every)
     rng = np.random.default_rng(0)

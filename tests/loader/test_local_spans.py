@@ -1,6 +1,6 @@
-"""Local take spans (loader/dataset.py): on a local table the rows of consecutive read groups
-are taken together (one take of ~1,000 rows costs less per token than several small ones), and
-the stream is exactly the one of one take per group, across an epoch boundary; long documents
+"""Local take spans (loader/pipeline/dataset.py): on a local table the rows of consecutive read
+groups are taken together (one take of ~1,000 rows costs less per token than several small ones),
+and the stream is exactly the one of one take per group, across an epoch boundary; long documents
 keep one take per group."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tokenloom.bench.loader_data import CorpusSpec, build_table
-from tokenloom.loader.dataset import PackedStream
+from tokenloom.loader.pipeline.dataset import PackedStream
 
 
 def _stream(uri: str, steps: int, **kw) -> tuple[list[dict], PackedStream]:

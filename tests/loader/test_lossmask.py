@@ -13,14 +13,14 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tokenloom.backfill import add_column, udf
 from tokenloom.loader import PackedDataset, ResumeMismatchError, naive_pack, step_blocks
-from tokenloom.loader.ledger import ledger
-from tokenloom.loader.lossmask import (
+from tokenloom.loader.observe.ledger import ledger
+from tokenloom.loader.pipeline.lossmask import (
     LossMaskColumnError,
     LossMaskDataError,
     naive_stretch_mask,
     stretch_mask,
 )
-from tokenloom.loader.read import LoaderError
+from tokenloom.loader.pipeline.read import LoaderError
 from tokenloom.table import Table
 
 L = 32
@@ -215,7 +215,7 @@ def test_a_column_of_another_type_is_refused(tmp_path, typ):
 def test_a_token_column_is_not_a_mask(tmp_path):
     import lance
 
-    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.plan.epoch import PlanError
 
     uri = _with_column(tmp_path, {})
     with pytest.raises(PlanError, match="holds the token ids or their counts"):
@@ -262,7 +262,7 @@ def test_the_reader_gives_the_same_mask_from_a_take_a_fetch_and_its_cache(table)
     and the long-document cache across calls (a document read in pieces by several calls)."""
     import lance
 
-    from tokenloom.loader.read import TokenReader
+    from tokenloom.loader.pipeline.read import TokenReader
 
     ds = lance.dataset(table)
     t = ds.to_table(columns=["id", "n_tokens"], with_row_id=True)
@@ -310,7 +310,7 @@ def test_dataloader_workers_deliver_the_same_masked_labels(table):
 
 
 def test_masked_token_count_counts_overlaps_once():
-    from tokenloom.loader.lossmask import masked_token_count
+    from tokenloom.loader.pipeline.lossmask import masked_token_count
 
     rng = np.random.default_rng(4)
     for _ in range(200):

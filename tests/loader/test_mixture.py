@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from tests.loader.helpers import make_rows
 from tests.loader.recipe_ref import fast_pack
 from tokenloom.loader import PlanError, step_blocks
-from tokenloom.loader.mixture import (
+from tokenloom.loader.plan.epoch import epoch_steps
+from tokenloom.loader.plan.mixture import (
     Pool,
     mixture_block_source,
     mixture_spans,
@@ -23,8 +24,7 @@ from tokenloom.loader.mixture import (
     step_schedule,
     window_share_deviation,
 )
-from tokenloom.loader.plan import epoch_steps
-from tokenloom.loader.recipe import Recipe
+from tokenloom.loader.plan.recipe import Recipe
 
 RECIPES = [
     Recipe(),

@@ -18,9 +18,10 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tokenloom.backfill import add_column, udf
 from tokenloom.loader import LoaderSpec, Planner, PlanStore
-from tokenloom.loader import order as order_mod
-from tokenloom.loader.mixture import pool_seed
-from tokenloom.loader.order import (
+from tokenloom.loader.plan import order as order_mod
+from tokenloom.loader.plan.epoch import PlanError
+from tokenloom.loader.plan.mixture import pool_seed
+from tokenloom.loader.plan.order import (
     Ordering,
     curriculum_order,
     naive_curriculum_order,
@@ -28,8 +29,7 @@ from tokenloom.loader.order import (
     parse_order_by,
     rank_rows,
 )
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.shuffle import epoch_rng
+from tokenloom.loader.plan.shuffle import epoch_rng
 
 
 @udf(inputs=["id"], output=pa.schema([pa.field("quality", pa.float64())]), version="1")

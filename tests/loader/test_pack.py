@@ -31,8 +31,8 @@ from tokenloom.loader import (
     steps_in_epoch,
     token_ranges,
 )
-from tokenloom.loader.pack import TokenSource
-from tokenloom.loader.spans import Spans
+from tokenloom.loader.plan.pack import TokenSource
+from tokenloom.loader.plan.spans import Spans
 
 
 def pack(plan, rows, blocks, *, lookahead: bool) -> PackedArrays:

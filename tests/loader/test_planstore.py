@@ -12,8 +12,8 @@ import pytest
 
 from tests.loader.tables import token_table
 from tokenloom.loader import LoaderSpec, plan_epoch
-from tokenloom.loader.planner import Planner
-from tokenloom.loader.planstore import PLAN_CACHE_ENV, PlanStore, default_plan_dir
+from tokenloom.loader.pipeline.planner import Planner
+from tokenloom.loader.pipeline.planstore import PLAN_CACHE_ENV, PlanStore, default_plan_dir
 
 
 def selection(n: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +175,7 @@ def test_plan_inputs_scanned_once_then_mapped(tmp_path, paragraphs) -> None:
 
 
 def test_plan_inputs_key_names_the_selection(tmp_path, paragraphs) -> None:
-    from tokenloom.loader.inputs import plan_inputs_key
+    from tokenloom.loader.pipeline.inputs import plan_inputs_key
     from tokenloom.table import Table
 
     uri = token_table(tmp_path, paragraphs[:40])
@@ -250,7 +250,7 @@ def test_mixture_inputs_and_union_shared(tmp_path, paragraphs) -> None:
 def test_layout_written_into_the_store_equals_memory(tmp_path, empty: str) -> None:
     """The order is written straight into the store's file (mapped for writing); from compact
     inputs, with or without empty rows, it equals the plan built in memory from plain arrays."""
-    from tokenloom.loader.inputs import compact_inputs
+    from tokenloom.loader.pipeline.inputs import compact_inputs
 
     ids, lens = selection(3000, seed=4)
     if empty == "none":

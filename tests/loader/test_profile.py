@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tokenloom.loader import DataLoader, PackedDataset  # noqa: E402
-from tokenloom.loader.profile import GpuSim, parse_gpu_sims, simulate  # noqa: E402
-from tokenloom.loader.read import TokenReader  # noqa: E402
+from tokenloom.loader.observe.profile import GpuSim, parse_gpu_sims, simulate  # noqa: E402
+from tokenloom.loader.pipeline.read import TokenReader  # noqa: E402
 from tokenloom.train.flops import flops_per_token  # noqa: E402
 from tokenloom.train.model import GPT  # noqa: E402
 

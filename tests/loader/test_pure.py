@@ -9,8 +9,9 @@ import sys
 def test_pure_modules_import_no_torch_and_no_lance() -> None:
     code = (
         "import sys\n"
-        "import tokenloom.loader.shuffle, tokenloom.loader.plan, tokenloom.loader.spans\n"
-        "import tokenloom.loader.pack, tokenloom.loader.state\n"
+        "import tokenloom.loader.plan.shuffle, tokenloom.loader.plan.epoch\n"
+        "import tokenloom.loader.plan.spans, tokenloom.loader.plan.pack\n"
+        "import tokenloom.loader.plan.state, tokenloom.loader.plan.group\n"
         "print(sorted(m for m in ('torch', 'lance', 'pyarrow') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

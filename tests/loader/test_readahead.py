@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tokenloom.loader.readahead import MAX_THREADS, available_cores, size_read_ahead
+from tokenloom.loader.pipeline.readahead import MAX_THREADS, available_cores, size_read_ahead
 
 
 def test_cpu_bound_reads_get_one_thread_per_core():
@@ -92,7 +92,7 @@ def test_local_tables_keep_the_fixed_depth_and_explicit_values_win(tmp_path):
 
 
 def test_rows_per_take_fills_the_object_store_merge_window():
-    from tokenloom.loader.readahead import (
+    from tokenloom.loader.pipeline.readahead import (
         COALESCE_BYTES,
         MAX_REMOTE_TAKE_ROWS,
         TAKE_ROWS,
@@ -107,7 +107,7 @@ def test_rows_per_take_fills_the_object_store_merge_window():
 
 
 def test_split_rows_cuts_ascending_ids_into_neighbouring_runs():
-    from tokenloom.loader.read import split_rows
+    from tokenloom.loader.pipeline.read import split_rows
 
     ids = np.arange(10, 1010, dtype=np.uint64)
     parts = split_rows(ids, min_rows=256, max_parts=4)

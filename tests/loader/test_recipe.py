@@ -21,9 +21,9 @@ from tokenloom.loader import (
     plan_fingerprint,
     step_blocks,
 )
-from tokenloom.loader.bestfit import BestFitPlan
-from tokenloom.loader.recipe import Recipe, plan_recipe_epoch
-from tokenloom.loader.window import WindowedPlan
+from tokenloom.loader.plan.bestfit import BestFitPlan
+from tokenloom.loader.plan.recipe import Recipe, plan_recipe_epoch
+from tokenloom.loader.plan.window import WindowedPlan
 
 RECIPES = [
     Recipe(),
@@ -177,8 +177,8 @@ def test_planning_throughput() -> None:
 def test_recipe_modules_import_no_torch_and_no_lance() -> None:
     code = (
         "import sys\n"
-        "import tokenloom.loader.window, tokenloom.loader.bestfit\n"
-        "import tokenloom.loader.mixture, tokenloom.loader.recipe\n"
+        "import tokenloom.loader.plan.window, tokenloom.loader.plan.bestfit\n"
+        "import tokenloom.loader.plan.mixture, tokenloom.loader.plan.recipe\n"
         "print(sorted(m for m in ('torch', 'lance', 'pyarrow', 'numba') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

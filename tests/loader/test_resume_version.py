@@ -10,7 +10,7 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tokenloom.backfill import add_column, udf
 from tokenloom.loader import LoaderSpec, ResumeMismatchError
-from tokenloom.loader.dataset import PackedStream
+from tokenloom.loader.pipeline.dataset import PackedStream
 from tokenloom.table import Table
 
 

@@ -94,7 +94,7 @@ def test_rejects_bad_arguments(kwargs: dict) -> None:
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 64, 1000, 70_000])
 def test_fast_order_equals_the_stable_argsort_reference(n: int) -> None:
-    from tokenloom.loader.shuffle import (
+    from tokenloom.loader.plan.shuffle import (
         _raw_chunks,
         epoch_order,
         naive_epoch_permutation,
@@ -131,7 +131,7 @@ def test_packed_sort_repairs_ties_of_high_bits(
 ) -> None:
     # Keys that share their high bits (and exact duplicates) take the repair path of the packed
     # sort; the result must still be the stable argsort, whatever the chunking of the stream.
-    from tokenloom.loader.shuffle import stable_argsort_u64
+    from tokenloom.loader.plan.shuffle import stable_argsort_u64
 
     arr = (np.array(keys, dtype=np.uint64) << np.uint64(shift)) | (
         np.arange(len(keys), dtype=np.uint64) % np.uint64(3)

@@ -127,7 +127,7 @@ def reference_spans(row_ids, lengths, L, blocks) -> list[tuple]:
 @pytest.mark.parametrize("L", [1, 5, 64, 2048])
 def test_spans_across_many_mark_groups(L: int) -> None:
     # Hundreds of documents (several groups of MARK_EVERY), empty rows, any block order.
-    from tokenloom.loader.plan import MARK_EVERY
+    from tokenloom.loader.plan.epoch import MARK_EVERY
 
     rng = np.random.default_rng(L)
     n = 9 * MARK_EVERY + 13

@@ -8,9 +8,9 @@ from concurrent.futures import Executor, Future
 
 import pytest
 
-from tokenloom.loader.bottleneck import bottleneck
-from tokenloom.loader.gauge import PipelineGauge, TransitGauge
-from tokenloom.loader.stats import LoaderStats
+from tokenloom.loader.observe.bottleneck import bottleneck
+from tokenloom.loader.observe.gauge import PipelineGauge, TransitGauge
+from tokenloom.loader.observe.stats import LoaderStats
 
 
 class _Inline(Executor):

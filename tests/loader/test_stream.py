@@ -1,4 +1,4 @@
-"""The stream skeleton (:mod:`tokenloom.loader.stream`): the spec's common part, the topology
+"""The stream skeleton (:mod:`tokenloom.loader.plan.stream`): the spec's common part, the topology
 rule, the cursor and its state (elastic resume for both loaders), and the take wrapper."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import pytest
 
 from tests.loader.tables import token_table
 from tests.rows.tables import row_table
-from tokenloom.loader.plan import PlanError, step_blocks
-from tokenloom.loader.spec import LoaderSpec
-from tokenloom.loader.state import ResumeMismatchError
-from tokenloom.loader.stream import (
+from tokenloom.loader.pipeline.take import TakeError, take
+from tokenloom.loader.plan.epoch import PlanError, step_blocks
+from tokenloom.loader.plan.spec import LoaderSpec
+from tokenloom.loader.plan.state import ResumeMismatchError
+from tokenloom.loader.plan.stream import (
     Cursor,
     PlanCache,
     StreamSpec,
@@ -21,7 +22,6 @@ from tokenloom.loader.stream import (
     split_global_batch,
     worker_groups,
 )
-from tokenloom.loader.stream.take import TakeError, take
 from tokenloom.rows.plan import RowPlan
 from tokenloom.rows.spec import RowSpec
 
@@ -198,7 +198,7 @@ def test_row_loader_resumes_exactly_on_another_world_size(tmp_path):
 
 def test_token_loader_resumes_exactly_on_another_world_size(tmp_path):
     pytest.importorskip("torch")
-    from tokenloom.loader.dataset import PackedStream
+    from tokenloom.loader.pipeline.dataset import PackedStream
 
     uri = token_table(tmp_path, [f"doc {i} " + "x" * (i % 7 * 3) for i in range(40)])
     spec = LoaderSpec(table=uri, seq_len=8, global_batch=6, seed=1)
@@ -253,9 +253,9 @@ def test_the_skeleton_is_pure_and_a_row_worker_needs_no_torch():
 
     code = (
         "import sys\n"
-        "import tokenloom.loader.stream, tokenloom.loader.spec\n"
+        "import tokenloom.loader.plan.stream, tokenloom.loader.plan.spec\n"
         "print(sorted(m for m in ('torch', 'lance', 'pyarrow') if m in sys.modules))\n"
-        "import tokenloom.rows.dataset, tokenloom.loader.stream.transit\n"
+        "import tokenloom.rows.dataset, tokenloom.loader.pipeline.step_transit\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

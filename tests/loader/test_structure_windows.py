@@ -13,9 +13,9 @@ import pytest
 
 from tests.conftest import real_paragraphs, run_cli, write_jsonl
 from tokenloom.ingest import ingest
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.recipe import Recipe
-from tokenloom.loader.window import (
+from tokenloom.loader.plan.epoch import PlanError
+from tokenloom.loader.plan.recipe import Recipe
+from tokenloom.loader.plan.window import (
     END_KINDS,
     CutPoints,
     naive_structured_ends,

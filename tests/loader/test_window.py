@@ -28,7 +28,7 @@ from tests.loader.recipe_ref import (
     trained_targets,
 )
 from tokenloom.loader import IGNORE_INDEX, PlanError, block_spans, pack_blocks, plan_epoch
-from tokenloom.loader.window import (
+from tokenloom.loader.plan.window import (
     naive_window_docs,
     plan_windowed_epoch,
     window_docs,

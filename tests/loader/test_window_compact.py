@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenloom.loader.compact import encode
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.window import (
+from tokenloom.loader.plan.compact import encode
+from tokenloom.loader.plan.epoch import PlanError
+from tokenloom.loader.plan.window import (
     CutPoints,
     naive_windowed_layout,
     piece_stretches,

@@ -14,8 +14,8 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tests.loader.worker_hooks import fail_in_worker_1, kill_worker_1
 from tokenloom.loader import DataLoader, PackedDataset
-from tokenloom.loader.read import LoaderError
-from tokenloom.loader.workers import WorkerError
+from tokenloom.loader.pipeline.read import LoaderError
+from tokenloom.loader.pipeline.workers import WorkerError
 
 L = 32
 

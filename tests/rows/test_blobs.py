@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.rows.tables import MB, blob_bytes, blob_table, read_span
-from tokenloom.loader.plan import PlanError
+from tokenloom.loader.plan.epoch import PlanError
 from tokenloom.rows import RowDataset, RowLoaderError, RowMapDataset, RowReader, RowSpec
 from tokenloom.rows.blobs import READ_AHEAD, LazyBatch
 from tokenloom.rows.read import scan_selection

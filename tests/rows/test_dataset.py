@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.rows.tables import decode, decode_skip, row_table
-from tokenloom.loader.state import ResumeMismatchError
+from tokenloom.loader.plan.state import ResumeMismatchError
 from tokenloom.rows import (
     RowDataset,
     RowLoader,
@@ -187,7 +187,7 @@ def test_an_epoch_without_a_step_is_refused_not_iterated_forever(table):
 
 
 def test_forkserver_workers_give_the_in_process_batches_and_fork_is_refused(table):
-    from tokenloom.loader.read import LoaderError
+    from tokenloom.loader.pipeline.read import LoaderError
 
     ref = _ids(RowDataset(_spec(table), transform=decode, on_error="skip", transform_threads=0))
     ds = RowDataset(_spec(table), transform=decode, on_error="skip")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokenloom.loader.plan import PlanError
+from tokenloom.loader.plan.epoch import PlanError
 from tokenloom.rows import MAX_REFILLS, RowPlan, naive_slots
 
 
@@ -66,7 +66,7 @@ def test_bad_topology_and_step_are_named():
 def test_plan_equals_the_int64_permutations_it_replaces(n, seed, epoch):
     # Today's plan holds both permutations in their narrowest dtype; the values are those of
     # the former int64 ones (``epoch_permutation`` and ``refill_permutation``).
-    from tokenloom.loader.shuffle import epoch_permutation
+    from tokenloom.loader.plan.shuffle import epoch_permutation
     from tokenloom.rows.plan import refill_permutation
 
     plan = RowPlan.build(n, seed=seed, epoch=epoch, global_batch=4, drop_last=False)

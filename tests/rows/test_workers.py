@@ -1,6 +1,7 @@
-"""The row loader on tokenloom's own workers (:class:`~tokenloom.loader.workers.WorkerPool`):
-no torch in them, arrays through shared memory, a dead worker noticed within seconds, SIGTERM
-ends the tree, and a resumed loader continues exactly."""
+"""The row loader on tokenloom's own workers
+(:class:`~tokenloom.loader.pipeline.workers.WorkerPool`): no torch in them, arrays through shared
+memory, a dead worker noticed within seconds, SIGTERM ends the tree, and a resumed loader continues
+exactly."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from tests.conftest import REPO
 from tests.rows.hooks import slow_k
 from tests.rows.tables import decode, row_table
-from tokenloom.loader.workers import WorkerError
+from tokenloom.loader.pipeline.workers import WorkerError
 from tokenloom.rows import RowDataset, RowLoader, RowSpec
 
 

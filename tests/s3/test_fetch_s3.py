@@ -45,7 +45,7 @@ def _same(got: list[dict], want: list[dict]) -> None:
 def tables(s3_server, s3_prefix, tmp_path, monkeypatch):
     """A local table and its copy in the bucket; fetch spans forced down to ~24 rows, so an
     epoch holds several of them and documents run across span boundaries."""
-    from tokenloom.loader import dataset
+    from tokenloom.loader.pipeline import dataset
 
     local = token_table(tmp_path, real_paragraphs(60))
     remote = f"{s3_prefix}/t.lance"
@@ -123,8 +123,8 @@ def test_persistent_workers_carry_their_fetches_into_the_next_epoch(s3_server, t
 def test_per_row_reads_deliver_the_local_stream(s3_server, tables, monkeypatch):
     """A table past 256 MB of tokens is read per row (forced here): a small merge window,
     spans that only batch requests; the stream is unchanged."""
-    from tokenloom.loader import dataset
-    from tokenloom.loader.readahead import ROW_BLOCK_SIZE
+    from tokenloom.loader.pipeline import dataset
+    from tokenloom.loader.pipeline.readahead import ROW_BLOCK_SIZE
 
     monkeypatch.setattr(dataset, "per_row_reads", lambda _bytes: True)
     local, remote = tables
@@ -141,8 +141,8 @@ def test_bytes_layout_from_the_bucket_equals_the_local_list_stream(
 ):
     """The same documents stored in the ``bytes`` token layout, in the bucket, read per row (and
     in spans, and by workers) give the local ``list`` table's batches bit for bit."""
-    from tokenloom.loader import dataset
-    from tokenloom.loader.readahead import ROW_BLOCK_SIZE
+    from tokenloom.loader.pipeline import dataset
+    from tokenloom.loader.pipeline.readahead import ROW_BLOCK_SIZE
 
     texts = real_paragraphs(60)
     local = token_table(tmp_path, texts)

@@ -48,7 +48,7 @@ def test_read_ahead_is_sized_from_measured_latency(s3_server, s3_prefix, tmp_pat
 def test_split_takes_give_the_same_stream(s3_server, s3_prefix, tmp_path, monkeypatch):
     """A group's take cut into several concurrent takes of neighbouring rows reads the same
     tokens (the cut is forced down to one row per take here)."""
-    from tokenloom.loader import read
+    from tokenloom.loader.pipeline import read
 
     local = token_table(tmp_path, real_paragraphs(80))
     remote = f"{s3_prefix}/t.lance"

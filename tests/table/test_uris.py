@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import real_paragraphs, run_cli, write_jsonl
 from tokenloom.ingest import ingest
-from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.loader.plan.spec import LoaderSpec, absolute_uri
 from tokenloom.table import Table, normalize_uri
 from tokenloom.table.storage import StorageError, check_uri
 

@@ -64,8 +64,8 @@ def _stream(out: str, first: int, last: int) -> list[int]:
 def _expected(out: str, at: int, excluded: set[int]) -> list[int]:
     """What the run would have fed after step ``at`` without the change (its plan, pure), minus
     the rows delivered by then and the excluded ones: epoch by epoch, each in its order."""
-    from tokenloom.loader.change import delivered_rows
-    from tokenloom.loader.planner import Planner
+    from tokenloom.loader.pipeline.planner import Planner
+    from tokenloom.loader.plan.change import delivered_rows
     from tokenloom.train.record import read_record
 
     planner = Planner(read_record(os.path.join(out, f"step-{at}")).loader)

@@ -26,7 +26,7 @@ from tests.conftest import real_paragraphs, run_cli, write_jsonl  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
 from tokenloom.ingest import ingest  # noqa: E402
 from tokenloom.loader import Planner, ledger  # noqa: E402
-from tokenloom.loader.dataloader import PackedDataset  # noqa: E402
+from tokenloom.loader.pipeline.dataloader import PackedDataset  # noqa: E402
 from tokenloom.train.checkpoint import load_checkpoint, load_run_model  # noqa: E402
 from tokenloom.train.model import GPT  # noqa: E402
 from tokenloom.train.record import read_record  # noqa: E402
@@ -196,7 +196,7 @@ def test_per_pool_counts_equal_the_ledger_and_the_csv_has_every_group(run):
 
 def test_membership_forms_agree(table):
     """The bitmap (dense ids) and the bit-packed sorted ids (sparse ids) answer the same."""
-    from tokenloom.loader.compact import encode
+    from tokenloom.loader.plan.compact import encode
 
     (dense,) = resolve_slices(table, [("even", "id % 2 = 0")])
     rows = sorted(_members(table, "id % 2 = 0"))

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from tests.conftest import real_paragraphs, run_cli  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
-from tokenloom.loader.spec import LoaderSpec  # noqa: E402
+from tokenloom.loader.plan.spec import LoaderSpec  # noqa: E402
 from tokenloom.train.config import TrainConfig, TrainError  # noqa: E402
 from tokenloom.train.dist import parse_device, resolve_device  # noqa: E402
 

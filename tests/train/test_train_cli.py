@@ -12,7 +12,7 @@ from click.testing import CliRunner  # noqa: E402
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.verify.tables import gpt2_table  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
-from tokenloom.loader.spec import LoaderSpec  # noqa: E402
+from tokenloom.loader.plan.spec import LoaderSpec  # noqa: E402
 from tokenloom.train.config import TrainError  # noqa: E402
 
 

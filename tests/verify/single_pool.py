@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import sys
 
-import tokenloom.loader.planner as planner
+import tokenloom.loader.pipeline.planner as planner
 from tokenloom.cli.main import main
-from tokenloom.loader.mixture import MixturePlan, plan_mixture
+from tokenloom.loader.plan.mixture import MixturePlan, plan_mixture
 
 
 def per_block_mixture(*args, **kwargs):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.vision.tables import image_table
-from tokenloom.loader.plan import PlanError
+from tokenloom.loader.plan.epoch import PlanError
 from tokenloom.rows import RowDataset
 from tokenloom.vision import ImageTextDataset, ImageTextSpec
 from tokenloom.vision.dataset import ImageTextError

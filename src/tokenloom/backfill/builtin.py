@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tokenloom.backfill.udf import UDFError, udf
-from tokenloom.loader.lossmask import MASK_TYPE
+from tokenloom.loader.pipeline.lossmask import MASK_TYPE
 
 __all__ = ["n_words", "LossMask", "MASK_PATTERNS"]
 
@@ -42,7 +42,7 @@ license headers (a line naming copyright, an SPDX identifier or a license grant)
 )
 class LossMask:
     """Loss-mask spans from regular expressions over the text, as token positions of the token
-    column ``input_ids`` (:mod:`tokenloom.loader.lossmask`: flat ``[start, end)`` pairs).
+    column ``input_ids`` (:mod:`tokenloom.loader.pipeline.lossmask`: flat ``[start, end)`` pairs).
 
     Every token whose characters overlap a match is masked (a token half inside an e-mail
     address is masked whole); runs of masked tokens become one span, sorted. A row without a

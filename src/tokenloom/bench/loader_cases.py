@@ -327,8 +327,8 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     """The token column's rows taken in a fresh global random order and joined with EOS into
     ``(B, L)`` batches, nothing else: the rate the store allows a per-row reader (no plan, no
     ledger). Rows are taken as a per-row reader takes them (Lance's merge window
-    :data:`~tokenloom.loader.readahead.ROW_BLOCK_SIZE`), ``take_rows`` sorted rows per take and
-    :data:`~tokenloom.loader.readahead.ROWS_IN_FLIGHT` rows requested at once
+    :data:`~tokenloom.loader.pipeline.readahead.ROW_BLOCK_SIZE`), ``take_rows`` sorted rows per take
+    and :data:`~tokenloom.loader.pipeline.readahead.ROWS_IN_FLIGHT` rows requested at once
     (``options=(("take_rows", N),)``)."""
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
@@ -337,7 +337,7 @@ def lance_rows_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     import numpy as np
     import torch
 
-    from tokenloom.loader.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
+    from tokenloom.loader.pipeline.readahead import ROW_BLOCK_SIZE, ROWS_IN_FLIGHT
     from tokenloom.table.storage import is_remote
     from tokenloom.table.tokens import token_lists
 
@@ -397,8 +397,8 @@ BOUND_TAKE_ROWS = 1024
 
 def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     """The **read bound** of tokenloom on the same table: the rows tokenloom's plan selects
-    (its ``filter`` included: the same :class:`~tokenloom.loader.planner.Planner`), taken in a
-    fresh random order each epoch, :data:`BOUND_TAKE_ROWS` sorted rows per plain Lance take
+    (its ``filter`` included: the same :class:`~tokenloom.loader.pipeline.planner.Planner`), taken
+    in a fresh random order each epoch, :data:`BOUND_TAKE_ROWS` sorted rows per plain Lance take
     through tokenloom's reader's own take, one take at a time in the measuring process
     (``options=(("takes_in_flight", N),)``: N at once in threads), and each take's token lists
     flattened into one int64 tensor — no plan, no packing, no EOS, no labels. The ``(B, L)``
@@ -410,9 +410,9 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     import numpy as np
     import torch
 
-    from tokenloom.loader.planner import Planner
-    from tokenloom.loader.read import TokenReader
-    from tokenloom.loader.spec import LoaderSpec
+    from tokenloom.loader.pipeline.planner import Planner
+    from tokenloom.loader.pipeline.read import TokenReader
+    from tokenloom.loader.plan.spec import LoaderSpec
     from tokenloom.table.tokens import token_lists
 
     filt = spec.option("filter")
@@ -502,7 +502,7 @@ SOURCES: dict[str, Callable[[CaseSpec, _Notes], Iterator[Any]]] = {
 }
 
 _IMPORTS = {
-    "tokenloom": ("torch", "lance", "tokenloom.loader.dataloader"),
+    "tokenloom": ("torch", "lance", "tokenloom.loader.pipeline.dataloader"),
     "lancedb": ("torch", "lance", "lancedb.streaming"),
     "mds": ("torch", "tokenloom.bench.loader_mds"),
     "parquet": ("torch", "pyarrow.parquet", "tokenloom.bench.loader_parquet"),
@@ -510,7 +510,7 @@ _IMPORTS = {
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
     "lance-rows": ("torch", "lance"),
-    "read-bound": ("torch", "lance", "tokenloom.loader.planner"),
+    "read-bound": ("torch", "lance", "tokenloom.loader.pipeline.planner"),
     "ray": ("torch", "lance", "tokenloom.bench.loader_ray"),
     "litdata": ("torch", "tokenloom.bench.loader_litdata"),
 }

@@ -1,11 +1,11 @@
 """``tokenloom bench loader --gpu-sim 124M,354M``: would tokenloom's loader keep a GPU busy?
 
 tokenloom's loader on the bench's table, with the bench's batch shape, is consumed by
-:func:`tokenloom.loader.profile.simulate`: per batch it sleeps the time GPT-2 of each size
+:func:`tokenloom.loader.observe.profile.simulate`: per batch it sleeps the time GPT-2 of each size
 would take to train on it on one H100 at 40% MFU (the assumption is spelled out in
-:mod:`tokenloom.loader.profile`), and reports the data stall, the share of time spent waiting
-for the next batch, with the loader's own bottleneck verdict. Runs in this process, after the
-throughput cases, for the same budget (``--seconds`` or ``--steps``) per model.
+:mod:`tokenloom.loader.observe.profile`), and reports the data stall, the share of time spent
+waiting for the next batch, with the loader's own bottleneck verdict. Runs in this process, after
+the throughput cases, for the same budget (``--seconds`` or ``--steps``) per model.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from tokenloom.bench.loader import LoaderBenchConfig, build_inputs
 from tokenloom.bench.loader_data import EOS_ID
-from tokenloom.loader.profile import DEVICE, MFU, GpuSim, SimResult, simulate
+from tokenloom.loader.observe.profile import DEVICE, MFU, GpuSim, SimResult, simulate
 
 __all__ = ["format_gpu_sims", "run_gpu_sims"]
 
@@ -59,7 +59,7 @@ def format_gpu_sims(results: list[SimResult], sims: list[GpuSim], *, workers: in
     lines = [
         f"GPU-step simulation: tokenloom (workers={workers}) feeding one {DEVICE} "
         f"(bf16 dense peak {peak / 1e12:,.0f} TFLOP/s x MFU {MFU:.0%}, GPT-2 FLOPs per token; "
-        "see tokenloom.loader.profile)",
+        "see tokenloom.loader.observe.profile)",
     ]
     head = f"{'model':<8} {'GPU tok/s':>10} {'got tok/s':>10} {'steps':>6} {'data stall':>10}"
     lines += [head, "-" * len(head)]

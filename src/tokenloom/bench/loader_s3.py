@@ -106,7 +106,7 @@ class S3BenchConfig:
     """Request latencies to measure (0: straight to the server, no proxy)."""
     only: tuple[str, ...] = S3_LOADERS
     """Loaders to measure (``parquet-rows`` takes its thread count from ``tokenloom`` when both
-    are measured, else :data:`~tokenloom.loader.readahead.MAX_THREADS`)."""
+    are measured, else :data:`~tokenloom.loader.pipeline.readahead.MAX_THREADS`)."""
     scale_docs: int | None = None
     """Also measure tokenloom on a table of this many documents at every S3 store (``docs /
     10`` for the 1x-vs-10x memory check); ``None``: not measured."""
@@ -297,7 +297,7 @@ def run_s3_bench(
     loader locally and from the bucket at every latency."""
     from tokenloom.dev.proxy import FaultProxy
     from tokenloom.dev.s3 import LocalS3
-    from tokenloom.loader.readahead import MAX_THREADS
+    from tokenloom.loader.pipeline.readahead import MAX_THREADS
 
     bench = S3Bench(config=config)
     log("preparing the local copies ...")

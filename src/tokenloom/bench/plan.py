@@ -6,19 +6,20 @@ of millions of documents, without a table. The selection stands for a filter kee
 a table's rows (ids ascending with random gaps) whose ``_rowid`` are Lance row addresses
 (fragment << 32 | offset, ``fragment_rows`` rows per fragment, written in id order). Each case
 runs in fresh forked processes which first take the plan's inputs as a rank does after scanning
-the table (:func:`~tokenloom.loader.inputs.compact_inputs`: the ``id``, ``n_tokens`` and ``_rowid``
-columns of :class:`~tokenloom.loader.inputs.PlanInputs`, bit-packed), then plan ``epochs`` epochs
-from them and keep them, like the planner's cache of the current and next epoch (both are held
-while a run crosses an epoch boundary):
+the table (:func:`~tokenloom.loader.pipeline.inputs.compact_inputs`: the ``id``, ``n_tokens`` and
+``_rowid`` columns of :class:`~tokenloom.loader.pipeline.inputs.PlanInputs`, bit-packed), then plan
+``epochs`` epochs from them and keep them, like the planner's cache of the current and next epoch
+(both are held while a run crosses an epoch boundary):
 
 * ``reference``: the former layout (int64 ``row_ids``, ``lengths``, ``starts`` by a stable
   ``argsort``) from the former inputs (three int64 arrays per process), for a side-by-side ratio;
-* ``memory`` / ``memory xN``: :func:`~tokenloom.loader.plan.plan_epoch` without a store, each of
+* ``memory`` / ``memory xN``: :func:`~tokenloom.loader.plan.epoch.plan_epoch` without a store, each
+of
   1 or N processes with its own inputs;
 * ``shared xN``: N processes started together on an empty
-  :class:`~tokenloom.loader.planstore.PlanStore`; one writes the inputs and builds each layout,
-  the others wait and map them (:meth:`~tokenloom.loader.planstore.PlanStore.arrays`, as the
-  planner's shared scan).
+  :class:`~tokenloom.loader.pipeline.planstore.PlanStore`; one writes the inputs and builds each
+  layout, the others wait and map them
+  (:meth:`~tokenloom.loader.pipeline.planstore.PlanStore.arrays`, as the planner's shared scan).
 
 Memory is read, not estimated: each process's growth of anonymous memory (``Anonymous`` of
 ``/proc/self/smaps_rollup``: its private heap, what the node pays per process) and what numpy
@@ -208,7 +209,8 @@ class PlanCase:
 @dataclass(frozen=True, kw_only=True)
 class RecipeCost:
     """Time and memory of one epoch of one recipe, built in a fresh process from the inputs a
-    rank holds (:func:`~tokenloom.loader.inputs.compact_inputs`, or the row loader's selection).
+    rank holds (:func:`~tokenloom.loader.pipeline.inputs.compact_inputs`, or the row loader's
+    selection).
 
     Memory is the process's anonymous memory, sampled every ``_SAMPLE_S`` seconds by the parent
     while the plan is built, over what the process held just before (its inputs)."""
@@ -292,7 +294,7 @@ class PlanBench:
 
 def _reference_plan(ids: np.ndarray, lens: np.ndarray, seed: int, epoch: int) -> tuple:
     """The former in-memory layout: int64 row ids, lengths and every start, by stable argsort."""
-    from tokenloom.loader.shuffle import naive_epoch_permutation
+    from tokenloom.loader.plan.shuffle import naive_epoch_permutation
 
     keep = lens > 0
     kept_ids, kept_lens = ids[keep], lens[keep]
@@ -335,9 +337,9 @@ def _child(
     phases: Any,
     slot: int,
 ) -> None:
-    from tokenloom.loader.inputs import compact_inputs, input_columns, input_parts
-    from tokenloom.loader.plan import plan_epoch
-    from tokenloom.loader.planstore import PlanStore
+    from tokenloom.loader.pipeline.inputs import compact_inputs, input_columns, input_parts
+    from tokenloom.loader.pipeline.planstore import PlanStore
+    from tokenloom.loader.plan.epoch import plan_epoch
 
     gc.collect()
     trim_heap()
@@ -405,7 +407,8 @@ def _inputs(
     codec: tuple[Callable, Callable, Callable],
 ) -> dict[str, Any]:
     """The columns a rank holds after resolving its selection (the parent's arrays stand for
-    the scan; ``codec``: :func:`~tokenloom.loader.inputs.compact_inputs`, ``input_parts`` and
+    the scan; ``codec``: :func:`~tokenloom.loader.pipeline.inputs.compact_inputs`, ``input_parts``
+    and
     ``input_columns``, imported before measuring)."""
     compact, parts, columns = codec
     if mode == "reference":  # the former inputs: three int64 arrays
@@ -545,11 +548,11 @@ def _recipe_child(
     results: Any,
 ) -> None:
     """Build one recipe's epoch 0 (and its view) from the inputs a rank holds; report."""
-    from tokenloom.loader.inputs import compact_inputs
-    from tokenloom.loader.mixture import Pool, plan_mixture
-    from tokenloom.loader.recipe import Recipe, plan_recipe_epoch
-    from tokenloom.loader.view import EpochView
-    from tokenloom.loader.window import CutPoints, window_table
+    from tokenloom.loader.pipeline.inputs import compact_inputs
+    from tokenloom.loader.plan.mixture import Pool, plan_mixture
+    from tokenloom.loader.plan.recipe import Recipe, plan_recipe_epoch
+    from tokenloom.loader.plan.view import EpochView
+    from tokenloom.loader.plan.window import CutPoints, window_table
     from tokenloom.rows.plan import RowPlan
     from tokenloom.rows.read import compact_selection
 

@@ -485,7 +485,7 @@ def loader_bench(
     from tokenloom.bench.loader_cache import CACHE_MODES
     from tokenloom.bench.loader_gpusim import format_gpu_sims, run_gpu_sims
     from tokenloom.bench.loader_output import write_outputs
-    from tokenloom.loader.profile import parse_gpu_sims
+    from tokenloom.loader.observe.profile import parse_gpu_sims
 
     names = tuple(n.strip() for n in only.split(",") if n.strip())
     unknown = sorted(set(names) - set(KNOWN_LOADERS))

@@ -103,7 +103,7 @@ def pack_stats(
     """Padding of pad-to-longest vs greedy vs knapsack on the table's samples, from stored
     sizes and token counts only (no image is decoded)."""
     from tokenloom.cli.options import usage_errors
-    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.plan.epoch import PlanError
     from tokenloom.vision.dataset import ImageTextStream
     from tokenloom.vision.spec import ImageTextSpec
 

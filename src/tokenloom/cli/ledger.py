@@ -56,8 +56,8 @@ def command(
     Computed from the plan alone (no token is read); a training run with the same options
     counts the same numbers from the batches it is fed.
     """
-    from tokenloom.loader.ledger import ledger
-    from tokenloom.loader.planner import Planner
+    from tokenloom.loader.observe.ledger import ledger
+    from tokenloom.loader.pipeline.planner import Planner
     from tokenloom.train.record import read_record
 
     run = loader.get("run")
@@ -107,7 +107,7 @@ def command(
 def _phases(planner: Any, record: Any) -> list[dict[str, Any]]:
     """The run's stream changes (:func:`~tokenloom.train.phases.run_phases`), each with the
     blocks per pool its epoch had delivered before it (the quota a reweight keeps)."""
-    from tokenloom.loader.ledger import ledger
+    from tokenloom.loader.observe.ledger import ledger
     from tokenloom.train.phases import run_phases
 
     out = []

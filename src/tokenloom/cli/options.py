@@ -195,8 +195,8 @@ def _default(name: str) -> Any:
     """A LoaderSpec / Recipe field's default: the CLI states no default of its own."""
     import dataclasses
 
-    from tokenloom.loader.recipe import Recipe
-    from tokenloom.loader.spec import LoaderSpec
+    from tokenloom.loader.plan.recipe import Recipe
+    from tokenloom.loader.plan.spec import LoaderSpec
 
     for cls in (LoaderSpec, Recipe):
         for f in dataclasses.fields(cls):
@@ -431,7 +431,7 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
     With ``--run DIR`` the spec is the run's recorded one (:func:`run_spec`); without it
     ``table`` is required.
     """
-    from tokenloom.loader.spec import LoaderSpec
+    from tokenloom.loader.plan.spec import LoaderSpec
 
     run = options.pop("run", None)
     values = {k: options.pop(k) for k in LOADER_KEYS if k in options}
@@ -444,7 +444,7 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
         )
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
-    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.plan.epoch import PlanError
     from tokenloom.table.filters import FilterError, check_structure
 
     with usage_errors(PlanError):
@@ -467,7 +467,7 @@ def check_loss_mask_option(spec: Any, storage_options: dict | None = None) -> No
     which reports it as it would without the option."""
     if spec.loss_mask_column is None:
         return
-    from tokenloom.loader.lossmask import LossMaskColumnError, check_mask_field
+    from tokenloom.loader.pipeline.lossmask import LossMaskColumnError, check_mask_field
 
     try:
         import lance
@@ -486,7 +486,7 @@ def _check_cut_column(spec: Any) -> None:
     """A ``--cut-column`` the table lacks, or of the wrong type, is a usage error (exit 2); a
     table that cannot be opened is left to the command to report."""
     from tokenloom.errors import TokenloomError
-    from tokenloom.loader.read import LoaderError, check_cut_column
+    from tokenloom.loader.pipeline.read import LoaderError, check_cut_column
     from tokenloom.table import Table
     from tokenloom.table.storage import is_remote
 
@@ -542,7 +542,7 @@ def _spelled(ctx: click.Context, key: str, value: Any) -> str:
 def run_changes(run: str | None) -> tuple[Any, ...]:
     """The stream changes recorded by the training run ``--run`` names (``()`` without
     ``--run``): with :func:`run_spec`'s spec, a planner lays out the run's own steps, the
-    epochs its data changed in spliced (:mod:`tokenloom.loader.change`)."""
+    epochs its data changed in spliced (:mod:`tokenloom.loader.plan.change`)."""
     return run_record(run).changes if run is not None else ()
 
 
@@ -558,8 +558,8 @@ def run_spec(run: str, table: str | None, values: dict[str, Any]) -> Any:
         click.UsageError: A given option differs from the record (exit 2, naming the option and
             the recorded value).
     """
-    from tokenloom.loader.plan import PlanError
-    from tokenloom.loader.spec import absolute_uri
+    from tokenloom.loader.plan.epoch import PlanError
+    from tokenloom.loader.plan.spec import absolute_uri
     from tokenloom.train.record import record_path
 
     ctx = click.get_current_context()

@@ -36,7 +36,7 @@ def command(  # noqa: ANN003 - the loader options
 ) -> None:
     """Length statistics of a token column, and the exact epoch of the loader options given,
     from the stored counts only."""
-    from tokenloom.loader.planner import Planner
+    from tokenloom.loader.pipeline.planner import Planner
     from tokenloom.stats import length_stats
     from tokenloom.stats.read import read_lengths
     from tokenloom.table import Table
@@ -70,10 +70,10 @@ def command(  # noqa: ANN003 - the loader options
     epoch = planner.epoch_info(0)
     mask = None
     if spec.loss_mask_column:
-        from tokenloom.loader.lossmask import mask_summary
+        from tokenloom.loader.pipeline.lossmask import mask_summary
 
         mask = {"column": spec.loss_mask_column, **mask_summary(ds, spec.loss_mask_column, filter)}
-    from tokenloom.loader.ends import window_end_counts
+    from tokenloom.loader.plan.ends import window_end_counts
 
     ends = window_end_counts(planner)
     if plot:

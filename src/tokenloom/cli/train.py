@@ -25,7 +25,7 @@ from tokenloom.cli.options import (
     storage_options_option,
     usage_errors,
 )
-from tokenloom.loader.change import DATA_CHANGES
+from tokenloom.loader.plan.change import DATA_CHANGES
 
 __all__ = ["commands"]
 
@@ -165,7 +165,7 @@ def _image_spec_of(table: str, options: dict, image: dict):  # noqa: ANN202
 
 def _image_config(ctx: click.Context, options: dict, image: dict, resume: bool, record):  # noqa: ANN001, ANN202, ARG001, E501
     """The TrainConfig of an image+text run (``--image-column``, or a resume of one)."""
-    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.plan.epoch import PlanError
     from tokenloom.train.config import TrainConfig, TrainError
 
     table = options.pop("table")
@@ -334,8 +334,8 @@ def train(
     With --image-column it trains the tiny VLM on packed image+text blocks instead (prompt and
     response from token columns of `tokenloom tokenize --text-column`).
     """
-    from tokenloom.loader.exclude import ExcludeError
-    from tokenloom.loader.reweight import ReweightError
+    from tokenloom.loader.pipeline.exclude import ExcludeError
+    from tokenloom.loader.plan.reweight import ReweightError
     from tokenloom.search.quarantine import QuarantineError
     from tokenloom.train.loop import train as run
     from tokenloom.train.runs import Interrupted
@@ -512,7 +512,7 @@ def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool =
     default), or on ``--resume`` from the run's record with the options given again laid over it
     (the loader and the resume checks then refuse a change that would break the exact
     continuation, naming it)."""
-    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.plan.epoch import PlanError
     from tokenloom.train.config import TrainConfig, TrainError
     from tokenloom.train.record import read_record
 
@@ -548,7 +548,7 @@ def _config(ctx: click.Context, options: dict, resume: bool, *, reweight: bool =
                 spec_of["mixture"] = reordered or parse_mixture_option(value)
             else:
                 spec_of[key] = value
-        from tokenloom.loader.spec import LoaderSpec
+        from tokenloom.loader.plan.spec import LoaderSpec
 
         with usage_errors(PlanError):
             loader = LoaderSpec.from_options(**spec_of)
@@ -564,8 +564,8 @@ def _check_reweight(record, changed: dict, reweight: bool):  # noqa: ANN001, ANN
     (usage errors naming the option); ``--reweight`` needs a changed mixture. Returns the new
     pools in the run's order (a pool's index seeds its passes and keys its counters), or
     ``None``."""
-    from tokenloom.loader.reweight import ReweightError, check_pools
-    from tokenloom.loader.spec import parse_pools
+    from tokenloom.loader.plan.reweight import ReweightError, check_pools
+    from tokenloom.loader.plan.spec import parse_pools
 
     if "mixture" not in changed:
         if reweight:
@@ -574,7 +574,7 @@ def _check_reweight(record, changed: dict, reweight: bool):  # noqa: ANN001, ANN
                 "mixture with --mixture new.json"
             )
         return None
-    from tokenloom.loader.plan import PlanError
+    from tokenloom.loader.plan.epoch import PlanError
 
     try:
         new = parse_pools(parse_mixture_option(changed["mixture"]))

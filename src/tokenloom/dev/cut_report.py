@@ -61,8 +61,8 @@ def cut_report(
     uri: str, *, seq_len: int, overlap: int, cut_column: str | None, long_docs: str = "window"
 ) -> dict[str, Any]:
     """Counts of window ends per source (see the module docstring)."""
-    from tokenloom.loader.planner import Planner
-    from tokenloom.loader.spec import LoaderSpec
+    from tokenloom.loader.pipeline.planner import Planner
+    from tokenloom.loader.plan.spec import LoaderSpec
     from tokenloom.table import Table
 
     spec = LoaderSpec.from_options(

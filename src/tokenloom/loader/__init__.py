@@ -2,34 +2,32 @@
 
 Every option lives in one :class:`LoaderSpec`; a :class:`Planner` resolves it against the table
 (stored counts only); every epoch planner returns a :class:`BlockPlan`, and :class:`EpochView` lays
-out a global step once for the dataset, the ledger, ``trace`` and ``verify``. The pure modules
-(``spec``, ``shuffle``, ``plan``, ``spans``, ``pack``, ``view``, ``state``, and the data recipes
-``window``, ``bestfit``, ``mixture``, ``recipe``) take and return numpy arrays and never import
-Lance or torch; importing this package stays cheap.
+out a global step once for the dataset, the ledger, ``trace`` and ``verify``.
+
+The modules sit on three floors, each importing only from the floors below it (checked by
+``tests/loader/test_layering.py``):
+
+* ``plan/``: the pure plan (spec, shuffle, epoch plan, spans, pack, view, state and the data
+  recipes ``window``, ``bestfit``, ``mixture``, ``recipe``): numpy arrays in and out, never Lance,
+  torch, files or shared memory;
+* ``observe/``: counters, queue gauges, the bottleneck verdict and the ledger;
+* ``pipeline/``: the planner against the table, reading, fetching, worker processes, shared-memory
+  slots and the torch dataset.
+
+Importing this package stays cheap: what needs Lance or torch is loaded when first asked for.
 """
 
 from __future__ import annotations
 
-from tokenloom.loader.bestfit import (
+from tokenloom.loader.observe.ledger import Ledger, LedgerCounter, PoolLedger, ledger
+from tokenloom.loader.plan.bestfit import (
     BESTFIT_ALGORITHM,
     BestFitPlan,
     bestfit_spans,
     padding_by_window,
     plan_bestfit,
 )
-from tokenloom.loader.ledger import Ledger, LedgerCounter, PoolLedger, ledger
-from tokenloom.loader.mixture import (
-    MIXTURE_ALGORITHM,
-    MixturePlan,
-    Pool,
-    PoolReport,
-    mixture_block_source,
-    mixture_spans,
-    plan_mixture,
-    window_share_deviation,
-)
-from tokenloom.loader.pack import IGNORE_INDEX, PackedArrays, naive_pack, pack_blocks, token_ranges
-from tokenloom.loader.plan import (
+from tokenloom.loader.plan.epoch import (
     EpochPlan,
     EpochSteps,
     PlanError,
@@ -39,27 +37,49 @@ from tokenloom.loader.plan import (
     steps_in_epoch,
     stream_counts,
 )
-from tokenloom.loader.recipe import BlockCounts, Recipe, plan_recipe_epoch
-from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM, epoch_permutation, epoch_rng
-from tokenloom.loader.spans import Spans, block_spans
-from tokenloom.loader.spec import LoaderSpec, PoolSpec
-from tokenloom.loader.state import (
+from tokenloom.loader.plan.mixture import (
+    MIXTURE_ALGORITHM,
+    MixturePlan,
+    Pool,
+    PoolReport,
+    mixture_block_source,
+    mixture_spans,
+    plan_mixture,
+    window_share_deviation,
+)
+from tokenloom.loader.plan.pack import (
+    IGNORE_INDEX,
+    PackedArrays,
+    naive_pack,
+    pack_blocks,
+    token_ranges,
+)
+from tokenloom.loader.plan.recipe import BlockCounts, Recipe, plan_recipe_epoch
+from tokenloom.loader.plan.shuffle import PERMUTATION_ALGORITHM, epoch_permutation, epoch_rng
+from tokenloom.loader.plan.spans import Spans, block_spans
+from tokenloom.loader.plan.spec import LoaderSpec, PoolSpec
+from tokenloom.loader.plan.state import (
     LoaderState,
     LoaderStateError,
     ResumeMismatchError,
     check_fingerprint,
     plan_fingerprint,
 )
-from tokenloom.loader.view import BlockPlan, EpochView, StepCounts, StepLayout
-from tokenloom.loader.window import VirtualDocs, WindowedPlan, plan_windowed_epoch, windowed_spans
+from tokenloom.loader.plan.view import BlockPlan, EpochView, StepCounts, StepLayout
+from tokenloom.loader.plan.window import (
+    VirtualDocs,
+    WindowedPlan,
+    plan_windowed_epoch,
+    windowed_spans,
+)
 
 _LAZY = {
-    "PackedDataset": "dataloader",
-    "DataLoader": "dataloader",
-    "LoaderStats": "stats",
-    "Planner": "planner",  # imports Lance
-    "EmptyEpochError": "planner",
-    "PlanStore": "planstore",
+    "PackedDataset": "pipeline.dataloader",
+    "DataLoader": "pipeline.dataloader",
+    "LoaderStats": "observe.stats",
+    "Planner": "pipeline.planner",  # imports Lance
+    "EmptyEpochError": "pipeline.planner",
+    "PlanStore": "pipeline.planstore",
 }
 
 
@@ -69,7 +89,7 @@ def __getattr__(name: str):  # noqa: ANN202 - torch is imported only when these 
 
         from tokenloom.errors import require
 
-        if _LAZY[name] in ("dataset", "dataloader"):
+        if _LAZY[name] in ("pipeline.dataset", "pipeline.dataloader"):
             require("torch", extra="train")
         return getattr(importlib.import_module(f"tokenloom.loader.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'tokenloom.loader' has no attribute {name!r}")

@@ -4,13 +4,13 @@ The plan (:mod:`tokenloom.rows.plan`) says which row fills which slot of which g
 module reads those rows in chunks of ``read_batch_size`` (:mod:`tokenloom.rows.read`), runs the
 transform on each chunk in a pool of ``transform_threads`` threads (Lance's take releases the
 GIL, so do Pillow and numpy), refills the slots of rows the transform left out, and hands the
-batch out in the chosen format. It is built on the stream skeleton (:mod:`tokenloom.loader.stream`:
-spec, topology, cursor, take): :class:`RowStream` is the plan plus this materialiser, without
-torch. A :class:`~tokenloom.rows.RowLoader` worker ``w`` of ``W`` (tokenloom's own,
-:mod:`~tokenloom.loader.workers`) builds this rank's steps ``w, w+W, ...`` into a shared-memory
-ring (:mod:`~tokenloom.loader.stream.transit`) and the loader takes them round-robin, so the
-stream is the same for any number of workers. State: ``(epoch, step)`` plus the fingerprint of
-the plan's inputs.
+batch out in the chosen format. It is built on the stream skeleton
+(:mod:`tokenloom.loader.plan.stream`: spec, topology, cursor, take): :class:`RowStream` is the plan
+plus this materialiser, without torch. A :class:`~tokenloom.rows.RowLoader` worker ``w`` of ``W``
+(tokenloom's own, :mod:`~tokenloom.loader.pipeline.workers`) builds this rank's steps ``w, w+W,
+...`` into a shared-memory ring (:mod:`~tokenloom.loader.pipeline.step_transit`) and the loader
+takes them round-robin, so the stream is the same for any number of workers. State: ``(epoch,
+step)`` plus the fingerprint of the plan's inputs.
 
 :class:`RowMapDataset` is the map-style variant (``DataLoader(shuffle=True)`` works): item ``i``
 is the ``i``-th selected row (ascending id), a failing row replaced by its refill candidates.
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.stream.cursor import Cursor, PlanCache, StreamCursor
-from tokenloom.loader.stream.topology import Topology, worker_groups
-from tokenloom.loader.stream.transit import StepMessage, StepRing
+from tokenloom.loader.pipeline.step_transit import StepMessage, StepRing
+from tokenloom.loader.plan.stream.cursor import Cursor, PlanCache, StreamCursor
+from tokenloom.loader.plan.stream.topology import Topology, worker_groups
 from tokenloom.rows.blobs import LazyBatch, returned_blob
 from tokenloom.rows.plan import MAX_REFILLS, RowPlan
 from tokenloom.rows.read import RowReader, lazy_columns, scan_selection
@@ -254,7 +254,7 @@ class RowStream(StreamCursor, _Rows):
             options=options,
         )
         self.topology = Topology.of(rank, world_size)
-        """This rank of the world (:class:`~tokenloom.loader.stream.topology.Topology`)."""
+        """This rank of the world (:class:`~tokenloom.loader.plan.stream.topology.Topology`)."""
         self.rank, self.world_size = self.topology.rank, self.topology.world_size
         self.batch_size = self.spec.per_rank(self.world_size)
         for name, value, low in (
@@ -413,11 +413,11 @@ class RowStream(StreamCursor, _Rows):
             yield to_format(built.output, built.row_ids, self.format)
 
     def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[StepMessage]:
-        """Worker ``worker`` of ``workers`` (:class:`~tokenloom.loader.workers.WorkerPool`):
-        its steps ``first + worker, first + worker + workers, ...`` of the rest of the current
-        epoch, numeric arrays in a shared-memory ring (numpy out; the loader converts to
-        torch). ``keep`` (a persistent worker) changes nothing here: each pass is told its
-        cursor."""
+        """Worker ``worker`` of ``workers``
+        (:class:`~tokenloom.loader.pipeline.workers.WorkerPool`): its steps ``first + worker, first
+        + worker + workers, ...`` of the rest of the current epoch, numeric arrays in a
+        shared-memory ring (numpy out; the loader converts to torch). ``keep`` (a persistent worker)
+        changes nothing here: each pass is told its cursor."""
         del keep
         epoch, first = self.at.at
         plan = self.plan(epoch)

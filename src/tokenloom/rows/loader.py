@@ -1,14 +1,14 @@
 """``RowLoader``: a torch DataLoader over a :class:`~tokenloom.rows.RowDataset`.
 
-Its workers are tokenloom's own (:class:`~tokenloom.loader.workers.WorkerPool`, as the packed
-loader's): spawned (or ``forkserver``) processes, ``fork`` refused (Lance is not fork-safe), that
-do not run the script again unless the transform (or ``worker_init_fn``) is defined in it (no
+Its workers are tokenloom's own (:class:`~tokenloom.loader.pipeline.workers.WorkerPool`, as the
+packed loader's): spawned (or ``forkserver``) processes, ``fork`` refused (Lance is not fork-safe),
+that do not run the script again unless the transform (or ``worker_init_fn``) is defined in it (no
 ``__main__`` guard needed: :func:`tokenloom.process.main_not_rerun`) and import no torch; each
 builds its steps and sends their arrays through a shared-memory ring
-(:mod:`~tokenloom.loader.stream.transit`). A dead worker is reported within a step with its exit
-code and signal; a training process killed outright takes its workers along. ``batch_size=None``
-(the dataset yields whole batches), a ``state_dict()`` that is the exact cursor of batches
-*delivered to the consumer*, and the workers' skip counts added up in the dataset. With
+(:mod:`~tokenloom.loader.pipeline.step_transit`). A dead worker is reported within a step with its
+exit code and signal; a training process killed outright takes its workers along.
+``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact cursor
+of batches *delivered to the consumer*, and the workers' skip counts added up in the dataset. With
 ``persistent_workers=True`` the processes are kept between passes; each pass tells them the
 training process's cursor (``set_epoch`` and ``load_state_dict`` reach them); a pass left
 before its end stops them and the next one starts new ones.
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.buffers import SharedSlots
-from tokenloom.loader.workers import WorkerPool, multiprocessing_context
+from tokenloom.loader.pipeline.buffers import SharedSlots
+from tokenloom.loader.pipeline.workers import WorkerPool, multiprocessing_context
 from tokenloom.rows.iterable import RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
 

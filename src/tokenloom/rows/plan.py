@@ -1,7 +1,7 @@
 """The row loader's epoch plan: which row fills which slot of which global step (pure numpy).
 
 A selection of ``n`` rows is visited in a fresh permutation per ``(seed, epoch)``
-(:func:`~tokenloom.loader.shuffle.epoch_permutation`). Global step ``s`` holds the ``G`` global
+(:func:`~tokenloom.loader.plan.shuffle.epoch_permutation`). Global step ``s`` holds the ``G`` global
 positions ``s*G .. s*G+G-1``; rank ``r`` of ``W`` takes the contiguous ``G / W`` of them, so the
 global batch depends on ``G`` only, never on the world size or the DataLoader workers.
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.shuffle import epoch_order, epoch_permutation
-from tokenloom.loader.stream.topology import Topology
+from tokenloom.loader.plan.epoch import PlanError
+from tokenloom.loader.plan.shuffle import epoch_order, epoch_permutation
+from tokenloom.loader.plan.stream.topology import Topology
 
 __all__ = ["REFILL_ALGORITHM", "MAX_REFILLS", "RowPlan", "refill_permutation", "naive_slots"]
 
@@ -37,8 +37,8 @@ MAX_REFILLS = 16
 def refill_permutation(n: int, *, seed: int, epoch: int) -> np.ndarray:
     """``(n,)`` int64: the second permutation refill candidates are drawn from.
 
-    Drawn like :func:`~tokenloom.loader.shuffle.epoch_permutation` from ``(seed, epoch)`` but on
-    an independent stream (the seed shifted past any epoch's), so it is unrelated to the order.
+    Drawn like :func:`~tokenloom.loader.plan.shuffle.epoch_permutation` from ``(seed, epoch)`` but
+    on an independent stream (the seed shifted past any epoch's), so it is unrelated to the order.
     """
     return epoch_permutation(n, seed=_refill_seed(seed), epoch=epoch)
 
@@ -65,14 +65,14 @@ class RowPlan:
     """Leave out the last incomplete step instead of completing it with refill rows."""
     order: np.ndarray
     """``(n,)`` the selection position visited at each global position (uint32 below
-    ``2**32`` rows: :func:`~tokenloom.loader.shuffle.epoch_order`)."""
+    ``2**32`` rows: :func:`~tokenloom.loader.plan.shuffle.epoch_order`)."""
     alt: np.ndarray
     """``(n,)`` the refill permutation (:func:`refill_permutation`'s values, as narrow)."""
 
     @classmethod
     def build(cls, n: int, *, seed: int, epoch: int, global_batch: int, drop_last: bool) -> RowPlan:
         """The plan of one epoch (``O(n log n)``: two permutations, 4 bytes per row each below
-        ``2**32`` rows, built by the grouped sort of :mod:`~tokenloom.loader.shuffle`).
+        ``2**32`` rows, built by the grouped sort of :mod:`~tokenloom.loader.plan.shuffle`).
 
         Raises:
             PlanError: ``global_batch < 1``.

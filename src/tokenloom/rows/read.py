@@ -1,7 +1,7 @@
 """The row loader's I/O: resolve the selection once, then read chunks of rows by stable row id.
 
 The plan needs ``(id, _rowid)`` of the rows under the filter — one scan of one small column.
-Rows are read with :func:`~tokenloom.loader.stream.take.take` (thread-safe, GIL released); a
+Rows are read with :func:`~tokenloom.loader.pipeline.take.take` (thread-safe, GIL released); a
 blob-encoded column (see :mod:`tokenloom.ingest.columns`) is read lazily with ``take_blobs`` and
 materialised as ``large_binary`` bytes only for the rows of the chunk, or, for the spec's
 ``lazy_blobs`` columns, handed on as file objects read by range (:mod:`tokenloom.rows.blobs`).
@@ -17,8 +17,8 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from tokenloom.loader.compact import CompactInts, encode
-from tokenloom.loader.stream.take import BLOB_V2, is_blob, take, take_blob_files
+from tokenloom.loader.pipeline.take import BLOB_V2, is_blob, take, take_blob_files
+from tokenloom.loader.plan.compact import CompactInts, encode
 from tokenloom.rows.blobs import LazyBatch, LazyBlob
 from tokenloom.rows.transform import RowLoaderError
 from tokenloom.table.filters import validate_filter
@@ -88,7 +88,7 @@ class RowSelection:
 
 def compact_selection(version: int, row_ids: np.ndarray, rowids: np.ndarray) -> RowSelection:
     """A :class:`RowSelection` from the scan's plain arrays (``row_ids`` ascending), as the
-    plan inputs are held (:func:`~tokenloom.loader.inputs.compact_inputs`)."""
+    plan inputs are held (:func:`~tokenloom.loader.pipeline.inputs.compact_inputs`)."""
     plain = np.asarray(row_ids).astype(np.int64, copy=False)
     ids = encode(plain)
     return RowSelection(

@@ -1,6 +1,6 @@
 """``RowSpec``: which stream of rows a row loader delivers, defined once, validated once.
 
-Like :class:`~tokenloom.loader.spec.LoaderSpec` for packed tokens, a spec names the table and
+Like :class:`~tokenloom.loader.plan.spec.LoaderSpec` for packed tokens, a spec names the table and
 version, the rows (SQL filter), the columns read, the global batch, the seed and ``drop_last``.
 It does not name the topology (rank, world size, workers) nor the cursor: the global stream does
 not depend on them. Pure: imports neither Lance nor torch.
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
-from tokenloom.loader.stream.spec import StreamSpec
+from tokenloom.loader.plan.epoch import PlanError
+from tokenloom.loader.plan.shuffle import PERMUTATION_ALGORITHM
+from tokenloom.loader.plan.stream.spec import StreamSpec
 from tokenloom.rows.plan import REFILL_ALGORITHM
 
 __all__ = ["RowSpec"]
@@ -28,7 +28,7 @@ class RowSpec(StreamSpec):
     ``table``, ``version``, ``filter``, ``global_batch`` (rows per global step over all
     ranks), ``seed`` and ``drop_last`` (leave out the last incomplete step instead of
     completing it with refill rows) are the common part
-    (:class:`~tokenloom.loader.stream.spec.StreamSpec`).
+    (:class:`~tokenloom.loader.plan.stream.spec.StreamSpec`).
     """
 
     columns: tuple[str, ...]

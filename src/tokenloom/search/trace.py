@@ -3,7 +3,7 @@
 Recomputed from the run's record (``last.json``, :class:`~tokenloom.train.record.RunRecord`: the
 loader spec, its cursor and plan inputs, and the topology of every invocation) — no log of
 samples; every recipe (concat, best-fit, windows, mixtures) is traced the same way, through the
-loader's own :class:`~tokenloom.loader.view.EpochView`. The loader's plan is a
+loader's own :class:`~tokenloom.loader.plan.view.EpochView`. The loader's plan is a
 pure function of its inputs (contract 3), so the global batch of optimizer step ``N`` is the
 plan's global step ``N - 1`` (counted across epochs), and rank ``r`` of a topology with ``b``
 blocks per rank held its blocks ``[r b, (r+1) b)``. Provenance is computed exactly as the loader
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokenloom.errors import TokenloomError
-from tokenloom.loader.planner import Planner
-from tokenloom.loader.state import LoaderState
+from tokenloom.loader.pipeline.planner import Planner
+from tokenloom.loader.plan.state import LoaderState
 from tokenloom.train.record import RunRecord, read_record
 
 __all__ = ["TraceError", "Seen", "RunTrace", "open_run"]

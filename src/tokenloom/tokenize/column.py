@@ -48,7 +48,7 @@ class LossyTokenizerError(TokenizerError):
 
 def count_column_for(token_column: str) -> str:
     """The count column beside a token column (``input_ids`` -> ``n_tokens``)."""
-    from tokenloom.loader.spec import count_column_for as rule
+    from tokenloom.loader.plan.spec import count_column_for as rule
 
     return rule(token_column)
 

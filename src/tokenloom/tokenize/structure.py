@@ -22,7 +22,8 @@ ends exactly at the line start (a token straddling it would put the cut inside a
 strictly ascending within a row (``0 < offset < n_tokens``). The loader reads a column of this type
 as a *ranked* cut column: a window ends at the strongest boundary within its last quarter (the
 latest one among those of that rank), else at its hard limit (see
-:mod:`~tokenloom.loader.window`). A plain ``list<int32>`` column (``--boundaries``) is unranked.
+:mod:`~tokenloom.loader.plan.window`). A plain ``list<int32>`` column (``--boundaries``) is
+unranked.
 
 Token positions come from the tokenizer of the token column: character offsets from Hugging Face
 ``tokenizers`` (the text is encoded again and must give the stored ids), per-token bytes for

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenloom.errors import TokenloomError
-from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.loader.plan.spec import LoaderSpec, absolute_uri
 from tokenloom.train.metrics import parse_log_to
 from tokenloom.train.presets import PRESETS
 from tokenloom.train.record import RunRecord

@@ -245,7 +245,7 @@ def doc_loss_table(
         BackfillError, FilterError: as :func:`~tokenloom.backfill.add_column`.
     """
     from tokenloom.backfill import add_column
-    from tokenloom.loader.inputs import tokenizer_identity
+    from tokenloom.loader.pipeline.inputs import tokenizer_identity
     from tokenloom.table import Table
     from tokenloom.table.names import validate_column_name
     from tokenloom.train.checkpoint import load_run_model

@@ -84,7 +84,7 @@ def write_eval_task(
         EvalTaskError: No non-empty row under the filter, or a task name lm-eval cannot take.
         FilterError: The filter does not fit the table.
     """
-    from tokenloom.loader.stream.take import take
+    from tokenloom.loader.pipeline.take import take
     from tokenloom.rows.read import scan_selection
     from tokenloom.table import Table
 

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from tokenloom.loader.ledger import LedgerCounter
+from tokenloom.loader.observe.ledger import LedgerCounter
 from tokenloom.train.dist import Dist
 
 __all__ = ["fed_totals", "as_dicts", "pool_line"]

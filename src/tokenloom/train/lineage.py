@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tokenloom.loader.view import COUNT_FIELDS
+from tokenloom.loader.plan.view import COUNT_FIELDS
 
 __all__ = [
     "CARRIED_FIELDS",

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenloom.loader.spec import LoaderSpec
-from tokenloom.loader.state import ResumeMismatchError
+from tokenloom.loader.plan.spec import LoaderSpec
+from tokenloom.loader.plan.state import ResumeMismatchError
 from tokenloom.progress import progress as show_progress
 from tokenloom.train.checkpoint import (
     RunState,
@@ -243,16 +243,16 @@ def train(
         allow_data_change: Let a resume continue its cursor on other data (another table
             version, filter or tokenizer, or a table rebuilt at the same URI), knowingly.
         data_change: On ``resume``, what to do with a table changed since the checkpoint
-            (:data:`~tokenloom.loader.change.DATA_CHANGES`): ``"refuse"`` (keep reading the
+            (:data:`~tokenloom.loader.plan.change.DATA_CHANGES`): ``"refuse"`` (keep reading the
             checkpoint's version), or ``"continue"``: move to the latest version (or
             ``cfg.loader.version`` when it names another than the checkpoint's) and finish
             the epoch with the rows not yet delivered that still pass plus the new ones
-            (:mod:`tokenloom.loader.change`).
+            (:mod:`tokenloom.loader.plan.change`).
         reweight: On ``resume``, ``cfg.loader`` has new mixture shares: keep what each pool was
             fed this epoch and plan the rest of its budget with them (a ``reweight`` change,
-            :mod:`~tokenloom.loader.reweight`).
+            :mod:`~tokenloom.loader.plan.reweight`).
         exclude: On ``resume``, leave the rows of this quarantine (under the run's table) out of
-            the rest of the run (an ``exclude`` change, :mod:`~tokenloom.loader.exclude`).
+            the rest of the run (an ``exclude`` change, :mod:`~tokenloom.loader.pipeline.exclude`).
         rewind: On ``resume``, first make the kept checkpoint of this step the run's latest
             (the later ones are moved aside, :func:`~tokenloom.train.runs.rewind_run`).
         log: Where rank 0's log lines go.
@@ -454,7 +454,7 @@ class _Trainer:
         """Resume ``state`` with a ``reweight`` (``ds`` holds the new mixture) or an ``exclude``
         change at its cursor (:meth:`PackedStream.resume_with_change`), and say what it did."""
         if reweight:
-            from tokenloom.loader.reweight import REWEIGHT, check_pools, reweight_params
+            from tokenloom.loader.plan.reweight import REWEIGHT, check_pools, reweight_params
 
             old, new = state.record.loader.mixture, ds.spec.mixture
             check_pools(old, new)
@@ -467,7 +467,7 @@ class _Trainer:
                 f"{c.step + 1}): the rest of the epoch's budget is planned with {shares}"
             )
         else:
-            from tokenloom.loader.exclude import EXCLUDE, exclude_params
+            from tokenloom.loader.pipeline.exclude import EXCLUDE, exclude_params
             from tokenloom.search.quarantine import read_quarantine
 
             q = read_quarantine(ds.uri, exclude, storage_options=self.cfg.storage_options)

@@ -9,14 +9,14 @@ __all__ = ["run_phases", "describe_phase"]
 
 
 def _mixture(pools: Any) -> str:
-    from tokenloom.loader.spec import parse_pools
+    from tokenloom.loader.plan.spec import parse_pools
 
     return ", ".join(f"{p.name} {p.share:g}" for p in parse_pools(pools))
 
 
 def describe_phase(change: dict[str, Any]) -> str:
     """One line on a change (the dict form of a
-    :class:`~tokenloom.loader.change.StreamChange`)."""
+    :class:`~tokenloom.loader.plan.change.StreamChange`)."""
     kind, p = change["kind"], change.get("params") or {}
     where = (
         f"from step {change['global_step'] + 1} (epoch {change['epoch']}, its step "

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.train.config import TrainConfig, TrainError
 from tokenloom.train.dist import Dist
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenloom.errors import TokenloomError
-from tokenloom.loader.spec import LoaderSpec, absolute_uri
+from tokenloom.loader.plan.spec import LoaderSpec, absolute_uri
 from tokenloom.train.layout import LAST_RECORD, parse_step, resolve_checkpoint
 
 __all__ = ["RECORD_FORMAT", "RecordError", "RunRecord", "read_record", "write_record"]
@@ -78,9 +78,9 @@ class RunRecord:
 
     @property
     def changes(self) -> tuple[Any, ...]:
-        """The run's stream changes (:class:`~tokenloom.loader.change.StreamChange`), in order,
+        """The run's stream changes (:class:`~tokenloom.loader.plan.change.StreamChange`), in order,
         as its loader state holds them (a plan input: the one place they are kept)."""
-        from tokenloom.loader.change import changes_from
+        from tokenloom.loader.plan.change import changes_from
 
         return changes_from(self.loader_state.get("inputs", {}).get("changes"))
 

@@ -8,7 +8,7 @@ column per slice at setup (the row selection of :func:`~tokenloom.rows.read.scan
 kept in whichever form is smaller:
 
 * a bitmap over ids (``max_id / 8`` bytes: 2.2 MB at 17.5M rows, whatever the slice holds), or
-* the selection's own bit-packed sorted ids (:class:`~tokenloom.loader.compact.CompactInts`,
+* the selection's own bit-packed sorted ids (:class:`~tokenloom.loader.plan.compact.CompactInts`,
   tested by binary search), smaller for a slice of few rows or sparse ids.
 
 Pure numpy and Lance; no torch.
@@ -100,7 +100,7 @@ class SliceMembership:
     bits: np.ndarray | None = None
     """``(max_id // 8 + 1,)`` uint8, bit ``i & 7`` of byte ``i >> 3`` set for id ``i``."""
     ids: object | None = None
-    """Else: the sorted ids (:class:`~tokenloom.loader.compact.CompactInts`)."""
+    """Else: the sorted ids (:class:`~tokenloom.loader.plan.compact.CompactInts`)."""
 
     @property
     def nbytes(self) -> int:

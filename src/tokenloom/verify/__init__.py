@@ -35,7 +35,7 @@ def verify(
     from tokenloom.errors import require
 
     require("torch", extra="train")
-    from tokenloom.loader.spec import LoaderSpec
+    from tokenloom.loader.plan.spec import LoaderSpec
     from tokenloom.verify.run import verify as run
 
     if not isinstance(spec, LoaderSpec):

@@ -15,8 +15,8 @@ once per visit (a visit is a pass holding the document: a mixture pool that repe
 once per pass; a visit in a pass its pool's epoch ends inside trains each target at most once,
 those inside its delivered stretches exactly once), target 0 never.
 
-With a loss-mask column (:mod:`~tokenloom.loader.lossmask`) a target token ``t`` inside one of
-its row's spans is expected to be ``-100`` too (the spans are read from the column apart from the
+With a loss-mask column (:mod:`~tokenloom.loader.pipeline.lossmask`) a target token ``t`` inside one
+of its row's spans is expected to be ``-100`` too (the spans are read from the column apart from the
 loader), the labels it takes out are expected to equal the loader's ``stats.masked_tokens``, and
 the coverage rule leaves masked targets out ("trained exactly once" becomes "never").
 """
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from tokenloom.loader.pack import IGNORE_INDEX
+from tokenloom.loader.plan.pack import IGNORE_INDEX
 from tokenloom.verify.report import CheckResult
 from tokenloom.verify.sample import Sample, StepBatch
 from tokenloom.verify.text import stretches, visits

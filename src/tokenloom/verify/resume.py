@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.verify.report import CheckResult
 from tokenloom.verify.sample import dataset
 

@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from tokenloom.loader.spec import LoaderSpec
+from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.verify.isolation import check_isolation
 from tokenloom.verify.loss import check_loss
 from tokenloom.verify.report import CheckResult, VerifyError, VerifyReport

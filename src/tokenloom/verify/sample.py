@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.spans import Spans
-from tokenloom.loader.spec import LoaderSpec
-from tokenloom.loader.state import LoaderState
+from tokenloom.loader.plan.spans import Spans
+from tokenloom.loader.plan.spec import LoaderSpec
+from tokenloom.loader.plan.state import LoaderState
 from tokenloom.tokenize.base import Tokenizer
 from tokenloom.verify.report import VerifyError
 
@@ -257,7 +257,7 @@ def fixed_candidates(ds: Any, plan: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     """Text, stored ids and count of rows (by table id), and a fresh tokenization of each text."""
-    from tokenloom.loader.stream.take import take
+    from tokenloom.loader.pipeline.take import take
     from tokenloom.table import Table
     from tokenloom.table.tokens import as_token_lists
 
@@ -274,7 +274,7 @@ def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
     table = take(opened.dataset, rowids.tolist(), columns)
     spans = [np.zeros((0, 2), dtype=np.int64)] * table.num_rows
     if mask:
-        from tokenloom.loader.lossmask import mask_pairs
+        from tokenloom.loader.pipeline.lossmask import mask_pairs
 
         ids_ = table.column("id").to_numpy()
         pairs, ptr = mask_pairs(table.column(mask), column=mask, rowids=ids_)

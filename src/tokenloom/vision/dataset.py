@@ -9,7 +9,7 @@ packs a fresh permutation of ``(seed, epoch)`` with :func:`~tokenloom.vision.pac
 into two flat arrays (``uint32`` members and block starts): about 10 bytes per sample in all
 (:attr:`ImageTextDataset.nbytes`; 12 at most).
 
-**Steps.** On the stream skeleton (:mod:`tokenloom.loader.stream`: the spec's common part, the
+**Steps.** On the stream skeleton (:mod:`tokenloom.loader.plan.stream`: the spec's common part, the
 topology, the cursor and its state, the plan cache, the take wrapper): global step ``s`` holds
 blocks ``s*G .. s*G+G-1``; rank ``r`` of ``W`` takes the contiguous ``G / W`` of them, so the
 global stream depends on ``G`` only, never on the world size or the workers: a state taken at
@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.shuffle import epoch_order
-from tokenloom.loader.stream import Cursor, PlanCache, StreamCursor, Topology
+from tokenloom.loader.plan.shuffle import epoch_order
+from tokenloom.loader.plan.stream import Cursor, PlanCache, StreamCursor, Topology
 from tokenloom.rows.read import RowSelection, compact_selection
 from tokenloom.rows.transform import RowLoaderError, RowTransformError, reason_of
 from tokenloom.vision.packing import CompactBlocks, pack_block, pack_compact
@@ -82,7 +82,7 @@ def token_column_info(schema: Any, column: str, role: str, table: str) -> dict[s
     """
     import json
 
-    from tokenloom.loader.spec import count_column_for
+    from tokenloom.loader.plan.spec import count_column_for
     from tokenloom.tokenize.column import TOKENIZER_META_KEY
 
     text = column[: -len("_ids")] if column.endswith("_ids") else column
@@ -628,12 +628,12 @@ class ImageTextStream(StreamCursor):
         return self.batches()
 
     def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[Any]:
-        """Worker ``worker`` of ``workers`` (:class:`~tokenloom.loader.workers.WorkerPool`):
-        its part of every step of the rest of the current epoch (the ``worker``-th contiguous
-        part of the rank's blocks), arrays in a shared-memory ring; the loader takes the
-        workers' parts round-robin and joins each step's. ``keep`` changes nothing here: each
-        pass is told its cursor."""
-        from tokenloom.loader.stream.transit import StepMessage, StepRing
+        """Worker ``worker`` of ``workers``
+        (:class:`~tokenloom.loader.pipeline.workers.WorkerPool`): its part of every step of the rest
+        of the current epoch (the ``worker``-th contiguous part of the rank's blocks), arrays in a
+        shared-memory ring; the loader takes the workers' parts round-robin and joins each step's.
+        ``keep`` changes nothing here: each pass is told its cursor."""
+        from tokenloom.loader.pipeline.step_transit import StepMessage, StepRing
 
         del keep
         ring = StepRing()

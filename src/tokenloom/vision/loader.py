@@ -1,12 +1,12 @@
 """``ImageTextLoader``: a torch DataLoader over an :class:`~tokenloom.vision.ImageTextDataset`
 on tokenloom's own workers, which split each step.
 
-The workers are :class:`~tokenloom.loader.workers.WorkerPool` processes (spawned, or
+The workers are :class:`~tokenloom.loader.pipeline.workers.WorkerPool` processes (spawned, or
 ``forkserver``; ``fork`` refused: Lance is not fork-safe; no ``__main__`` guard needed; they
 import no torch), each sending its parts' arrays through a shared-memory ring
-(:mod:`~tokenloom.loader.stream.transit`). Worker ``k`` of ``K`` builds the ``k``-th contiguous
-part of every step's blocks (decoding its images in its own thread pool); the pool hands the
-workers' parts out round-robin, in order, so the loader joins ``K`` consecutive parts into the
+(:mod:`~tokenloom.loader.pipeline.step_transit`). Worker ``k`` of ``K`` builds the ``k``-th
+contiguous part of every step's blocks (decoding its images in its own thread pool); the pool hands
+the workers' parts out round-robin, in order, so the loader joins ``K`` consecutive parts into the
 step, identical to what one process builds. ``state_dict()`` is the exact cursor of batches
 delivered to the consumer, with the workers' ledgers added up in the dataset.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.buffers import SharedSlots
-from tokenloom.loader.workers import WorkerPool, multiprocessing_context
+from tokenloom.loader.pipeline.buffers import SharedSlots
+from tokenloom.loader.pipeline.workers import WorkerPool, multiprocessing_context
 from tokenloom.vision.dataset import ImageTextError, join_parts
 from tokenloom.vision.iterable import ImageTextDataset
 

@@ -15,9 +15,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from tokenloom.loader.plan import PlanError
-from tokenloom.loader.shuffle import PERMUTATION_ALGORITHM
-from tokenloom.loader.stream.spec import StreamSpec, check_int
+from tokenloom.loader.plan.epoch import PlanError
+from tokenloom.loader.plan.shuffle import PERMUTATION_ALGORITHM
+from tokenloom.loader.plan.stream.spec import StreamSpec, check_int
 from tokenloom.vision.packing import PACK_ALGORITHM
 from tokenloom.vision.patches import PatchGrid
 
@@ -39,7 +39,7 @@ class ImageTextSpec(StreamSpec):
     ranks), ``seed`` (every epoch packs a fresh permutation of ``(seed, epoch)``) and
     ``drop_last`` (leave out the epoch's last incomplete step instead of completing it with
     blocks of padding only) are the common part
-    (:class:`~tokenloom.loader.stream.spec.StreamSpec`).
+    (:class:`~tokenloom.loader.plan.stream.spec.StreamSpec`).
     """
 
     image_column: str = "image"

@@ -1,0 +1,239 @@
+"""Torch's face of the loader: ``PackedDataset`` and ``DataLoader``.
+
+:class:`PackedDataset` is the :class:`~tokenloom.loader.pipeline.dataset.PackedStream` as a torch
+``IterableDataset`` (batches as tensors, zero-copy over the packed arrays). :class:`DataLoader`
+is a torch ``DataLoader`` over it with ``batch_size=None`` (the dataset yields whole batches), a
+``state_dict()`` that is the exact cursor of batches *delivered to the consumer*, and
+:attr:`DataLoader.stats` adding up the workers' counters and the consumer's wait (stall) time.
+Its workers are tokenloom's own (:class:`~tokenloom.loader.pipeline.workers.WorkerPool`): spawned
+(or ``forkserver``) processes that import no torch, each sending groups of steps through a
+shared-memory ring; torch's ``prefetch_factor``, ``timeout``, ``worker_init_fn``,
+``multiprocessing_context`` (``fork`` refused: Lance is not fork-safe) and ``pin_memory`` keep
+their meaning.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from tokenloom.loader.observe.gauge import TransitGauge
+from tokenloom.loader.observe.ledger import LedgerCounter
+from tokenloom.loader.observe.stats import LoaderStats
+from tokenloom.loader.pipeline.buffers import SharedSlots
+from tokenloom.loader.pipeline.dataset import PackedStream
+from tokenloom.loader.pipeline.read import LoaderError
+from tokenloom.loader.pipeline.transit import BuiltGroup
+from tokenloom.loader.pipeline.workers import WorkerPool, multiprocessing_context
+
+__all__ = ["DataLoader", "PackedDataset", "as_tensors"]
+
+
+def as_tensors(batch: dict[str, Any], *, pin: bool = False) -> dict[str, Any]:
+    """The batch's numpy arrays as torch tensors (zero-copy; pinned copies with ``pin``)."""
+    out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+    if pin:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
+class PackedDataset(PackedStream, IterableDataset):
+    __doc__ = PackedStream.__doc__
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Batches (dicts of tensors) of the rest of the current epoch, in this process."""
+        if get_worker_info() is not None:
+            raise LoaderError(
+                "a PackedDataset inside a torch DataLoader worker would interleave its groups "
+                "of steps out of order; use tokenloom.loader.DataLoader(dataset, num_workers=N), "
+                "whose workers keep the stream exact"
+            )
+        for batch in self.batches():
+            yield as_tensors(batch)
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """A torch DataLoader over a :class:`PackedDataset` (``batch_size=None``, spawn workers)
+    whose ``state_dict()`` is the exact cursor of batches delivered to the consumer and whose
+    :attr:`stats` add up the workers' counters and the consumer's wait time.
+
+    The one front for both streams: given a :class:`~tokenloom.rows.RowDataset` it returns a
+    :class:`~tokenloom.rows.RowLoader` (the same contract: whole batches, exact cursor, spawned
+    workers that need no ``__main__`` guard).
+    """
+
+    def __new__(cls, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = sys.modules.get("tokenloom.rows.iterable")  # loaded if a RowDataset exists
+        if cls is DataLoader and rows is not None and isinstance(dataset, rows.RowDataset):
+            from tokenloom.rows.loader import RowLoader
+
+            return RowLoader(dataset, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, dataset: PackedDataset, num_workers: int = 0, **kwargs: Any) -> None:
+        if not isinstance(dataset, PackedDataset):
+            raise TypeError(
+                f"tokenloom.loader.DataLoader takes a PackedDataset or a RowDataset, not a "
+                f"{type(dataset).__name__}; a RowMapDataset (map-style) goes to "
+                "torch.utils.data.DataLoader(ds, batch_size=B, shuffle=True)"
+            )
+        if num_workers > 0:  # spawn by default, forkserver too; fork refused (Lance)
+            kwargs["multiprocessing_context"] = multiprocessing_context(
+                kwargs.get("multiprocessing_context")
+            )
+        if kwargs.get("batch_size") is not None:
+            raise LoaderError(
+                f"DataLoader(batch_size={kwargs['batch_size']}) would be ignored: a "
+                "PackedDataset yields whole batches of global_batch / world_size blocks; set "
+                "global_batch in the LoaderSpec instead"
+            )
+        kwargs.pop("batch_size", None)
+        if kwargs.get("shuffle") or kwargs.get("sampler") is not None:
+            raise LoaderError(
+                "shuffle/sampler do not apply: the PackedDataset shuffles the whole selection "
+                "every epoch from its seed (LoaderSpec.seed)"
+            )
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self._stats = LoaderStats(rows_planned=dataset.stats.rows_planned)
+        self._unfolded: LoaderStats | None = None
+        """In-process: the dataset's counters when they were last added into :attr:`stats`
+        (what it has counted since is added when :attr:`stats` is read, not per batch)."""
+        self._transit = TransitGauge(2 * num_workers * (self.prefetch_factor or 2))
+        self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.run_universes())
+        """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
+        self._kept: tuple[tuple, WorkerPool] | None = None
+        """With ``persistent_workers``: the workers kept between passes, and what they were
+        started for (a re-pinned version or other read settings start new ones)."""
+
+    @property
+    def stats(self) -> LoaderStats:
+        """The counters of the batches delivered so far (the workers' and this process's)."""
+        if self._unfolded is not None:  # in-process: the dataset's counts since the last read
+            ds: PackedDataset = self.dataset  # type: ignore[assignment]
+            self._stats.add(ds.stats.delta(self._unfolded))
+            self._unfolded = ds.stats.copy()
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: LoaderStats) -> None:
+        self._stats, self._unfolded = value, None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        ds: PackedDataset = self.dataset  # type: ignore[assignment]
+        if self.num_workers == 0:
+            yield from self._in_process(ds)
+            return
+        total = len(ds)
+        pool = self._workers(ds)
+        self.worker_pool = pool
+        """The workers of the current (or last) pass."""
+        pin = self._pin()
+        it = pool.run((ds.epoch, ds.step)) if pool.persistent else iter(pool)
+        last: float | None = None
+        slots: dict[int, SharedSlots] = {}  # each worker's shared-memory slots
+        while True:
+            asked = time.monotonic()
+            try:
+                group: BuiltGroup = next(it)
+            except StopIteration:
+                return
+            if group.slots is not None:
+                slots[group.worker] = group.slots
+            if group.slot is not None:
+                group = group.settle(slots[group.worker], ds._buffers)
+            first, last = last is None, self._clock(asked, last)
+            self._transit.arrive(group.sent, asked, last, first=first, stats=self.stats)
+            if group.extra:
+                self.stats.add(group.extra)
+            for i in range(group.steps):
+                self.stats.add(group.step_stats(i))
+                self.ledger.add(group.counts.step(i))
+                ds.delivered(group.epoch, group.first + i, total)
+                pool.check()  # a dead worker is noticed here, not when its queue runs dry
+                yield as_tensors(group.batch(i), pin=pin)
+
+    def _workers(self, ds: PackedDataset) -> WorkerPool:
+        """This pass's workers: new ones, or with ``persistent_workers`` the ones kept from the
+        last pass when it ran to its end and the dataset still reads what they were started
+        with (each pass tells them its cursor: ``set_epoch`` and ``load_state_dict`` reach
+        them, and their object-store fetches carry over into the next epoch)."""
+        persistent = bool(self.persistent_workers)
+        key = (ds.planner, ds.rank, ds.world_size, ds.io_threads, ds.read_ahead, ds.read_group)
+        if persistent and self._kept is not None:
+            kept_key, kept = self._kept
+            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
+            if kept.alive and not kept.running and same:  # (a pass still iterated: new ones)
+                return kept
+            kept.close()
+            self._kept = None
+        pool = WorkerPool(
+            ds.detached(),
+            self.num_workers,
+            context=self.multiprocessing_context,
+            prefetch=self.prefetch_factor or 2,
+            timeout=self.timeout,
+            init_fn=self.worker_init_fn,
+            persistent=persistent,
+        )
+        if persistent:
+            self._kept = (key, pool)
+        return pool
+
+    def close(self) -> None:
+        """Stop the workers kept between passes (``persistent_workers``); the next pass
+        starts new ones. Without persistent workers there is nothing to stop between passes."""
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
+
+    def _pin(self) -> bool:
+        return bool(self.pin_memory) and torch.cuda.is_available()
+
+    def _in_process(self, ds: PackedDataset) -> Iterator[dict[str, Any]]:
+        # The dataset's counters are added into ``stats`` when it is read (the sum of per-batch
+        # increments is the increment since the pass began): no per-batch copy of them.
+        self.stats  # noqa: B018 - anything pending from a pass before is added first
+        self._unfolded = ds.stats.copy()
+        it = ds.batches()
+        pin = self._pin()
+        last: float | None = None
+        try:
+            while True:
+                asked = time.monotonic()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                last = self._clock(asked, last)
+                self.ledger.add(ds.last_counts)
+                yield as_tensors(batch, pin=pin)
+        finally:
+            self.stats  # noqa: B018 - the pass's counts added, then nothing is pending
+            self._unfolded = None
+
+    def _clock(self, asked: float, last: float | None) -> float:
+        """A batch arrived: the wait since ``asked`` is stall and the time since the previous
+        arrival is wall time, except for a pass's first batch (``last`` is ``None``), whose
+        wait is start-up (workers spawned, plan built). Returns now (``time.monotonic()``, the
+        clock the workers stamp batches with)."""
+        now = time.monotonic()
+        stats = self._stats  # this process's own clock: nothing of the dataset's to add
+        if last is None:
+            stats.startup_seconds += now - asked
+        else:
+            stats.wait_seconds += now - asked
+            stats.wall_seconds += now - last
+        return now
+
+    def state_dict(self) -> dict:
+        """The cursor of batches delivered to the consumer."""
+        return self.dataset.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]

@@ -1,0 +1,190 @@
+"""Rows fetched ahead of packing on an object store: spans of read groups, one sorted take each.
+
+On an object store what a read costs is set by how close the rows of one ``take`` lie in the
+table: Lance merges reads of one file closer than ~64 KiB into one ranged GET, so a take of many
+rows of a shuffled epoch needs far fewer GETs (and fetches fewer bytes it does not use) than the
+same rows in many small takes. The rows a pack group needs are few (a group holds about 256
+stretches, a few MB once packed into int64 blocks), so the reads are decoupled from packing:
+
+* a **span** is consecutive read groups of one pipeline; the distinct rows of all its groups are
+  fetched with one take in ascending row order (:meth:`TokenReader.fetch`, cut into a few
+  concurrent takes of neighbouring rows) and held as raw token lists (:class:`Fetched`), which
+  cost a sixteenth of the packed blocks made from them;
+* :class:`FetchAhead` keeps the spans after the one being packed in flight, up to a depth, and
+  (in the training process) goes on into the next epoch's first spans while the current epoch
+  ends, so the store is never idle at an epoch boundary.
+
+The read order changes; the stream does not: every group is still packed from exactly the token
+ranges its plan names, in the same order (a row a span lacks is taken when its group is built).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokenloom.loader.pipeline.read import Fetched, TokenReader
+
+__all__ = ["FetchAhead", "SpanKey", "cut_spans"]
+
+
+def cut_spans(groups: int, per_span: int) -> list[range]:
+    """Indices of ``groups`` read groups cut into spans of ``per_span`` consecutive groups.
+
+    Returns:
+        ``ceil(groups / per_span)`` ranges of group indices (the last one may be shorter).
+    """
+    per = max(int(per_span), 1)
+    return [range(lo, min(lo + per, groups)) for lo in range(0, groups, per)]
+
+
+@dataclass(frozen=True)
+class SpanKey:
+    """Which pipeline a span belongs to: its epoch and the read groups' layout."""
+
+    epoch: int
+    groups: tuple[tuple[int, int], ...]
+    """``(start, stop)`` steps of each read group of the pipeline."""
+    per_span: int
+
+
+class FetchAhead:
+    """Fetches spans of read groups ahead of the groups being packed.
+
+    Args:
+        reader: The process's :class:`TokenReader`.
+        depth: Spans fetched at once, the one being packed included (``>= 1``).
+        parts: Concurrent takes each span's take is cut into.
+    """
+
+    def __init__(self, reader: TokenReader, *, depth: int, parts: int) -> None:
+        self.reader = reader
+        self.depth = max(int(depth), 1)
+        self.parts = max(int(parts), 1)
+        self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix="tokenloom-fetch")
+        reader.reserve_takes(self.depth * self.parts)
+        self._lock = threading.Lock()
+        self._futures: dict[tuple[SpanKey, int], Future] = {}
+        self._key: SpanKey | None = None
+        self._spans: list[range] = []
+        self._rows: Callable[[int], np.ndarray] | None = None
+        self._next: tuple[SpanKey, list[range], Callable[[int], np.ndarray]] | None = None
+        self.carried = 0
+        """Spans a pipeline found fetched already by the one before it (the epoch boundary)."""
+
+    def start(
+        self,
+        key: SpanKey,
+        rows: Callable[[int], np.ndarray],
+        *,
+        following: Callable[[], tuple[SpanKey, Callable[[int], np.ndarray]] | None] | None = None,
+    ) -> None:
+        """A pipeline starts: its read groups (``key``) and ``rows(g)``, the stable row ids
+        read group ``g`` needs. Spans fetched ahead for this very pipeline (by the previous
+        one's ``following``) are kept, every other is dropped. ``following`` names the pipeline
+        expected after this one (the next epoch) once this one has nothing left to fetch."""
+        with self._lock:
+            for k in [k for k in self._futures if k[0] != key]:
+                self._futures.pop(k).cancel()
+            self.carried += len(self._futures)
+            self._key, self._rows = key, rows
+            self._spans = cut_spans(len(key.groups), key.per_span)
+            self._following = following
+            self._next = None
+
+    def resize(self, *, depth: int, parts: int) -> None:
+        """Fetch ``depth`` spans at once from now on, each cut into ``parts`` takes."""
+        depth, parts = max(int(depth), 1), max(int(parts), 1)
+        if depth != self.depth:
+            old, self._pool = self._pool, ThreadPoolExecutor(depth, "tokenloom-fetch")
+            old.shutdown(wait=False)  # its fetches run to the end; their futures are kept
+        self.depth, self.parts = depth, parts
+        self.reader.reserve_takes(depth * parts)
+
+    def put(self, span: int, fetched: Fetched) -> Future:
+        """Span ``span`` of the current pipeline, fetched already (the sizing probe); its
+        (done) future."""
+        future: Future = Future()
+        future.set_result(fetched)
+        assert self._key is not None
+        with self._lock:
+            self._futures[(self._key, span)] = future
+        return future
+
+    def span_rows(self, span: int) -> np.ndarray:
+        """The stable row ids span ``span`` of the current pipeline needs."""
+        assert self._rows is not None
+        return np.concatenate([self._rows(g) for g in self._spans[span]])
+
+    @property
+    def per_span(self) -> int:
+        """Read groups per span of the current pipeline."""
+        return self._key.per_span if self._key is not None else 1
+
+    def span_of(self, group: int) -> int:
+        return group // self._key.per_span if self._key is not None else 0
+
+    def first_of_span(self, group: int) -> bool:
+        """Whether read group ``group`` is its span's first (it carries the span's read cost)."""
+        return self._key is not None and group % self._key.per_span == 0
+
+    def get(self, group: int) -> Future:
+        """The fetch of read group ``group``'s span, with the spans after it submitted up to
+        the depth (into the next pipeline's first spans once this one's are all in flight)."""
+        span = self.span_of(group)
+        with self._lock:
+            for s in range(span, span + self.depth):
+                self._submit(s)
+            assert self._key is not None
+            return self._futures[(self._key, span)]
+
+    def done(self, group: int) -> None:
+        """Read group ``group`` is built: its span is dropped after its last group."""
+        key = self._key
+        if key is None:
+            return
+        span = self.span_of(group)
+        if group == self._spans[span].stop - 1:
+            with self._lock:
+                self._futures.pop((key, span), None)
+
+    def close(self) -> None:
+        """Drop every span and stop the fetch threads (fetches running finish first)."""
+        with self._lock:
+            for future in self._futures.values():
+                future.cancel()
+            self._futures.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _submit(self, span: int) -> None:
+        """Submit span ``span`` (past the last one: the following pipeline's), under the lock.
+        Its rows are worked out in the fetch thread, not here."""
+        assert self._key is not None and self._rows is not None
+        if span < len(self._spans):
+            key, spans, rows_of = self._key, self._spans, self._rows
+        else:
+            if self._following is None:
+                return
+            if self._next is None:
+                nxt = self._following()
+                if nxt is None:
+                    self._following = None
+                    return
+                key, rows_of = nxt
+                self._next = (key, cut_spans(len(key.groups), key.per_span), rows_of)
+            key, spans, rows_of = self._next
+            span -= len(self._spans)
+            if span >= len(spans):
+                return
+        if (key, span) in self._futures:
+            return
+        groups = spans[span]
+
+        def fetch() -> Fetched:
+            return self.reader.fetch(np.concatenate([rows_of(g) for g in groups]), parts=self.parts)
+
+        self._futures[(key, span)] = self._pool.submit(fetch)
