@@ -101,6 +101,10 @@ class PlanCache(Generic[P]):
     def __contains__(self, epoch: int) -> bool:
         return int(epoch) in self._plans
 
+    def __len__(self) -> int:
+        """Plans held (0 in a fresh or unpickled copy)."""
+        return len(self._plans)
+
     def get(self, epoch: int, build: Callable[[int], P]) -> P:
         """Epoch ``epoch``'s plan, built by ``build(epoch)`` the first time."""
         epoch = int(epoch)
