@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
 from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
 from tests.train.torchrun import step_on_disk  # noqa: E402
