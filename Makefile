@@ -21,7 +21,8 @@ demo: install  ## the main job, end to end on the bundled corpus; then the image
 TEST_WORKERS ?= 2
 test: install  ## the test suite (TEST_WORKERS processes, then the serial tests alone), then the linter
 	$(BIN)/python -m pip install -q --no-deps -r requirements/bench.txt  # LanceDB, MDS, WebDataset tests
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		-m "not serial"  # files in collection order: the slow ones first (tests/conftest.py)
 	$(BIN)/python -m pytest -q -m serial
 	$(BIN)/ruff check src tests
 

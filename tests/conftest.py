@@ -11,6 +11,12 @@ from collections.abc import Iterable
 
 import pytest
 
+# make test runs two test processes on two cores, each starting `tokenloom train` subprocesses:
+# with torch's default (a thread per core) every step oversubscribes the cores, and the tiny
+# models' steps, too small to gain from a second thread, ran 2-3x slower. One thread each, for
+# this process and every subprocess it starts (a value already set is kept).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def real_paragraphs(n: int = 200) -> list[str]:
     """Distinct real English paragraphs: docstrings of standard-library functions."""
@@ -67,3 +73,15 @@ def run_cli(
 @pytest.fixture(scope="session")
 def paragraphs() -> list[str]:
     return real_paragraphs(200)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files holding a test marked ``slow`` run first, each file's tests in their order.
+
+    ``make test`` hands out whole files (``--dist loadfile --no-loadscope-reorder``) to two
+    workers in this order; with the long files first, the workers end on short ones together,
+    where xdist's own order (most tests first) left the few-test, minutes-long training files
+    to the end, on one worker while the other had nothing left.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: a file's tests keep their order

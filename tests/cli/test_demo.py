@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from tokenloom.cli.main import cli
 from tokenloom.table import Table
 
 
+@pytest.mark.slow  # every stage of the demo, twice
 def test_demo_runs_end_to_end_and_is_rerunnable(tmp_path):
     workdir = tmp_path / "demo"
     for _ in range(2):  # a second run recreates its own workdir

@@ -14,6 +14,7 @@ from click.testing import CliRunner  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
 
 
+@pytest.mark.slow  # the demo's whole training budget
 @pytest.mark.timeout(1500)
 def test_demo_trains_below_the_unigram_entropy(tmp_path):
     workdir = tmp_path / "demo"

@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import REPO, real_paragraphs, run_cli, write_jsonl
 from tokenloom.loader import PackedDataset
 
+pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
+
 MASK_UDF = "tokenloom.backfill.builtin:LossMask"
 SHAPE = ("--seq-len", "64", "--global-batch-size", "4")
 

@@ -14,6 +14,7 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # training processes, killed and resumed
 
 from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402

@@ -16,6 +16,7 @@ import lance
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
 from tests.conftest import REPO, real_paragraphs, run_cli, write_jsonl  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402

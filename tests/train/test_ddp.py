@@ -11,6 +11,7 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # torchrun with two ranks
 
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow  # training, export and lm_eval processes
 
 from tests.conftest import real_paragraphs, run_cli  # noqa: E402
 from tests.verify.tables import gpt2_table  # noqa: E402

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # training processes
 
 from click.testing import CliRunner  # noqa: E402
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
 from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
 from tests.train.torchrun import step_on_disk  # noqa: E402
@@ -96,11 +97,11 @@ def test_reweight_keeps_the_spent_quota_and_replans_the_rest(run):
 
 def test_kill_9_after_the_reweight_resumes_exactly(run):
     tmp, _, out, files = run
-    args = ["--mixture", files["mix2"], "--reweight", "--steps", "20", "--reschedule"]
+    args = ["--mixture", files["mix2"], "--reweight", "--steps", "16", "--reschedule"]
     once, killed = str(tmp / "once"), str(tmp / "killed")
     shutil.copytree(out, once)
     shutil.copytree(out, killed)
-    _ok(run_cli("train", "--out", once, "--resume", *args, "--checkpoint-every", "20"))
+    _ok(run_cli("train", "--out", once, "--resume", *args, "--checkpoint-every", "16"))
     path = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tokenloom.cli.main", "--quiet", "train", "--out", killed,
@@ -113,8 +114,8 @@ def test_kill_9_after_the_reweight_resumes_exactly(run):
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL and step_on_disk(killed) < 20
-    _ok(run_cli("train", "--out", killed, "--resume", "--checkpoint-every", "20"))
+    assert proc.returncode == -signal.SIGKILL and step_on_disk(killed) < 16
+    _ok(run_cli("train", "--out", killed, "--resume", "--checkpoint-every", "16"))
     a = json.loads(open(os.path.join(once, "last.json")).read())
     b = json.loads(open(os.path.join(killed, "last.json")).read())
     assert a["loader_state"] == b["loader_state"] and a["pools"] == b["pools"]

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # a lineage of training processes
 
 import lance  # noqa: E402
 

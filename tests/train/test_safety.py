@@ -13,6 +13,7 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # training processes, killed
 
 from tests.conftest import real_paragraphs  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
