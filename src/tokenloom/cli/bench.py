@@ -912,7 +912,7 @@ def search_bench(embed_rows: int, workers: int, repeats: int, as_json: bool) -> 
 Examples:
   tokenloom bench rows                          # images, ResNet-18 in the loop, every loader
   tokenloom bench rows --workload image-text --copies 4 --batch-sizes 4,8,16 --epochs 3
-  tokenloom bench rows --only tokenloom,parquet --no-model --out /tmp/rows
+  tokenloom bench rows --only tokenloom,parquet --model none --out /tmp/rows
 Loaders: tokenloom, tar shards, parquet, mds, ray, ray-shuffle, litdata. Each at each batch
 size in its own process, --epochs passes over the samples; the results are written as
 rows-bench-<workload>-protocol.json/.md and PNG charts under --out.""",
@@ -955,10 +955,13 @@ rows-bench-<workload>-protocol.json/.md and PNG charts under --out.""",
     help="Comma-separated loaders.",
 )
 @click.option(
-    "--model/--no-model",
-    default=True,
+    "--model",
+    type=click.Choice(["auto", "none"]),
+    default="auto",
     show_default=True,
-    help="Train the workload's model on every batch (samples/s and data stall with it).",
+    help="Train the workload's model on every batch (samples/s and data stall with it): auto "
+    "is ResNet-18 for image, a tiny CLIP-style dual encoder for image-text; none: the loaders "
+    "alone.",
 )
 @click.option(
     "--out",
@@ -974,7 +977,7 @@ def rows_bench(
     batch_sizes: str,
     epochs: int,
     only: str,
-    model: bool,
+    model: str,
     out: str | None,
     as_json: bool,
 ) -> None:
@@ -1006,7 +1009,7 @@ def rows_bench(
     with tempfile.TemporaryDirectory(prefix="tokenloom-rows-") as tmp:
         rows, series, meta = run_rows_bench(
             tmp, workload=workload, copies=copies, threads=threads, batch_sizes=sizes,
-            epochs=epochs, model=model, only=names, log=log,
+            epochs=epochs, model=model == "auto", only=names, log=log,
         )  # fmt: skip
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         header = (
