@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from tokenloom.loader.pipeline.buffers import SharedSlots
-from tokenloom.loader.pipeline.workers import WorkerPool, multiprocessing_context
+from tokenloom.loader.pipeline.workers import KeptPool, WorkerPool, multiprocessing_context
 from tokenloom.rows.iterable import RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
 
@@ -50,7 +50,7 @@ class RowLoader(torch.utils.data.DataLoader):
                 kwargs.get("multiprocessing_context")
             )
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        self._kept: tuple[tuple, WorkerPool] | None = None
+        self._kept = KeptPool()
         """With ``persistent_workers``: the workers kept between passes, and what they were
         started for."""
         self._iterator = None
@@ -84,43 +84,33 @@ class RowLoader(torch.utils.data.DataLoader):
                 yield batch
         finally:
             it.close()  # a pass left before its end stops a persistent pool too
-            if self._kept is not None and not self._kept[1].alive:
-                self._kept = None
-            self._iterator = self._kept[1] if self._kept is not None else None
+            self._iterator = self._kept.pool
 
     def _workers(self, ds: RowDataset) -> WorkerPool:
         """This pass's workers: new ones, or with ``persistent_workers`` the ones kept from the
         last pass when it ran to its end (each pass tells them its cursor)."""
-        persistent = bool(self.persistent_workers)
         key = (ds.spec, ds.transform, ds.on_error, ds.format, ds.rank, ds.world_size,
                ds.read_batch_size, ds.transform_threads, ds.prefetch)  # fmt: skip
-        if persistent and self._kept is not None:
-            kept_key, kept = self._kept
-            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
-            if kept.alive and not kept.running and same:
-                return kept
-            kept.close()
-            self._kept = None
-        pool = WorkerPool(
-            ds.detached(),
-            self.num_workers,
-            context=self.multiprocessing_context,
-            prefetch=self.prefetch_factor or 2,
-            timeout=self.timeout,
-            init_fn=self.worker_init_fn,
-            main_objects=(ds.transform,),
-            persistent=persistent,
+        pool = self._kept.get(
+            key,
+            lambda persistent: WorkerPool(
+                ds.detached(),
+                self.num_workers,
+                context=self.multiprocessing_context,
+                prefetch=self.prefetch_factor or 2,
+                timeout=self.timeout,
+                init_fn=self.worker_init_fn,
+                main_objects=(ds.transform,),
+                persistent=persistent,
+            ),
+            persistent=bool(self.persistent_workers),
         )
-        if persistent:
-            self._kept = (key, pool)
-            self._iterator = pool
+        self._iterator = self._kept.pool
         return pool
 
     def close(self) -> None:
         """Stop the workers kept between passes (``persistent_workers``)."""
-        if self._kept is not None:
-            self._kept[1].close()
-            self._kept = None
+        self._kept.close()
         self._iterator = None
 
     def state_dict(self) -> dict:

@@ -30,7 +30,7 @@ from tokenloom.loader.pipeline.buffers import SharedSlots
 from tokenloom.loader.pipeline.dataset import PackedStream
 from tokenloom.loader.pipeline.read import LoaderError
 from tokenloom.loader.pipeline.transit import BuiltGroup
-from tokenloom.loader.pipeline.workers import WorkerPool, multiprocessing_context
+from tokenloom.loader.pipeline.workers import KeptPool, WorkerPool, multiprocessing_context
 
 __all__ = ["DataLoader", "PackedDataset", "as_tensors"]
 
@@ -107,7 +107,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._transit = TransitGauge(2 * num_workers * (self.prefetch_factor or 2))
         self.ledger = LedgerCounter(dataset.spec.pool_names, dataset.planner.run_universes())
         """Per-pool counts of the batches delivered (the ledger's numbers, at run time)."""
-        self._kept: tuple[tuple, WorkerPool] | None = None
+        self._kept = KeptPool()
         """With ``persistent_workers``: the workers kept between passes, and what they were
         started for (a re-pinned version or other read settings start new ones)."""
 
@@ -163,34 +163,25 @@ class DataLoader(torch.utils.data.DataLoader):
         last pass when it ran to its end and the dataset still reads what they were started
         with (each pass tells them its cursor: ``set_epoch`` and ``load_state_dict`` reach
         them, and their object-store fetches carry over into the next epoch)."""
-        persistent = bool(self.persistent_workers)
         key = (ds.planner, ds.rank, ds.world_size, ds.io_threads, ds.read_ahead, ds.read_group)
-        if persistent and self._kept is not None:
-            kept_key, kept = self._kept
-            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
-            if kept.alive and not kept.running and same:  # (a pass still iterated: new ones)
-                return kept
-            kept.close()
-            self._kept = None
-        pool = WorkerPool(
-            ds.detached(),
-            self.num_workers,
-            context=self.multiprocessing_context,
-            prefetch=self.prefetch_factor or 2,
-            timeout=self.timeout,
-            init_fn=self.worker_init_fn,
-            persistent=persistent,
+        return self._kept.get(
+            key,
+            lambda persistent: WorkerPool(
+                ds.detached(),
+                self.num_workers,
+                context=self.multiprocessing_context,
+                prefetch=self.prefetch_factor or 2,
+                timeout=self.timeout,
+                init_fn=self.worker_init_fn,
+                persistent=persistent,
+            ),
+            persistent=bool(self.persistent_workers),
         )
-        if persistent:
-            self._kept = (key, pool)
-        return pool
 
     def close(self) -> None:
         """Stop the workers kept between passes (``persistent_workers``); the next pass
         starts new ones. Without persistent workers there is nothing to stop between passes."""
-        if self._kept is not None:
-            self._kept[1].close()
-            self._kept = None
+        self._kept.close()
 
     def _pin(self) -> bool:
         return bool(self.pin_memory) and torch.cuda.is_available()

@@ -45,7 +45,7 @@ from typing import Any
 from tokenloom.loader.pipeline.read import LoaderError
 from tokenloom.process import defined_in_main, die_with_parent, main_not_rerun
 
-__all__ = ["WorkerPool", "WorkerError", "describe_exit", "multiprocessing_context"]
+__all__ = ["WorkerPool", "KeptPool", "WorkerError", "describe_exit", "multiprocessing_context"]
 
 _POLL_S = 0.25  # how often a waiting training process checks that its worker is alive
 _STOP_S = 5.0  # how long a stopped worker may take to exit before it is killed
@@ -416,3 +416,41 @@ class WorkerPool:
                 p.join()
         for c in conns:
             c.close()
+
+
+class KeptPool:
+    """The worker pool a loader keeps between passes with ``persistent_workers``, with what it
+    was started for (a key of the dataset's read settings), for every loader alike."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[tuple, WorkerPool] | None = None
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        """The kept pool while its workers live (a dead one is forgotten)."""
+        if self._kept is not None and not self._kept[1].alive:
+            self._kept = None
+        return self._kept[1] if self._kept is not None else None
+
+    def get(
+        self, key: tuple, start: Callable[[bool], WorkerPool], *, persistent: bool
+    ) -> WorkerPool:
+        """This pass's workers: the kept ones when the last pass ran to its end, they live and
+        ``key`` equals theirs (items compared by identity, then equality); else ``start``'s,
+        kept when ``persistent``."""
+        if persistent and self._kept is not None:
+            kept_key, kept = self._kept
+            same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
+            if kept.alive and not kept.running and same:  # (a pass still iterated: new ones)
+                return kept
+        self.close()
+        pool = start(persistent)
+        if persistent:
+            self._kept = (key, pool)
+        return pool
+
+    def close(self) -> None:
+        """Stop the kept workers; the next pass starts new ones."""
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
