@@ -237,6 +237,12 @@ class WorkerPool:
         return self._started
 
     @property
+    def stopped(self) -> bool:
+        """Whether the processes were started and have since been stopped (closed, or a pass
+        left before its end); a pool not yet started is not stopped."""
+        return bool(self._procs) and not self._started
+
+    @property
     def pids(self) -> list[int]:
         """The workers' process ids (empty when not started)."""
         return [p.pid for p in self._procs] if self._started else []
@@ -427,8 +433,9 @@ class KeptPool:
 
     @property
     def pool(self) -> WorkerPool | None:
-        """The kept pool while its workers live (a dead one is forgotten)."""
-        if self._kept is not None and not self._kept[1].alive:
+        """The kept pool until its workers are stopped (a stopped one is forgotten); it may not
+        have started yet (its first pass starts it)."""
+        if self._kept is not None and self._kept[1].stopped:
             self._kept = None
         return self._kept[1] if self._kept is not None else None
 
@@ -441,7 +448,7 @@ class KeptPool:
         if persistent and self._kept is not None:
             kept_key, kept = self._kept
             same = all(a is b or a == b for a, b in zip(kept_key, key, strict=True))
-            if kept.alive and not kept.running and same:  # (a pass still iterated: new ones)
+            if not kept.stopped and not kept.running and same:  # (a pass still iterated: new ones)
                 return kept
         self.close()
         pool = start(persistent)
