@@ -23,9 +23,9 @@ from tests.loader.helpers import (
     seeds,
 )
 from tokenloom.loader import EpochView, plan_epoch, step_blocks
-from tokenloom.loader.pipeline.buffers import RecycledBuffers, SharedSlots
+from tokenloom.loader.pipeline.buffers import RecycledBuffers
 from tokenloom.loader.pipeline.read import _gather
-from tokenloom.loader.pipeline.transit import BuiltGroup
+from tokenloom.loader.pipeline.transit import BuiltGroup, SharedSlots
 from tokenloom.loader.plan.bestfit import plan_bestfit
 from tokenloom.loader.plan.epoch import steps_blocks
 from tokenloom.loader.plan.window import plan_windowed_epoch

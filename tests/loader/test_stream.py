@@ -255,7 +255,7 @@ def test_the_skeleton_is_pure_and_a_row_worker_needs_no_torch():
         "import sys\n"
         "import tokenloom.loader.plan.stream, tokenloom.loader.plan.spec\n"
         "print(sorted(m for m in ('torch', 'lance', 'pyarrow') if m in sys.modules))\n"
-        "import tokenloom.rows.dataset, tokenloom.loader.pipeline.step_transit\n"
+        "import tokenloom.rows.dataset, tokenloom.loader.pipeline.transit\n"
         "print('torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ batch out in the chosen format. It is built on the stream skeleton
 (:mod:`tokenloom.loader.plan.stream`: spec, topology, cursor, take): :class:`RowStream` is the plan
 plus this materialiser, without torch. A :class:`~tokenloom.rows.RowLoader` worker ``w`` of ``W``
 (tokenloom's own, :mod:`~tokenloom.loader.pipeline.workers`) builds this rank's steps ``w, w+W,
-...`` into a shared-memory ring (:mod:`~tokenloom.loader.pipeline.step_transit`) and the loader
+...`` into a shared-memory ring (:mod:`~tokenloom.loader.pipeline.transit`) and the loader
 takes them round-robin, so the stream is the same for any number of workers. State: ``(epoch,
 step)`` plus the fingerprint of the plan's inputs.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenloom.loader.pipeline.step_transit import StepMessage, StepRing
+from tokenloom.loader.pipeline.transit import StepMessage, WorkerRing
 from tokenloom.loader.plan.stream.cursor import Cursor, PlanCache, StreamCursor
 from tokenloom.loader.plan.stream.topology import Topology, worker_groups
 from tokenloom.rows.blobs import LazyBatch, returned_blob
@@ -423,7 +423,7 @@ class RowStream(StreamCursor, _Rows):
         plan = self.plan(epoch)
         steps = [g.start for g in worker_groups(first, plan.steps, 1, worker, workers)]
         fmt = "numpy" if self.format == "torch" else self.format
-        ring = StepRing()
+        ring = WorkerRing()
         for built in self._built(plan, steps):
             message = StepMessage(
                 epoch=epoch,

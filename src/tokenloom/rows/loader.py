@@ -5,7 +5,7 @@ packed loader's): spawned (or ``forkserver``) processes, ``fork`` refused (Lance
 that do not run the script again unless the transform (or ``worker_init_fn``) is defined in it (no
 ``__main__`` guard needed: :func:`tokenloom.process.main_not_rerun`) and import no torch; each
 builds its steps and sends their arrays through a shared-memory ring
-(:mod:`~tokenloom.loader.pipeline.step_transit`). A dead worker is reported within a step with its
+(:mod:`~tokenloom.loader.pipeline.transit`). A dead worker is reported within a step with its
 exit code and signal; a training process killed outright takes its workers along.
 ``batch_size=None`` (the dataset yields whole batches), a ``state_dict()`` that is the exact cursor
 of batches *delivered to the consumer*, and the workers' skip counts added up in the dataset. With
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.pipeline.buffers import SharedSlots
+from tokenloom.loader.pipeline.transit import Rings
 from tokenloom.loader.pipeline.workers import KeptPool, WorkerPool, multiprocessing_context
 from tokenloom.rows.iterable import RowDataset
 from tokenloom.rows.transform import RowLoaderError, to_format
@@ -68,12 +68,10 @@ class RowLoader(torch.utils.data.DataLoader):
         self.worker_pool = pool
         """The workers of the current (or last) pass."""
         it = pool.run(ds.cursor) if pool.persistent else iter(pool)
-        slots: dict[int, SharedSlots] = {}  # each worker's ring
+        rings = Rings()  # each worker's shared-memory ring
         try:
             for message in it:
-                if message.slots is not None:
-                    slots[message.worker] = message.slots
-                batch = message.settle(slots.get(message.worker))
+                batch = rings.settle(message).batch
                 ds.skipped.update(message.extra["skipped"])
                 ds.refills += message.extra["refills"]
                 ds.delivered(message.epoch, message.first, total)

@@ -633,10 +633,10 @@ class ImageTextStream(StreamCursor):
         of the current epoch (the ``worker``-th contiguous part of the rank's blocks), arrays in a
         shared-memory ring; the loader takes the workers' parts round-robin and joins each step's.
         ``keep`` changes nothing here: each pass is told its cursor."""
-        from tokenloom.loader.pipeline.step_transit import StepMessage, StepRing
+        from tokenloom.loader.pipeline.transit import StepMessage, WorkerRing
 
         del keep
-        ring = StepRing()
+        ring = WorkerRing()
         for epoch, s, batch in self._built((worker, workers)):
             extra = {"counts": batch.pop("counts"), "skipped": batch.pop("skipped")}
             message = StepMessage(epoch=epoch, first=s, batch=batch, extra=extra, worker=worker)

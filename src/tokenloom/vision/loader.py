@@ -4,7 +4,7 @@ on tokenloom's own workers, which split each step.
 The workers are :class:`~tokenloom.loader.pipeline.workers.WorkerPool` processes (spawned, or
 ``forkserver``; ``fork`` refused: Lance is not fork-safe; no ``__main__`` guard needed; they
 import no torch), each sending its parts' arrays through a shared-memory ring
-(:mod:`~tokenloom.loader.pipeline.step_transit`). Worker ``k`` of ``K`` builds the ``k``-th
+(:mod:`~tokenloom.loader.pipeline.transit`). Worker ``k`` of ``K`` builds the ``k``-th
 contiguous part of every step's blocks (decoding its images in its own thread pool); the pool hands
 the workers' parts out round-robin, in order, so the loader joins ``K`` consecutive parts into the
 step, identical to what one process builds. ``state_dict()`` is the exact cursor of batches
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tokenloom.loader.pipeline.buffers import SharedSlots
+from tokenloom.loader.pipeline.transit import Rings
 from tokenloom.loader.pipeline.workers import WorkerPool, multiprocessing_context
 from tokenloom.vision.dataset import ImageTextError, join_parts
 from tokenloom.vision.iterable import ImageTextDataset
@@ -81,13 +81,11 @@ class ImageTextLoader(torch.utils.data.DataLoader):
         )
         self.worker_pool = pool
         it = iter(pool)
-        slots: dict[int, SharedSlots] = {}  # each worker's ring
+        rings = Rings()  # each worker's shared-memory ring
         parts: list[dict] = []
         try:
             for message in it:
-                if message.slots is not None:
-                    slots[message.worker] = message.slots
-                part = dict(message.settle(slots.get(message.worker)))
+                part = dict(rings.settle(message).batch)
                 part.update(message.extra)
                 parts.append(part)
                 if len(parts) < self.num_workers:

@@ -26,10 +26,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.loader.observe.gauge import TransitGauge
 from tokenloom.loader.observe.ledger import LedgerCounter
 from tokenloom.loader.observe.stats import LoaderStats
-from tokenloom.loader.pipeline.buffers import SharedSlots
 from tokenloom.loader.pipeline.dataset import PackedStream
 from tokenloom.loader.pipeline.read import LoaderError
-from tokenloom.loader.pipeline.transit import BuiltGroup
+from tokenloom.loader.pipeline.transit import BuiltGroup, Rings
 from tokenloom.loader.pipeline.workers import KeptPool, WorkerPool, multiprocessing_context
 
 __all__ = ["DataLoader", "PackedDataset", "as_tensors"]
@@ -136,17 +135,14 @@ class DataLoader(torch.utils.data.DataLoader):
         pin = self._pin()
         it = pool.run((ds.epoch, ds.step)) if pool.persistent else iter(pool)
         last: float | None = None
-        slots: dict[int, SharedSlots] = {}  # each worker's shared-memory slots
+        rings = Rings(ds._buffers)  # each worker's shared-memory ring
         while True:
             asked = time.monotonic()
             try:
                 group: BuiltGroup = next(it)
             except StopIteration:
                 return
-            if group.slots is not None:
-                slots[group.worker] = group.slots
-            if group.slot is not None:
-                group = group.settle(slots[group.worker], ds._buffers)
+            group = rings.settle(group)
             first, last = last is None, self._clock(asked, last)
             self._transit.arrive(group.sent, asked, last, first=first, stats=self.stats)
             if group.extra:

@@ -30,7 +30,7 @@ import numpy as np
 
 from tokenloom.loader.observe.gauge import PipelineGauge
 from tokenloom.loader.observe.stats import LoaderStats
-from tokenloom.loader.pipeline.buffers import RecycledBuffers, SharedSlots, shm_available
+from tokenloom.loader.pipeline.buffers import RecycledBuffers
 from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey
 from tokenloom.loader.pipeline.planner import Planner
 from tokenloom.loader.pipeline.read import (
@@ -52,7 +52,7 @@ from tokenloom.loader.pipeline.readahead import (
     size_read_ahead,
     timed,
 )
-from tokenloom.loader.pipeline.transit import BuiltGroup
+from tokenloom.loader.pipeline.transit import BuiltGroup, WorkerRing
 from tokenloom.loader.plan.change import (
     DATA_CHANGES,
     StreamChange,
@@ -568,14 +568,14 @@ class PackedStream(StreamCursor):
         view: EpochView,
         epoch: int,
         steps: range,
-        slots: SharedSlots | None,
+        ring: WorkerRing | None,
         fetch: tuple[Future, bool] | None = None,
         compiled: bool = True,
     ) -> BuiltGroup:
         """Several consecutive steps read with ONE take of all their rows (or from their
         span's fetch, ``fetch``: its future and whether this group carries its read cost) and
         packed with one call (in an I/O thread: ``take`` and the numpy packer release the GIL
-        for most of their time); the consumer hands them out step by step. ``slots``: in a
+        for most of their time); the consumer hands them out step by step. ``ring``: in a
         DataLoader worker, pack into a shared-memory slot that the training process lends to
         the batches."""
         layout, rowids = self._group_layout(view, steps)
@@ -597,8 +597,8 @@ class PackedStream(StreamCursor):
         started = time.perf_counter()
         shape = (4, len(layout.blocks), self.seq_len)
         slot = None
-        if slots is not None:
-            slot, out = slots.acquire(shape, timeout_s=_SLOT_WAIT_S)
+        if ring is not None:
+            slot, out = ring.acquire(shape)
         if slot is None:
             out = self._buffers.take(shape)
         packed = view.pack_group(layout, tokens, offsets, out=out, masked=masked, compiled=compiled)
@@ -665,12 +665,13 @@ class PackedStream(StreamCursor):
         # the group being handed out stays in the packed queue while its successor is submitted
         gauge.start(capacity=(depth + 1) * size)
         with ThreadPoolExecutor(threads, thread_name_prefix="tokenloom-read") as pool:
-            slots = None
-            if info is not None and groups and shm_available():
-                size_values = len(groups[0]) * self.step_values
-                slots = SharedSlots(
-                    depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, size_values, lendable=_SLOTS_LENT
-                )
+            ring = None
+            if info is not None and groups:
+                ring = WorkerRing(
+                    depth + _SLOTS_IN_TRANSIT + _SLOTS_LENT, lendable=_SLOTS_LENT,
+                    wait_s=_SLOT_WAIT_S,
+                )  # fmt: skip
+                ring.open(len(groups[0]) * self.step_values)
             # the compiled packer in the training process; a DataLoader worker packs with numpy
             # (numba and LLVM would add ~115 MB of RSS to each worker: _COMPILED_IN_WORKERS)
             build = partial(self._build_group, compiled=info is None or _COMPILED_IN_WORKERS)
@@ -680,7 +681,7 @@ class PackedStream(StreamCursor):
                 fetch = None
                 if fetcher is not None:
                     fetch = (fetcher.get(i), fetcher.first_of_span(i))
-                return gauge.submit(pool, build, view, epoch, g, slots, fetch, steps=len(g))
+                return gauge.submit(pool, build, view, epoch, g, ring, fetch, steps=len(g))
 
             ahead = deque(submit(i) for i in range(min(depth, len(groups))))
             next_group = len(ahead)
@@ -695,12 +696,15 @@ class PackedStream(StreamCursor):
                 assert group.first == expected  # groups are consumed in order
                 expected += workers * size
                 if info is not None:
-                    # one message per group (the slots' memory crosses with the first one);
+                    # one message per group (the ring's memory crosses with the first one);
                     # the DataLoader splits it into steps and adds the worker's counters once
                     gauge.handed_out(self.stats, steps=group.steps)
                     extra, snapshot = self.stats.delta(snapshot), self.stats.copy()
-                    ring = slots if index == 0 else None
-                    yield replace(group, worker=wid, slots=ring, extra=extra, sent=time.monotonic())
+                    assert ring is not None
+                    yield replace(
+                        group, worker=wid, slots=ring.descriptor(), extra=extra,
+                        sent=time.monotonic(),
+                    )  # fmt: skip
                     continue
                 for i in range(group.steps):
                     self.stats.add(group.step_stats(i))

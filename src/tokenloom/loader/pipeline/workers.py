@@ -8,7 +8,7 @@ pack (:class:`~tokenloom.loader.pipeline.dataset.PackedStream`: Lance and numpy)
 
 * worker ``w`` of ``W`` is sent a detached copy of the stream (its plan inputs are mapped from the
   node's plan store, not copied) and builds groups ``w, w + W, ...`` of the rest of the epoch
-  into its shared-memory ring (:class:`~tokenloom.loader.pipeline.buffers.SharedSlots`);
+  into its shared-memory ring (:mod:`~tokenloom.loader.pipeline.transit`);
 * each group crosses as one small message on the worker's own pipe, at most
   ``prefetch_factor`` groups ahead of the credits the training process returns, so a worker
   never runs further ahead than its ring allows; pipes, not ``multiprocessing.Queue``, whose

@@ -19,11 +19,10 @@ contiguous ``global_batch / W`` of each step, and worker ``w`` of ``N`` builds g
   :class:`~tokenloom.loader.plan.stream.cursor.PlanCache` keeps the last epochs' plans.
 * :func:`~tokenloom.loader.pipeline.take.take` — rows by stable row id (Lance's take: thread-safe,
   GIL released), the one place that calls it.
-* :class:`~tokenloom.loader.pipeline.workers.WorkerPool` with
-  :class:`~tokenloom.loader.pipeline.buffers.SharedSlots` rings — tokenloom's own worker processes;
-  a step of arrays of any shapes crosses as a
-  :class:`~tokenloom.loader.pipeline.step_transit.StepMessage` (its arrays in a ring slot, lent to
-  the batch).
+* :class:`~tokenloom.loader.pipeline.workers.WorkerPool` with the shared-memory transit of
+  :mod:`~tokenloom.loader.pipeline.transit` — tokenloom's own worker processes; a step of arrays of
+  any shapes crosses as a :class:`~tokenloom.loader.pipeline.transit.StepMessage` (its arrays in a
+  ring slot, lent to the batch).
 
 How a new loader plugs in (see ``RowDataset`` for a small one):
 
@@ -40,10 +39,11 @@ How a new loader plugs in (see ``RowDataset`` for a small one):
    over at the epoch's end).
 4. Its materialiser reads rows with :func:`take` and builds one step (or a group of steps) of
    this rank; a worker-side ``groups(worker, workers, keep=...)`` iterator (the steps of
-   :func:`worker_groups`, each yielded as ``StepRing().put(StepMessage(...))``), ``seek`` and a
-   torch-free ``detached()`` copy make it runnable by
-   :class:`~tokenloom.loader.pipeline.workers.WorkerPool`; its loader settles each message
-   (``message.settle(ring)``) and calls ``dataset.delivered(message.epoch, message.first)``.
+   :func:`worker_groups`, each yielded as ``ring.put(StepMessage(...))`` with one
+   ``WorkerRing()`` a pass), ``seek`` and a torch-free ``detached()`` copy make it runnable by
+   :class:`~tokenloom.loader.pipeline.workers.WorkerPool`; its loader settles each message with
+   one ``Rings()`` a pass (``rings.settle(message).batch``) and calls
+   ``dataset.delivered(message.epoch, message.first)``.
    ``RowStream`` + ``RowLoader`` (:mod:`tokenloom.rows`) are the worked example.
 """
 
