@@ -25,6 +25,7 @@ from tokenloom.loader.plan.mixture import (
     window_share_deviation,
 )
 from tokenloom.loader.plan.recipe import Recipe
+from tokenloom.loader.plan.spec import LoaderSpec
 
 RECIPES = [
     Recipe(),
@@ -344,3 +345,24 @@ def test_share_deviation_figure() -> None:
             f"{1e6 / lookup:,.0f} lookups/s (steps of 64)"
         )
         assert dev < 0.04
+
+
+@pytest.mark.parametrize(
+    ("shares", "G", "percents"),
+    [((40, 45, 15), 32, ("40%", "45%", "15%")), ((1, 1, 1), 12, ("33.3%",) * 3),
+     ((0.5, 0.375, 0.125), 8, ("50%", "37.5%", "12.5%"))],
+)  # fmt: skip
+def test_describe_reads_shares_as_percentages_and_the_blocks_each_step_gets(shares, G, percents):
+    """A log line says the shares as the schedule holds them (normalised: shares 40/45/15 are
+    40%, not 4000%) and the blocks a pool gives each step, as the schedule lays them out."""
+    names = ("prose", "verse", "code")
+    mixture = {n: [f"source = '{n}'", s] for n, s in zip(names, shares, strict=True)}
+    spec = LoaderSpec(table="t", seq_len=16, global_batch=G, mixture=mixture, budget_tokens=999)
+    sched = step_schedule(
+        share_weights([float(s) for s in shares]), global_batch=G, block_order="interleave"
+    )
+    per_step = np.diff(sched.steps_before(np.arange(sched.period + 1)), axis=0)
+    want = []
+    for n, pct, lo, hi in zip(names, percents, per_step.min(0), per_step.max(0), strict=True):
+        want.append(f"{n} {pct} ({lo if lo == hi else f'{lo}-{hi}'})")
+    assert spec.describe().endswith(f"mixture of each step's {G} blocks: " + ", ".join(want))

@@ -21,6 +21,7 @@ from typing import Any
 
 from tokenloom.loader.plan.epoch import PlanError, check_block_order
 from tokenloom.loader.plan.recipe import Recipe
+from tokenloom.loader.plan.schedule import share_weights
 from tokenloom.loader.plan.stream.spec import StreamSpec, absolute_uri, check_int
 
 __all__ = ["PoolSpec", "LoaderSpec", "parse_pools", "absolute_uri", "count_column_for"]
@@ -311,13 +312,40 @@ class LoaderSpec(StreamSpec):
             what += f", {r.long_docs} {r.window or self.seq_len}+{r.overlap}"
             what += " (overlap trained)" if r.overlap_loss else ""
             what += f" cut at {r.cut_column}" if r.cut_column else ""
-        pools = ", ".join(f"{p.name} {p.share:.0%}" for p in self.mixture)
+        pools = self._describe_mixture()
         return (
             f"{what}, {self.global_batch} x {self.seq_len} per step, {self.block_order} order, "
             f"seed {self.seed}"
             + (f", order by {self.order_by} jitter {self.order_jitter}" if self.order_by else "")
             + (f", mixture {pools}" if pools else "")
         )
+
+    def _describe_mixture(self) -> str:
+        """The pools' shares as the schedule holds them (normalised, rounded for reading) and
+        the blocks each gives a global step (``floor`` or ``ceil`` of its exact quota)."""
+        if not self.mixture:
+            return ""
+        G = self.global_batch
+        try:
+            w = share_weights([p.share for p in self.mixture])
+        except PlanError:  # a share too small for the schedule: its planner says so
+            total = sum(p.share for p in self.mixture)
+            return ", ".join(f"{p.name} {_percent(p.share / total)}" for p in self.mixture)
+        W = int(w.sum())
+        parts = []
+        for p, wp in zip(self.mixture, w.tolist(), strict=True):
+            lo, hi = G * wp // W, -(-G * wp // W)
+            parts.append(f"{p.name} {_percent(wp / W)} ({lo if lo == hi else f'{lo}-{hi}'})")
+        return f"of each step's {G} blocks: " + ", ".join(parts)
+
+
+def _percent(fraction: float) -> str:
+    """``fraction`` as a person writes a percentage: ``40%``, ``33.3%``, ``0.01%``."""
+    pct = 100.0 * fraction
+    text = f"{pct:.1f}".rstrip("0").rstrip(".")
+    if text == "0":  # a share under 0.05%: its first digits
+        text = f"{pct:.1g}"
+    return text + "%"
 
 
 def count_column_for(token_column: str) -> str:
