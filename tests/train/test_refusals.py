@@ -44,7 +44,10 @@ def test_the_config_refuses_a_bad_optimizer_value(tmp_path, field, value):
 def test_a_selection_without_a_single_step_is_refused_not_looped(tmp_path, args, why):
     # Every epoch would end at once and the loop would start the next one forever.
     uri = token_table(tmp_path, real_paragraphs(6))
-    out = tmp_path / "run"
+    mine = tmp_path / "mine"  # a folder of the user's: the refused run leaves it as it was
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept")
+    out = tmp_path / "runs" / "run" if args[0] == "--filter" else mine
     shape = ("--seq-len", "512", "--global-batch-size", "8", "--steps", "1")
     proc = run_cli(
         "--quiet", "train", "--table", uri, "--out", str(out), *shape, *args, timeout=120
@@ -52,4 +55,7 @@ def test_a_selection_without_a_single_step_is_refused_not_looped(tmp_path, args,
     assert proc.returncode == 1, proc.stderr
     assert "epoch 0 has no step" in proc.stderr and why in proc.stderr
     assert "Traceback" not in proc.stderr
-    assert not out.exists() or not any(out.iterdir())  # nothing written: a rerun needs no flag
+    # nothing written, and no empty --out (nor the parent it made) left: a rerun needs no flag
+    assert not (tmp_path / "runs").exists()
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "kept"

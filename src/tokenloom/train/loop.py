@@ -74,8 +74,8 @@ from tokenloom.train.runs import (
     check_resume,
     load_weights,
     parent_run,
-    prepare_out,
     rewind_run,
+    run_out,
 )
 
 __all__ = [
@@ -272,8 +272,11 @@ def train(
                 log(f"rewound {cfg.out} to its step {rewind}{where}")
             dist.barrier()
         cfg = plan_budget(cfg, resume=resume, log=log if dist.is_main else None)
-        prepare_out(cfg, resume, overwrite, dist)
-        with StopRequest() as stop, contextlib.ExitStack() as closing:
+        with (
+            run_out(cfg, resume, overwrite, dist),
+            StopRequest() as stop,
+            contextlib.ExitStack() as closing,
+        ):
             main = dist.is_main
             trainer = _Trainer(
                 cfg,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from tokenloom.train.model import GPT
 __all__ = [
     "check_resume",
     "prepare_out",
+    "run_out",
     "Interrupted",
     "StopRequest",
     "Parent",
@@ -131,6 +133,33 @@ def prepare_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> 
                 if last is not None and step > last:
                     discard_checkpoint(os.path.join(out, step_name(step)))
     dist.barrier()
+
+
+@contextlib.contextmanager
+def run_out(cfg: TrainConfig, resume: bool, overwrite: bool, dist: Dist) -> Iterator[None]:
+    """:func:`prepare_out`, for the body of a run: the folders of ``cfg.out`` it made are removed
+    again when the run fails while they are still empty (a refused run leaves no empty ``--out``
+    behind, so the rerun needs no flag). A folder that was there before is never removed, nor
+    one holding anything."""
+    made = []  # the folders of out that do not exist yet, deepest first
+    path = os.path.abspath(cfg.out)
+    while not os.path.lexists(path):
+        made.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    try:
+        prepare_out(cfg, resume, overwrite, dist)
+        yield
+    except BaseException:
+        if dist.is_main:
+            for folder in made:
+                try:
+                    os.rmdir(folder)  # only an empty folder goes
+                except OSError:
+                    break
+        raise
 
 
 def _release_pins(out: str, storage_options: Any) -> None:

@@ -35,7 +35,7 @@ from tokenloom.train.dist import Dist, device_name
 from tokenloom.train.metrics import MetricsLog
 from tokenloom.train.presets import PRESETS
 from tokenloom.train.record import RunRecord
-from tokenloom.train.runs import StopRequest, check_resume, prepare_out
+from tokenloom.train.runs import StopRequest, check_resume, run_out
 from tokenloom.vision.spec import ImageTextSpec
 
 __all__ = ["train_vlm", "UNSUPPORTED"]
@@ -339,8 +339,11 @@ def train_vlm(
     _check(cfg)
     dist = Dist.setup(cfg.device)
     try:
-        prepare_out(cfg, resume, overwrite, dist)
-        with StopRequest() as stop, contextlib.ExitStack() as closing:
+        with (
+            run_out(cfg, resume, overwrite, dist),
+            StopRequest() as stop,
+            contextlib.ExitStack() as closing,
+        ):
             quiet = lambda *_: None  # noqa: E731 - the other ranks say nothing
             run = _VLMRun(cfg, dist, stop, log if dist.is_main else quiet)
             run.setup(resume, reschedule, allow_data_change)
