@@ -284,17 +284,24 @@ def module_name(path: str) -> tuple[str, bool]:
     return ".".join(parts), False
 
 
-def _imports(text: str, module: str, is_package: bool) -> set[str]:
-    """Dotted names a module's source imports (absolute, relative ones resolved)."""
+def _imports(text: str, module: str, is_package: bool) -> list[tuple[str, ...]]:
+    """What a module's source imports: per imported name, the dotted names it may mean, most
+    specific first (``from a import b``: the submodule ``a.b``, else ``a``; ``import a.b``:
+    ``a.b``, else ``a``); relative imports resolved."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):  # not Python 3 source: no imports known
-        return set()
-    out: set[str] = set()
+        return []
+    out: list[tuple[str, ...]] = []
     package = module if is_package else module.rpartition(".")[0]
+
+    def up(name: str) -> tuple[str, ...]:
+        parts = name.split(".")
+        return tuple(".".join(parts[:k]) for k in range(len(parts), 0, -1))
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            out.extend(up(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".") if package else []
@@ -304,16 +311,17 @@ def _imports(text: str, module: str, is_package: bool) -> set[str]:
                 target = ".".join(p for p in (base, node.module or "") if p)
             else:
                 target = node.module or ""
-            if target:
-                out.add(target)
-            out.update(f"{target}.{alias.name}" if target else alias.name for alias in node.names)
+            if not target:
+                continue
+            out.extend((f"{target}.{alias.name}", *up(target)) for alias in node.names)
     return out
 
 
 def import_order(paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:
     """The order of one group's Python files: a module after the modules of the group it
-    imports (``import a.b`` needs ``a.b`` and its packages ``a``), ties by path; a cycle is
-    broken at its smallest path. Returns positions into ``paths``.
+    imports (``import a.b`` and ``from a import b`` need the module ``a.b`` when the group holds
+    it, else ``a``), ties by path; a cycle is broken at its smallest path. Returns positions
+    into ``paths``.
     """
     n = len(paths)
     names = [module_name(p) for p in paths]
@@ -322,12 +330,13 @@ def import_order(paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         index.setdefault(names[i][0], i)
     needs: list[set[int]] = [set() for _ in range(n)]
     for i, (text, (mod, pkg)) in enumerate(zip(texts, names, strict=True)):
-        for target in _imports(text or "", mod, pkg):
-            parts = target.split(".")
-            for k in range(len(parts), 0, -1):  # a.b.c needs a.b.c, a.b and a
-                j = index.get(".".join(parts[:k]))
-                if j is not None and j != i:
-                    needs[i].add(j)
+        for meanings in _imports(text or "", mod, pkg):
+            for name in meanings:  # the most specific module of the group it names
+                j = index.get(name)
+                if j is not None:
+                    if j != i:
+                        needs[i].add(j)
+                    break
     waiting = [len(s) for s in needs]
     users: list[list[int]] = [[] for _ in range(n)]
     for i, s in enumerate(needs):
@@ -338,8 +347,8 @@ def import_order(paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:
     done = [False] * n
     out: list[int] = []
     while len(out) < n:
-        if not ready:  # a cycle: the smallest path not placed yet goes first
-            i = min((i for i in range(n) if not done[i]), key=lambda i: paths[i])
+        if not ready:  # only cycles are left: break one at its smallest path
+            i = _cycle_head(needs, done, paths)
             waiting[i] = 0
             heapq.heappush(ready, (paths[i], i))
         _, i = heapq.heappop(ready)
@@ -353,3 +362,26 @@ def import_order(paths: Sequence[str], texts: Sequence[str]) -> np.ndarray:
                 if waiting[u] == 0:
                     heapq.heappush(ready, (paths[u], u))
     return np.asarray(out, dtype=np.int64)
+
+
+def _cycle_head(needs: list[set[int]], done: list[bool], paths: Sequence[str]) -> int:
+    """The smallest path among the files of a cycle that waits on nothing outside itself (a
+    file that only waits on a cycle is not one of them)."""
+    memo: dict[int, set[int]] = {}
+
+    def reach(i: int) -> set[int]:
+        if i not in memo:
+            seen, todo = set(), [i]
+            while todo:
+                for j in needs[todo.pop()]:
+                    if not done[j] and j not in seen:
+                        seen.add(j)
+                        todo.append(j)
+            memo[i] = seen
+        return memo[i]
+
+    left = sorted((i for i in range(len(done)) if not done[i]), key=lambda i: paths[i])
+    for i in left:
+        if all(i in reach(j) for j in reach(i)):
+            return i
+    return left[0]  # not reached: a file waiting only on placed files would be ready
