@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import heapq
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -284,14 +285,37 @@ def module_name(path: str) -> tuple[str, bool]:
     return ".".join(parts), False
 
 
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import\b|import[ \t]+[\w.])", re.M)
+
+
+def _import_nodes(text: str) -> list[ast.stmt]:
+    """The import statements of a source, at any depth: each line that starts one (with its
+    parenthesised or backslash-continued lines) parsed by :mod:`ast` alone. Parsing the whole
+    file gives the same statements for ordinary code and costs ~10x more; a line inside a string
+    that reads as an import statement counts as one, and a line that does not parse is skipped.
+    """
+    out: list[ast.stmt] = []
+    for match in _IMPORT_LINE.finditer(text):
+        start = match.start()
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        while end < len(text) and (
+            text[start:end].count("(") > text[start:end].count(")")
+            or text[start:end].rstrip().endswith("\\")
+        ):
+            nxt = text.find("\n", end + 1)
+            end = len(text) if nxt < 0 else nxt
+        try:
+            out.extend(ast.parse(text[start:end].strip()).body)
+        except (SyntaxError, ValueError):  # not an import after all (or not Python 3)
+            continue
+    return out
+
+
 def _imports(text: str, module: str, is_package: bool) -> list[tuple[str, ...]]:
     """What a module's source imports: per imported name, the dotted names it may mean, most
     specific first (``from a import b``: the submodule ``a.b``, else ``a``; ``import a.b``:
     ``a.b``, else ``a``); relative imports resolved."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):  # not Python 3 source: no imports known
-        return []
     out: list[tuple[str, ...]] = []
     package = module if is_package else module.rpartition(".")[0]
 
@@ -299,7 +323,7 @@ def _imports(text: str, module: str, is_package: bool) -> list[tuple[str, ...]]:
         parts = name.split(".")
         return tuple(".".join(parts[:k]) for k in range(len(parts), 0, -1))
 
-    for node in ast.walk(tree):
+    for node in _import_nodes(text):
         if isinstance(node, ast.Import):
             out.extend(up(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
