@@ -182,6 +182,12 @@ class Planner:
         """With ``spec.group``: the selection's rows as groups (the plan's documents), and
         :attr:`row_inputs` the rows' own inputs; :attr:`inputs` are then the groups'."""
         self.row_inputs: PlanInputs = self.inputs
+        if spec.group is not None and changes:
+            raise LoaderError(
+                "grouped rows (--group-by, --file-marker, --bos) are not combined with data "
+                "changes (--data-change continue, --reweight, --exclude) yet; start a new run "
+                "with --init-from instead"
+            )
         if spec.group is not None:
             self.files = scan_files(ds, self.inputs, spec.group, spec.token_column)
             self.inputs = group_inputs(self.files, self.row_inputs)
