@@ -252,6 +252,7 @@ def test_units_with_groups_verify_resume_and_a_corrupted_marker(table):
     assert "prefix (file marker or BOS) of row" in marker_problem(sample)
 
 
+@pytest.mark.slow  # three subprocesses (train imports torch): scheduled first
 def test_cli_train_trace_and_refusal(table, tmp_path):
     out = str(tmp_path / "run")
     common = ["train", "--table", table, "--model", "tiny", "--seq-len", "64",
