@@ -128,9 +128,9 @@ class GroupSpec:
     """The column naming each row (``trace``; ``{name}`` in ``marker``). ``None``: the order
     column, else ``path`` with ``order="imports"``, else ``id``."""
     marker: str | None = None
-    """Text put before each row's tokens, encoded once per row by the column's tokenizer
-    (``{name}`` and ``{COLUMN}`` are replaced by the row's values; a special token the
-    tokenizer defines, e.g. ``<|file|>``, is encoded as that token). ``None``: no marker."""
+    """Text put before each row's tokens, encoded once per row by the column's tokenizer as
+    ordinary text (``{name}`` and ``{COLUMN}`` are replaced by the row's values; a spelling such
+    as ``<|file|>`` becomes the tokens its text encodes to). ``None``: no marker."""
     bos: bool = False
     """Start each document with the tokenizer's BOS id (refused when it defines none)."""
 
