@@ -85,13 +85,18 @@ def command(
         f"{'loss':>12} {'overlap':>9} {'docs':>8} {'repeats':>8} {'passes':>6}"
     )
     masked = planner.spec.loss_mask_column is not None  # a column only with a loss mask
-    click.echo(head + (f" {'masked':>10}" if masked else ""))
+    grouped = planner.files is not None  # markers: a column only with a grouped spec
+    click.echo(
+        head + (f" {'masked':>10}" if masked else "") + (f" {'markers':>9}" if grouped else "")
+    )
     for p in led.pools:
         click.echo(
             f"  {p.name:<12} {p.blocks:>9,} {p.body_tokens:>12,} {p.separator_tokens:>9,} "
             f"{p.padding_positions:>10,} {p.loss_positions:>12,} {p.overlap_tokens:>9,} "
             f"{p.unique_documents:>8,} {p.documents_seen_more_than_once:>8,} "
-            f"{p.passes:>6}" + (f" {p.masked_tokens:>10,}" if masked else "")
+            f"{p.passes:>6}"
+            + (f" {p.masked_tokens:>10,}" if masked else "")
+            + (f" {p.marker_tokens:>9,}" if grouped else "")
         )
     for ph in phases:
         spent = ", ".join(f"{k} {v:,}" for k, v in ph["blocks_before"].items())

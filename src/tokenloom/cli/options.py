@@ -229,6 +229,7 @@ LOADER_KEYS = (
     "order_by",
     "order_jitter",
     "loss_mask_column",
+    *("group_by", "group_order", "group_name", "file_marker", "bos"),
 )
 """The keyword arguments :func:`loader_options` adds to a command (:func:`loader_spec` takes
 them back out)."""
@@ -395,6 +396,41 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
             "label -100, e.g. from `tokenloom backfill run --udf "
             "tokenloom.backfill.builtin:LossMask`.",
         ),
+        click.option(
+            "--group-by",
+            default=None,
+            metavar="COLUMN",
+            help="Join the rows sharing this column's value (a package, a book) into one "
+            "document: shuffled, packed and cut as one.",
+        ),
+        click.option(
+            "--group-order",
+            default=None,
+            metavar="COLUMN|imports",
+            help="Order of a group's rows: a column (then id), or imports (a Python module "
+            "after the modules of its group it imports) [default: id].",
+        ),
+        click.option(
+            "--group-name",
+            default=None,
+            metavar="COLUMN",
+            help="The column naming each row (trace, {name} in --file-marker) [default: the "
+            "--group-order column; path with imports; else id].",
+        ),
+        click.option(
+            "--file-marker",
+            default=None,
+            metavar="TEXT",
+            help="Text before each row's tokens, encoded by the column's tokenizer; {name} and "
+            "{COLUMN} take the row's values, \\n and \\t are a newline and a tab "
+            "(e.g. '<|file|> {name}\\n').",
+        ),
+        click.option(
+            "--bos",
+            is_flag=True,
+            default=False,
+            help="Start each document with the tokenizer's BOS id (refused when it has none).",
+        ),
     ]
     if epoch:
         opts.append(
@@ -405,6 +441,20 @@ def loader_options(func=None, *, epoch: bool = False, run: bool = True):  # noqa
     for opt in reversed(opts):
         func = opt(func)
     return func
+
+
+def group_option(values: dict[str, Any]) -> dict[str, Any] | None:
+    """Pop ``--group-by``, ``--group-order``, ``--group-name``, ``--file-marker`` and ``--bos``
+    out of ``values`` as a :class:`~tokenloom.loader.plan.spec.GroupSpec` mapping (``None``: none
+    given)."""
+    key, order = values.pop("group_by", None), values.pop("group_order", None)
+    name, marker = values.pop("group_name", None), values.pop("file_marker", None)
+    bos = bool(values.pop("bos", False))
+    if key is None and order is None and name is None and marker is None and not bos:
+        return None
+    if marker is not None:
+        marker = marker.replace("\\n", "\n").replace("\\t", "\t")
+    return {"key": key, "order": order, "name": name, "marker": marker, "bos": bos}
 
 
 def parse_mixture_option(value: str | None) -> Any:
@@ -435,8 +485,21 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
 
     run = options.pop("run", None)
     values = {k: options.pop(k) for k in LOADER_KEYS if k in options}
+    group = group_option(values)
     if run is not None:
-        return run_spec(run, table, values)
+        spec = run_spec(run, table, values)
+        if group is not None:
+            from tokenloom.loader.plan.epoch import PlanError
+            from tokenloom.loader.plan.spec import GroupSpec
+
+            with usage_errors(PlanError):
+                same = GroupSpec.parse(group) == spec.group
+            if not same:
+                raise click.UsageError(
+                    f"the grouping options differ from the run's ({spec.group}); drop them to "
+                    "read the run's stream"
+                )
+        return spec
     if table is None:
         raise click.UsageError(
             "--table is required: pass --table PATH, or --run DIR to read the loader options "
@@ -444,6 +507,7 @@ def loader_spec(table: str | None, options: dict[str, Any]) -> Any:
         )
     values["version"] = values.pop("table_version", None)
     values["mixture"] = parse_mixture_option(values.get("mixture"))
+    values["group"] = group
     from tokenloom.loader.plan.epoch import PlanError
     from tokenloom.table.filters import FilterError, check_structure
 

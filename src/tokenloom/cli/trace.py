@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+import numpy as np
 
 from tokenloom.cli.options import json_option, run_record, storage_options_option
 
@@ -21,14 +22,18 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
         return []
     spec = run.planner.spec
     column = spec.token_column
+    files = run.planner.files
+    name = spec.group.name_column if spec.group is not None else None
     # each step's rows as the version it read holds them (a run whose data changed read several)
     data: dict[str, list] = {"id": [], "source": [], "text": [], column: []}
+    if name is not None and name not in data:
+        data[name] = []
     rows: dict[tuple[int, int], int] = {}
     for version in sorted({run.version_at(s.step) for s in seen}):
         table = Table.open(spec.table, version=version, storage_options=run.planner.storage_options)
         ids = sorted({s.row_id for s in seen if run.version_at(s.step) == version})
         found = table.dataset.to_table(
-            columns=["id", "source", "text", column], filter=f"id IN ({', '.join(map(str, ids))})"
+            columns=list(data), filter=f"id IN ({', '.join(map(str, ids))})"
         )
         part = found.to_pydict()
         part[column] = as_token_lists(found.column(column), found.schema.field(column)).to_pylist()
@@ -45,10 +50,17 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
     out = []
     for s in seen:
         k = rows[(run.version_at(s.step), s.row_id)]
-        if tok is not None:
+        if s.kind == "marker" and files is not None:  # a prefix before the row: its ids
+            member = int(np.flatnonzero(files.rows == s.row_id)[0])
+            ids = files.prefix_of(member)[s.token_start : s.token_end].tolist()
+            text = tok.decode(ids) if tok is not None else str(ids)
+        elif tok is not None:
             text = tok.decode(data[column][k][s.token_start : s.token_end])
         else:
             text = data["text"][k]
+        extra = {}
+        if files is not None:
+            extra = {"document": s.group, "kind": s.kind, "file": str(data[name][k])}
         out.append(
             {
                 "step": s.step,
@@ -63,6 +75,7 @@ def describe(run, seen: list, *, chars: int = 60) -> list[dict]:  # noqa: ANN001
                 "context": [s.token_start, s.context_end] if s.context_end is not None else None,
                 "provenance": list(s.as_tuple()),
                 "snippet": " ".join(text.split())[:chars],
+                **extra,
             }
         )
     return out
@@ -144,6 +157,10 @@ def command(
         rng = f"[{r['tokens'][0]}, {r['tokens'][1]})"
         if r["context"]:
             rng += f" ctx<{r['context'][1]}"
+        if "file" in r:  # grouped: the file the tokens come from, its marker named as such
+            what = "marker of" if r["kind"] == "marker" else "file"
+            click.echo(f"{'':>6} {'':>4} {'':>5} {'':>5} {'':>8}  doc {r['document']}, "
+                       f"{what} {r['file']!r}")  # fmt: skip
         click.echo(
             f"{r['step']:>6} {r['rank']:>4} {r['block']:>5} {r['position']:>5} {r['row_id']:>8}  "
             f"{r['pool']:<8} {r['source']:<16} {rng:<15} {r['snippet']!r}"

@@ -46,9 +46,9 @@ def read_stdlib() -> Iterator[Record]:
     """Yield one document per standard library file, in sorted path order.
 
     Yields:
-        A :class:`CorpusDocument` with meta ``path`` (relative to the stdlib directory) and
-        ``module`` (dotted name); or :class:`Skipped` (``too_large``, ``not_utf8``, ``empty``,
-        ``over_file_cap``).
+        A :class:`CorpusDocument` with meta ``path`` (relative to the stdlib directory),
+        ``module`` (dotted name) and ``package`` (its top-level package); or :class:`Skipped`
+        (``too_large``, ``not_utf8``, ``empty``, ``over_file_cap``).
     """
     root = stdlib_dir()
     taken = 0
@@ -70,4 +70,5 @@ def read_stdlib() -> Iterator[Record]:
             continue
         module = rel[: -len(".py")].replace("/", ".").removesuffix(".__init__")
         taken += 1
-        yield CorpusDocument(text=text, meta={"path": rel, "module": module})
+        package = module.split(".")[0]  # the top-level package (a module of its own: itself)
+        yield CorpusDocument(text=text, meta={"path": rel, "module": module, "package": package})

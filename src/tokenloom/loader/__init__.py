@@ -57,7 +57,7 @@ from tokenloom.loader.plan.pack import (
 from tokenloom.loader.plan.recipe import BlockCounts, Recipe, plan_recipe_epoch
 from tokenloom.loader.plan.shuffle import PERMUTATION_ALGORITHM, epoch_permutation, epoch_rng
 from tokenloom.loader.plan.spans import Spans, block_spans
-from tokenloom.loader.plan.spec import LoaderSpec, PoolSpec
+from tokenloom.loader.plan.spec import GroupSpec, LoaderSpec, PoolSpec
 from tokenloom.loader.plan.state import (
     LoaderState,
     LoaderStateError,
@@ -102,6 +102,7 @@ __all__ = [
     # one spec, one plan interface, one step layout
     "LoaderSpec",
     "PoolSpec",
+    "GroupSpec",
     "Planner",
     "EmptyEpochError",
     "PlanStore",

@@ -12,6 +12,7 @@ emits it (the same packing code on placeholder tokens), without reading a token.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,13 @@ class Seen:
     context_end: int | None = None
     """Tokens ``[token_start, context_end)`` were context only (a window repeating the end of
     the previous one: input, no loss); ``None`` when the stretch has no context."""
+
+    kind: str = "tokens"
+    """``tokens``: the row's own tokens; ``marker``: tokens of the prefix put before the row
+    (its file marker, a document's BOS) by a grouped spec, ``[token_start, token_end)`` of that
+    prefix (:meth:`~tokenloom.loader.plan.files.Files.prefix_of`)."""
+    group: int | None = None
+    """With a grouped spec: the document (group id, the plan's row) the stretch belongs to."""
 
     def as_tuple(self) -> tuple[int, int, int, int, int]:
         """The loader's provenance row ``(block, position, row id, token start, token end)``."""
@@ -123,6 +131,39 @@ class RunTrace:
                         pool=names[pool] if pool >= 0 else names[0], context_end=c_end,
                     )
                 )  # fmt: skip
+        return self._unfold(out)
+
+    def _unfold(self, seen: list[Seen]) -> list[Seen]:
+        """With a grouped spec: each stretch of a group as the pieces of its files (the file's
+        row and token range, its position in the block) and of their markers."""
+        files = self.planner.files
+        if files is None or not seen:
+            return seen
+        from tokenloom.loader.plan.files import MARKER
+
+        g = np.array([x.row_id for x in seen], dtype=np.int64)
+        a = np.array([x.token_start for x in seen], dtype=np.int64)
+        b = np.array([x.token_end for x in seen], dtype=np.int64)
+        ctx = np.array([a[i] if x.context_end is None else x.context_end
+                        for i, x in enumerate(seen)], dtype=np.int64)  # fmt: skip
+        p = files.unfold(g, a, b)
+        out = []
+        for k in range(len(p)):
+            x = seen[int(p.stretch[k])]
+            lo, hi, at = int(p.lo[k]), int(p.hi[k]), int(p.at[k])
+            c = min(max(int(ctx[p.stretch[k]]), at), at + hi - lo) - at + lo
+            out.append(
+                dataclasses.replace(
+                    x,
+                    position=x.position + at - x.token_start,
+                    row_id=int(files.rows[p.member[k]]),
+                    token_start=lo,
+                    token_end=hi,
+                    context_end=c if c > lo else None,
+                    kind="marker" if p.kind[k] == MARKER else "tokens",
+                    group=x.row_id,
+                )
+            )
         return out
 
     def step(self, step: int, rank: int | None = None) -> list[Seen]:
@@ -156,9 +197,15 @@ class RunTrace:
             for a in range(lo, hi, chunk):
                 spans = view.group(np.arange(a, min(a + chunk, hi), dtype=np.int64)).spans
                 real = spans.row_id >= 0
-                ids.append(np.unique(spans.row_id[real]))
-                stretches += int(real.sum())
-                tokens += int(np.sum((spans.tok_end - spans.tok_start)[real], dtype=np.int64))
+                row_id, lo, up = spans.row_id[real], spans.tok_start[real], spans.tok_end[real]
+                files = self.planner.files
+                if files is not None:  # groups: their files' rows and tokens
+                    p = files.unfold(row_id, lo, up)
+                    own = p.kind == 0
+                    row_id, lo, up = files.rows[p.member[own]], p.lo[own], p.hi[own]
+                ids.append(np.unique(row_id))
+                stretches += int(row_id.shape[0])
+                tokens += int(np.sum(up - lo, dtype=np.int64))
             done, epoch = done + view.steps, epoch + 1
         rows = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
         return rows.astype(np.int64, copy=False), stretches, tokens
@@ -168,14 +215,21 @@ class RunTrace:
         in steps ``1..steps_done``, epochs and repeats included."""
         out: list[Seen] = []
         done, epoch = 0, 0
+        files = self.planner.files
+        doc = row_id
+        if files is not None:  # the group holding the row
+            where = np.flatnonzero(files.rows == row_id)
+            if not where.size:
+                return []
+            doc = int(files.group_of(where)[0])
         while done < self.steps_done:
             view = self.planner.view(epoch)
             n = min(view.steps, self.steps_done - done)
-            wanted = [s for s in view.steps_holding(np.array([row_id])) if s < n]
+            wanted = [s for s in view.steps_holding(np.array([doc])) if s < n]
             for s in wanted:
-                out.extend(self._seen(epoch, s, 1, done, row_id))
+                out.extend(self._seen(epoch, s, 1, done, doc))
             done, epoch = done + n, epoch + 1
-        return out
+        return [x for x in out if x.row_id == row_id]
 
 
 def open_run(

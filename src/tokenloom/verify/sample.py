@@ -116,6 +116,9 @@ class Sample:
     pass): a visit in one may deliver only some of the document's tokens. Empty otherwise."""
     left_out: str | None = None
     """How many rows the filter left out because a column it reads is null (one line)."""
+    files: Any = None
+    """With a grouped spec, the :class:`~tokenloom.loader.plan.files.Files` layout: the
+    sample's rows are its groups (documents)."""
 
 
 def sample_steps(total: int, k: int, seed: int) -> list[int]:
@@ -256,18 +259,56 @@ def fixed_candidates(ds: Any, plan: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_rows(ds: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
-    """Text, stored ids and count of rows (by table id), and a fresh tokenization of each text."""
+    """Text, stored ids and count of rows (by table id), and a fresh tokenization of each text.
+
+    With a grouped spec the plan's rows are groups (``ids``: group ids): each is read as the
+    document the spec makes of it, from its files' rows, apart from the loader's reader: ids
+    (stored and fresh) and text are its files' in order, each after its prefix (file marker,
+    the document's BOS), the prefix's text decoded with ``tokenizer``."""
+    files = getattr(ds.planner, "files", None)
+    if files is None:
+        return _read_rows(ds, ds.inputs, ids, tokenizer)
+    from tokenloom.loader.plan.files import ragged
+
+    g = np.unique(np.asarray(ids, dtype=np.int64))
+    g = g[(g >= 0) & (g < files.groups)]
+    count = files.gptr[g + 1] - files.gptr[g]
+    members = ragged(files.gptr[g], count)
+    rows = _read_rows(ds, ds.planner.row_inputs, files.rows[members], tokenizer)
+    out: dict[int, Row] = {}
+    for k, gid in enumerate(g.tolist()):
+        parts = members[int(count[:k].sum()) : int(count[: k + 1].sum())].tolist()
+        stored, fresh, text, n = [], [], [], 0
+        for m in parts:
+            pre = files.prefix_of(m)
+            row = rows[int(files.rows[m])]
+            stored += [pre, row.stored]
+            fresh += [pre, row.fresh]
+            text += [tokenizer.decode(pre.tolist()) if len(pre) else "", row.text]
+            n += len(pre) + row.n_tokens
+        out[gid] = Row(
+            id=gid,
+            text="".join(text),
+            stored=np.concatenate(stored).astype(np.int64),
+            n_tokens=n,
+            fresh=np.concatenate(fresh).astype(np.int64),
+        )
+    return out
+
+
+def _read_rows(ds: Any, inputs: Any, ids: np.ndarray, tokenizer: Tokenizer) -> dict[int, Row]:
+    """:func:`read_rows` of table rows (``inputs``: the plan inputs of the rows)."""
     from tokenloom.loader.pipeline.take import take
     from tokenloom.table import Table
     from tokenloom.table.tokens import as_token_lists
 
     ids = np.unique(np.asarray(ids, dtype=np.int64))
-    union = np.asarray(ds.inputs.row_ids)
+    union = np.asarray(inputs.row_ids)
     pos = np.minimum(np.searchsorted(union, ids), max(union.size - 1, 0))
     ids = ids[union[pos] == ids] if union.size else ids[:0]  # the rest: not selected (check_text)
     if ids.size == 0:
         return {}
-    rowids = ds.inputs.rowids[np.searchsorted(union, ids)]
+    rowids = inputs.rowids[np.searchsorted(union, ids)]
     column, count, mask = ds.spec.token_column, ds.spec.count_column, ds.spec.loss_mask_column
     opened = Table.open(ds.uri, version=ds.version, storage_options=ds.planner.storage_options)
     columns = ["id", "text", column, count, *([mask] if mask else [])]
@@ -341,4 +382,5 @@ def read_sample(
         rows=read_rows(ds, ids, tokenizer),
         cut_passes=cut_passes(plan),
         left_out=ds.inputs.left_out(),
+        files=getattr(ds.planner, "files", None),
     )

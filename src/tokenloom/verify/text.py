@@ -149,9 +149,51 @@ def _partial_visit(rid: int, parts: list[Stretch], stored: np.ndarray) -> str | 
     return None
 
 
+def marker_problem(sample: Sample) -> str | None:
+    """With a grouped spec: where a prefix token (file marker, BOS) in the batches is not the
+    id the layout puts there (or None). Vectorised per batch."""
+    files = sample.files
+    if files is None:
+        return None
+    from tokenloom.loader.plan.files import MARKER, ragged
+
+    for batch in sample.batches:
+        sp = batch.arrays["spans"]
+        if not len(sp):
+            continue
+        p = files.unfold(sp[:, 2], sp[:, 3], sp[:, 4])
+        m = np.flatnonzero(p.kind == MARKER)
+        if not m.size:
+            continue
+        n = p.hi[m] - p.lo[m]
+        st = p.stretch[m]
+        where = np.repeat(sp[st, 1] + p.at[m] - sp[st, 3], n) + ragged(np.zeros_like(n), n)
+        block = np.repeat(sp[st, 0], n)
+        want = files.prefix[ragged(files.pptr[p.member[m]] + p.lo[m], n)]
+        got = batch.arrays["input_ids"][block, where]
+        bad = np.flatnonzero(got != want)
+        if bad.size:
+            k = int(bad[0])
+            row = int(files.rows[np.repeat(p.member[m], n)[k]])
+            return (
+                f"step {batch.step} block {int(block[k])} position {int(where[k])}: the prefix "
+                f"(file marker or BOS) of row {row} holds id {int(got[k])}, expected "
+                f"{int(want[k])} ({bad.size:,} of {want.size:,} prefix tokens of the step differ)"
+            )
+    return None
+
+
 def check_text(sample: Sample) -> CheckResult:
     """Check 1 (see the module docstring)."""
     started = time.perf_counter()
+    wrong = marker_problem(sample)
+    if wrong is not None:
+        return CheckResult(
+            name="text_reconstruction",
+            passed=False,
+            detail=wrong,
+            seconds=time.perf_counter() - started,
+        )
     tok = sample.tokenizer
     fixed: dict[int, list[Stretch]] = {rid: [] for rid in sample.fixed_rows}
     items = [st for batch in sample.batches for st in stretches(batch)]

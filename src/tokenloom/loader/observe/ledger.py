@@ -37,6 +37,9 @@ class PoolLedger:
     overlap_tokens: int = 0
     """Tokens repeated from the previous window as context (no loss on their targets, unless
     the ledger's ``overlap_loss``: then they are trained again and in ``loss_positions``)."""
+    marker_tokens: int = 0
+    """Tokens a grouped spec put before files (file markers, a document's BOS): counted here,
+    not in ``body_tokens`` (their targets train like any token's)."""
     masked_tokens: int = 0
     """Labels a loss-mask column set to -100 (targets in a masked span; not in
     ``loss_positions``)."""
@@ -188,10 +191,17 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
     P = len(spec.pool_names)
     # with a loss-mask column the ledger reads that column (never the tokens) for each step
     masks = planner.mask_reader() if spec.loss_mask_column is not None else None
+    files = getattr(planner, "files", None)
+    markers = 0
     for s in range(steps):
         layout = view.layout(s)
         counter.add(view.count(layout, view.skeleton(layout, masks), P))
+        if files is not None:
+            markers += _markers(files, layout.spans)
     pools = counter.pools()
+    if files is not None:  # grouped specs have one pool
+        pools[0].marker_tokens = markers
+        pools[0].body_tokens -= markers
     if spec.mixture and not isinstance(view, SplicedView):
         plan = view.plan
         G = spec.global_batch
@@ -214,3 +224,12 @@ def ledger(planner: Any, *, steps: int | None = None, epoch: int = 0) -> Ledger:
         change=change,
         overlap_loss=bool(spec.recipe.overlap_loss),
     )
+
+
+def _markers(files: Any, spans: Any) -> int:
+    """Prefix tokens (markers, BOS) among the new (not context-only) tokens of ``spans``."""
+    real = spans.row_id >= 0
+    start = spans.tok_start
+    if spans.ctx_end is not None:  # (a stretch without context may hold any ctx_end <= start)
+        start = np.clip(spans.ctx_end, spans.tok_start, spans.tok_end)
+    return int(files.marker_counts(spans.row_id[real], start[real], spans.tok_end[real]).sum())

@@ -32,6 +32,7 @@ from tokenloom.loader.observe.gauge import PipelineGauge
 from tokenloom.loader.observe.stats import LoaderStats
 from tokenloom.loader.pipeline.buffers import RecycledBuffers
 from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey
+from tokenloom.loader.pipeline.groups import GroupReader
 from tokenloom.loader.pipeline.planner import Planner
 from tokenloom.loader.pipeline.read import (
     SPLIT_TAKE_PARTS,
@@ -256,6 +257,8 @@ class PackedStream(StreamCursor):
             storage_options=self._storage_options,
             mask_column=self.spec.loss_mask_column,
         )
+        if self.planner.files is not None:  # the plan's rows are groups of the table's rows
+            self.reader = GroupReader(self.reader, self.planner.files, self.planner.row_inputs)
         self.stats = LoaderStats(rows_planned=len(self.inputs.row_ids))
 
     def __getstate__(self) -> dict:

@@ -28,6 +28,7 @@ import numpy as np
 
 from tokenloom.loader.pipeline.exclude import excluded_rows, keep_mask, later_epoch_plan
 from tokenloom.loader.pipeline.exclude import register as _register_exclude
+from tokenloom.loader.pipeline.groups import group_inputs, scan_files
 from tokenloom.loader.pipeline.inputs import (
     INPUTS_FORMAT,
     PlanInputs,
@@ -53,6 +54,7 @@ from tokenloom.loader.plan.change import (
     delivered_rows,
 )
 from tokenloom.loader.plan.compact import count_nonzero
+from tokenloom.loader.plan.files import Files, group_cuts
 from tokenloom.loader.plan.mixture import MIXTURE_ALGORITHM, Pool, plan_mixture
 from tokenloom.loader.plan.recipe import plan_recipe_epoch
 from tokenloom.loader.plan.reweight import register as _register_reweight
@@ -176,6 +178,19 @@ class Planner:
                 allow_missing=spec.allow_missing,
                 store=self.store,
             )
+        self.files: Files | None = None
+        """With ``spec.group``: the selection's rows as groups (the plan's documents), and
+        :attr:`row_inputs` the rows' own inputs; :attr:`inputs` are then the groups'."""
+        self.row_inputs: PlanInputs = self.inputs
+        if spec.group is not None and changes:
+            raise LoaderError(
+                "grouped rows (--group-by, --file-marker, --bos) are not combined with data "
+                "changes (--data-change continue, --reweight, --exclude) yet; start a new run "
+                "with --init-from instead"
+            )
+        if spec.group is not None:
+            self.files = scan_files(ds, self.inputs, spec.group, spec.token_column)
+            self.inputs = group_inputs(self.files, self.row_inputs)
         self.orderings: list[Any] = []
         """With ``spec.order_by``: per pool (one without a mixture), the
         :class:`~tokenloom.loader.plan.order.Ordering` of its rows."""
@@ -206,7 +221,7 @@ class Planner:
             if recipe.cut_column is not None:
                 check_cut_column(ds, recipe.cut_column, units=recipe.long_docs == "units")
             tables = [
-                _window_table(ds, inp, recipe, spec.seq_len)
+                _window_table(ds, inp, recipe, spec.seq_len, files=self._window_files(recipe))
                 for inp in (self.pool_inputs if spec.mixture else [self.inputs])
             ]
             if spec.mixture:
@@ -248,6 +263,12 @@ class Planner:
         self._previous: Planner | None = None
         self._spliced: dict[int, SplicedView] = {}
         self._excluded: np.ndarray | None = None
+
+    def _window_files(self, recipe: Any) -> tuple[Files, PlanInputs] | None:
+        """Grouped windows: the layout whose file edges are cut points, and the rows' inputs."""
+        if self.files is None or not recipe.windows:
+            return None
+        return self.files, self.row_inputs
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -620,6 +641,12 @@ class Planner:
             }
             info["tokens"] = _head_tokens(view) + plan.num_tokens
             info["blocks"] = view.at * view.global_batch + plan.num_blocks
+        if self.files is not None:
+            info["groups"] = {
+                "documents": self.files.groups,
+                "rows": int(self.files.rows.shape[0]),
+                "prefix_tokens": self.files.prefix_tokens,
+            }
         if self.orderings:
             info["order_by"] = self.spec.order_by
             info["order_null_rows"] = sum(o.null_rows for o in self.orderings)
@@ -711,15 +738,27 @@ def check_loss_mask(ds: Any, spec: LoaderSpec, rowids: np.ndarray, uri: str) -> 
 
 
 def _window_table(
-    ds: Any, inputs: PlanInputs, recipe: Any, seq_len: int, n_tokens: Any = None
+    ds: Any,
+    inputs: PlanInputs,
+    recipe: Any,
+    seq_len: int,
+    n_tokens: Any = None,
+    files: tuple[Files, PlanInputs] | None = None,
 ) -> WindowTable:
     """The windows of one selection's long rows, cut at the recipe's cut column if any
     (``n_tokens``: other lengths than the stored ones, e.g. a change's tail leaving rows out as
-    empty; ``ds`` is only read for the cut column)."""
+    empty; ``ds`` is only read for the cut column; ``files``: the rows are groups, cut at their
+    files' edges and at their files' cut points)."""
     column = recipe.cut_column
     reader = None
     if column is not None:
         reader = lambda at: take_cut_points(ds, inputs, column, at)  # noqa: E731
+    if files is not None:
+        layout, rows = files
+        own = None
+        if column is not None:
+            own = lambda at: take_cut_points(ds, rows, column, at)  # noqa: E731
+        reader = lambda at: group_cuts(layout, at, own)  # noqa: E731
     return window_table(
         inputs.row_ids,
         inputs.n_tokens if n_tokens is None else n_tokens,

@@ -24,7 +24,7 @@ from tokenloom.loader.plan.recipe import Recipe
 from tokenloom.loader.plan.schedule import share_weights
 from tokenloom.loader.plan.stream.spec import StreamSpec, absolute_uri, check_int
 
-__all__ = ["PoolSpec", "LoaderSpec", "parse_pools", "absolute_uri", "count_column_for"]
+__all__ = ["GroupSpec", "PoolSpec", "LoaderSpec", "parse_pools", "absolute_uri", "count_column_for"]
 
 SPEC_VERSION = 1
 """Layout version of :meth:`LoaderSpec.to_dict`."""
@@ -103,6 +103,106 @@ def parse_pools(mixture: Any) -> tuple[PoolSpec, ...]:
     return tuple(pools)
 
 
+IMPORTS = "imports"
+"""``GroupSpec.order`` value: order a group's Python files after the modules they import."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupSpec:
+    """Rows joined into one training document (:mod:`~tokenloom.loader.plan.files`).
+
+    With a ``key``, the selected rows sharing its value (a package, a book) become ONE document:
+    they are shuffled as one, packed as one (one segment, one EOS at its end, cut like one long
+    document), in the ``order`` of a column or, for Python files, of their imports. Each file
+    may start with a marker and each document with the tokenizer's BOS: extra token ids, not
+    stored in the table, counted apart by the ledger and checked by ``verify``. Without a key
+    each row is its own document (markers and BOS only).
+    """
+
+    key: str | None = None
+    """The column whose value groups rows (``None``: every row is its own document)."""
+    order: str | None = None
+    """How a group's rows are ordered: a column (ascending, then ``id``), or ``"imports"``:
+    a Python module after the modules of its group it imports (ties and cycles by ``name``).
+    ``None``: by ``id``."""
+    name: str | None = None
+    """The column naming each row (``trace``; ``{name}`` in ``marker``). ``None``: the order
+    column, else ``path`` with ``order="imports"``, else ``id``."""
+    marker: str | None = None
+    """Text put before each row's tokens, encoded once per row by the column's tokenizer as
+    ordinary text (``{name}`` and ``{COLUMN}`` are replaced by the row's values; a spelling such
+    as ``<|file|>`` becomes the tokens its text encodes to). ``None``: no marker."""
+    bos: bool = False
+    """Start each document with the tokenizer's BOS id (refused when it defines none)."""
+
+    def __post_init__(self) -> None:
+        for what in ("key", "order", "name", "marker"):
+            value = getattr(self, what)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise PlanError(f"group {what} must be a non-empty string, got {value!r}")
+        if not isinstance(self.bos, bool):
+            raise PlanError(f"group bos must be True or False, got {self.bos!r}")
+        if self.key is None and self.order is not None:
+            raise PlanError(
+                f"group order {self.order!r} orders the rows of a group; pass a key (--group-by)"
+            )
+        if self.key is None and self.marker is None and not self.bos:
+            raise PlanError("a group spec needs a key (--group-by), a marker or bos")
+        if self.marker is not None:
+            import string
+
+            try:
+                fields = [f for _, f, _, _ in string.Formatter().parse(self.marker) if f]
+            except ValueError as exc:
+                raise PlanError(f"group marker {self.marker!r}: {exc}") from None
+            bad = [f for f in fields if not f.isidentifier()]
+            if bad:
+                raise PlanError(
+                    f"group marker {self.marker!r}: {{{bad[0]}}} is not a column name; write "
+                    "{name} or {COLUMN} (double braces for a literal brace)"
+                )
+
+    @property
+    def name_column(self) -> str:
+        """The column naming each row (see :attr:`name`)."""
+        if self.name is not None:
+            return self.name
+        if self.order is not None:
+            return "path" if self.order == IMPORTS else self.order
+        return "id"
+
+    def marker_columns(self) -> tuple[str, ...]:
+        """Columns the marker reads (``name`` maps to :attr:`name_column`)."""
+        if self.marker is None:
+            return ()
+        import string
+
+        fields = {f for _, f, _, _ in string.Formatter().parse(self.marker) if f}
+        return tuple(sorted(self.name_column if f == "name" else f for f in fields))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("key", "order", "name", "marker", "bos")}
+
+    def describe(self) -> str:
+        """A few words for logs."""
+        out = f"grouped by {self.key}" if self.key else "one row per document"
+        out += f" in {self.order} order" if self.order else ""
+        out += f", marker {self.marker!r}" if self.marker else ""
+        return out + (", BOS" if self.bos else "")
+
+    @classmethod
+    def parse(cls, value: Any) -> GroupSpec | None:
+        """A group spec from ``None``, a :class:`GroupSpec` or its :meth:`to_dict` form."""
+        if value is None or isinstance(value, GroupSpec):
+            return value
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - {"key", "order", "name", "marker", "bos"})
+            if unknown:
+                raise PlanError(f"unknown group option(s) {', '.join(unknown)}")
+            return cls(**dict(value))
+        raise PlanError(f"group must be a GroupSpec or a mapping, got {type(value).__name__}")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoaderSpec(StreamSpec):
     """Which stream of packed blocks a loader delivers (see the module docstring).
@@ -153,6 +253,9 @@ class LoaderSpec(StreamSpec):
     loss_mask_column: str | None = None
     """A column of token spans per row (``list<int32>`` of flat ``[start, end)`` pairs) whose
     targets get label ``-100`` (:mod:`~tokenloom.loader.pipeline.lossmask`); ``None``: no mask."""
+    group: GroupSpec | None = None
+    """Rows joined into one document, file markers and BOS (:class:`GroupSpec`); ``None``: each
+    row is a document, as stored."""
 
     def __post_init__(self) -> None:
         StreamSpec.__post_init__(self)  # table, version, filter, global_batch, seed, drop_last
@@ -185,6 +288,22 @@ class LoaderSpec(StreamSpec):
         _int("budget_tokens", self.budget_tokens, low=1, optional=True)
         if self.budget_tokens is not None and not self.mixture:
             raise PlanError("budget_tokens applies to a mixture only; pass mixture= or drop it")
+        object.__setattr__(self, "group", GroupSpec.parse(self.group))
+        if self.group is not None:
+            other = [
+                what
+                for what, on in (
+                    ("mixture", bool(self.mixture)),
+                    ("order_by", self.order_by is not None),
+                    ("loss_mask_column", self.loss_mask_column is not None),
+                )
+                if on
+            ]
+            if other:
+                raise PlanError(
+                    f"grouped rows (--group-by, --file-marker, --bos) are not combined with "
+                    f"{', '.join(other)} yet; drop one of them"
+                )
 
     def _check_order(self) -> None:
         from tokenloom.loader.plan.order import OrderError, format_order_by, parse_order_by
@@ -258,6 +377,10 @@ class LoaderSpec(StreamSpec):
             out["order_algorithm"] = ORDER_ALGORITHM
         if self.loss_mask_column:  # its name; its values are the table version's
             out["loss_mask_column"] = self.loss_mask_column
+        if self.group is not None:  # absent otherwise: older checkpoints still resume
+            from tokenloom.loader.plan.files import FILES_ALGORITHM
+
+            out["group"] = {**self.group.to_dict(), "algorithm": FILES_ALGORITHM}
         return out
 
     # -- serialisation ------------------------------------------------------------------------
@@ -271,6 +394,9 @@ class LoaderSpec(StreamSpec):
                 out.update(dataclasses.asdict(value))
             elif f.name == "mixture":
                 out["mixture"] = {p.name: p.to_list() for p in value} or None
+            elif f.name == "group":
+                if value is not None:  # absent otherwise: older records read the same
+                    out["group"] = value.to_dict()
             else:
                 out[f.name] = value
         return out
@@ -318,6 +444,7 @@ class LoaderSpec(StreamSpec):
             f"seed {self.seed}"
             + (f", order by {self.order_by} jitter {self.order_jitter}" if self.order_by else "")
             + (f", mixture {pools}" if pools else "")
+            + (f", {self.group.describe()}" if self.group is not None else "")
         )
 
     def _describe_mixture(self) -> str:
