@@ -59,3 +59,10 @@ def test_a_selection_without_a_single_step_is_refused_not_looped(tmp_path, args,
     assert not (tmp_path / "runs").exists()
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     assert (mine / "notes.txt").read_text() == "kept"
+
+
+def test_loss_slices_are_refused_on_grouped_rows(tmp_path):
+    # A slice's membership is by table row; a grouped run's stretches are groups of files.
+    spec = LoaderSpec(table=str(tmp_path / "t.lance"), group={"key": "package"})
+    with pytest.raises(TrainError, match="--loss-slice, or drop --group-by"):
+        TrainConfig(loader=spec, out=str(tmp_path / "run"), steps=1, loss_slices=["a=id < 5"])

@@ -242,6 +242,11 @@ class TrainConfig:
             object.__setattr__(self, "loss_slices", parse_loss_slices(self.loss_slices))
         except SliceError as exc:
             raise TrainError(f"loss_slices: {exc}") from exc
+        if self.loss_slices and self.loader.group is not None:
+            raise TrainError(
+                "loss_slices reads each stretch's table row, and a grouped run's stretches are "
+                "groups of files: drop --loss-slice, or drop --group-by"
+            )
         # The optimizer would refuse these only once the model is built (a bare ValueError).
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise TrainError(f"lr must be a finite number > 0, got {self.lr!r}")
