@@ -591,7 +591,7 @@ def _recipe_child(
                     cut_points=read,
                 )  # fmt: skip
                 t = inputs["cuts"]
-                held += sum(a.nbytes for a in (t.rows, t.ptr, t.ends, t.bits))
+                held += sum(a.nbytes for a in (t.rows, t.ptr, t.ends, t.bits) if a is not None)
     gc.collect()
     trim_heap()
     anon0 = anon_bytes()
