@@ -118,8 +118,10 @@ def test_window_table_cuts_the_windows_of_window_docs(sel) -> None:
     for i, k in enumerate(long.tolist()):
         mine = np.flatnonzero(v.doc == k)
         ends = v.tok_end[mine] + v.has_eos[mine]
-        assert table.ends[table.ptr[i] : table.ptr[i + 1]].tolist() == ends.tolist()
+        assert table.windows_of(np.array([i]), lens[k : k + 1])[1].tolist() == ends.tolist()
     assert table.context_tokens == v.context_tokens
+    assert table.num_windows == int(np.isin(v.doc, long).sum())
+    assert (table.ends is None) == (cuts is None and ov == 0)  # plain cuts are not stored
 
 
 def test_a_window_table_is_checked_against_the_selection_and_the_options() -> None:

@@ -76,8 +76,9 @@ _SAMPLE_S = 0.01  # seconds between two samples of the node's memory
 RECIPES = ("concat", "window", "window_table", "best_fit", "mixture", "rows")
 """Recipes ``--recipes`` measures: concat; windows (``W = L``, ``O = L/8``) with cut points, an
 epoch planned from the window table the planner keeps (``window``) and that table cut once from
-the cut points when the planner opens (``window_table``); best-fit (fit window 1024); a 3-pool
-mixture (concat); the row loader's selection and plan."""
+the cut points when the planner opens (``window_table``); best-fit (fit window 1024, long rows
+split; an epoch planned from the split table the planner cuts when it opens, counted with the
+inputs); a 3-pool mixture (concat); the row loader's selection and plan."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -590,8 +591,13 @@ def _recipe_child(
                     inputs["row_ids"], inputs["n_tokens"], window=L, overlap=L // 8,
                     cut_points=read,
                 )  # fmt: skip
-                t = inputs["cuts"]
-                held += sum(a.nbytes for a in (t.rows, t.ptr, t.ends, t.bits))
+        if recipe == "best_fit":  # the planner cuts the long rows' pieces once, when it opens
+            inputs["cuts"] = window_table(
+                inputs["row_ids"], inputs["n_tokens"], window=L, overlap=0
+            )
+        if "cuts" in inputs and not callable(inputs["cuts"]):
+            t = inputs["cuts"]
+            held += sum(a.nbytes for a in (t.rows, t.ptr, t.ends, t.bits) if a is not None)
     gc.collect()
     trim_heap()
     anon0 = anon_bytes()

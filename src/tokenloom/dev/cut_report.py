@@ -92,7 +92,8 @@ def cut_report(
             strong = set(offs[kinds >= PARAGRAPH].tolist())
             code = code_ranges(r["text"])
             c["long_docs"] += 1
-            for e in t.ends[t.ptr[k] : t.ptr[k + 1] - 1].tolist():  # the last ends the document
+            n = np.asarray(planner.inputs.n_tokens[t.rows[k : k + 1]], dtype=np.int64)
+            for e in t.windows_of(np.array([k]), n)[1][:-1].tolist():  # the last ends the doc
                 at = int(np.searchsorted(pos, ends_u[e - 1]))  # the character the window ends at
                 c["windows"] += 1
                 c["mid_paragraph"] += at not in strong

@@ -297,38 +297,3 @@ def pack_windows(
             start[k] += 1
         out_b += nb
     return per_window
-
-
-@_jit
-def piece_sizes(
-    lens: np.ndarray,
-    long: np.ndarray,
-    first: np.ndarray,
-    ptr: np.ndarray,
-    ends: np.ndarray,
-    overlap: int,
-    sizes: np.ndarray,
-) -> None:
-    """Positions of every piece of some documents (:meth:`WindowedPlan.piece_sizes`).
-
-    Args:
-        lens: ``(D,)`` tokens of each document.
-        long: ``(D,)`` index of the document's row in the window table, ``-1`` when it is
-            one piece.
-        first: ``(D,)`` its first piece's index in ``sizes``.
-        ptr, ends: The window table's offsets and window ends.
-        overlap: ``O``: a window after a row's first starts ``O`` before the previous end.
-        sizes: ``(V,)`` out.
-    """
-    for i in range(lens.shape[0]):
-        k = long[i]
-        o = first[i]
-        if k < 0:
-            sizes[o] = lens[i] + 1
-            continue
-        a = ptr[k]
-        start = 0
-        for j in range(a, ptr[k + 1]):
-            e = np.int64(ends[j])
-            sizes[o + j - a] = e - start
-            start = e - overlap

@@ -572,7 +572,7 @@ class _Packer:
 
     def __init__(self, table: WindowTable, *, fit_window: int, seq_len: int, num_docs: int):
         self.table, self.F, self.L, self.n = table, fit_window, seq_len, num_docs
-        pieces = num_docs + int(table.ends.shape[0]) - int(table.rows.shape[0])
+        pieces = num_docs + table.num_windows - int(table.rows.shape[0])
         nw = -(-num_docs // fit_window)
         self.window_blocks = np.zeros(nw + 1, dtype=np.uint32 if pieces < 1 << 32 else np.int64)
         self.cursor = 0  # documents seen

@@ -36,7 +36,7 @@ def window_end_counts(planner: Any) -> dict[str, int] | None:
     for t in tables:
         rows += int(t.rows.shape[0])
         if t.kinds is None:  # no cut column: every window but a row's last ends at the limit
-            counts["none"] += int(t.ends.shape[0] - t.rows.shape[0])
+            counts["none"] += t.num_windows - int(t.rows.shape[0])
             continue
         got = np.bincount(t.kinds.astype(np.int64) + 1, minlength=END_OF_DOC + 2)
         for k, name in END_KINDS.items():

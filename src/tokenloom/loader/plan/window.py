@@ -313,17 +313,23 @@ class WindowTable:
     Row ``rows[i]`` (a position in the selection) has windows ending at positions
     ``ends[ptr[i]:ptr[i + 1]]`` (the last is ``n + 1``); window ``j`` starts at 0 or at the
     previous end minus ``overlap``. Short rows are one piece. About 12 bytes per long row plus
-    4-8 per window: a few percent of the per-piece arrays of :class:`VirtualDocs`.
+    4-8 per window: a few percent of the per-piece arrays of :class:`VirtualDocs`. Plain cuts
+    (no cut column, ``overlap == 0``: best-fit's ``long_docs="split"``) are a function of a
+    row's length, so their ``ptr`` and ``ends`` are not stored (``None``): about 4.5 bytes per
+    long row. Read a row's windows with :meth:`windows_of`.
     """
 
     window: int
     overlap: int
     rows: np.ndarray
     """``(M,)`` ascending selection positions of the long rows."""
-    ptr: np.ndarray
-    """``(M + 1,)`` int64 offsets into ``ends``."""
-    ends: np.ndarray
-    """``(T,)`` end position of each window (int32 when every row is shorter than ``2**31``)."""
+    ptr: np.ndarray | None
+    """``(M + 1,)`` int64 offsets into ``ends`` (``None`` for plain cuts)."""
+    ends: np.ndarray | None
+    """``(T,)`` end position of each window (int32 when every row is shorter than ``2**31``;
+    ``None`` for plain cuts)."""
+    num_windows: int
+    """``T``: windows of the long rows."""
     bits: np.ndarray
     """``(ceil(N / 8),)`` uint8: bit ``p`` is set when selection position ``p`` is a long row
     (a lookup searches ``rows`` for those only)."""
@@ -335,7 +341,20 @@ class WindowTable:
     @property
     def context_tokens(self) -> int:
         """Tokens repeated as context: ``overlap`` per window after a row's first."""
-        return self.overlap * int(self.ends.shape[0] - self.rows.shape[0])
+        return self.overlap * int(self.num_windows - self.rows.shape[0])
+
+    def windows_of(self, k: np.ndarray | None, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(J, ends)`` of long rows ``rows[k]`` of ``n`` tokens: ``(m,)`` int64 windows of each
+        and ``(sum(J),)`` int64 end positions of their windows, row after row (``k`` is not
+        read for plain cuts, whose ends follow from ``n``: it may be ``None`` then)."""
+        if self.ends is None:
+            return _even_windows(np.asarray(n, dtype=np.int64) + 1, self.window, self.overlap)
+        assert k is not None and self.ptr is not None
+        k = np.asarray(k, dtype=np.int64)
+        J = self.ptr[k + 1] - self.ptr[k]
+        first = np.cumsum(J) - J
+        at = np.repeat(self.ptr[k] - first, J) + np.arange(int(J.sum()), dtype=np.int64)
+        return J, self.ends[at].astype(np.int64)
 
     @property
     def has_context(self) -> bool:
@@ -354,6 +373,8 @@ class WindowTable:
 
     def extra(self, positions: np.ndarray) -> np.ndarray:
         """``(m,)`` int64 positions each row's windows add (repeated context), 0 when short."""
+        if self.ptr is None:  # plain cuts repeat nothing
+            return np.zeros(np.shape(positions), dtype=np.int64)
         k = self.find(positions)
         long = k >= 0
         kk = np.where(long, k, 0)
@@ -415,10 +436,22 @@ def window_table(
     # Held as the table's rows (4 bytes each below 2**32 rows): no int64 copy to free later, whose
     # hole in the heap would stay resident while the epoch is planned.
     rows_dtype = order_dtype(N)
-    parts = [(lo + np.flatnonzero(v >= W)).astype(rows_dtype) for lo, v in blocks]  # n + 1 > W
+    plain = cut_points is None and ov == 0  # windows are a function of the length: not stored
+    parts, windows = [], 0
+    for lo, v in blocks:
+        at = np.flatnonzero(v >= W)  # n + 1 > W
+        parts.append((lo + at).astype(rows_dtype))
+        if plain and at.size:
+            windows += int((-(-(v[at].astype(np.int64) + 1) // W)).sum())
     long = np.concatenate(parts) if parts else np.zeros(0, dtype=rows_dtype)
     del parts
     M = long.shape[0]
+    bits = np.zeros(-(-N // 8), dtype=np.uint8)
+    np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
+    if plain:
+        return WindowTable(
+            window=W, overlap=ov, rows=long, ptr=None, ends=None, num_windows=windows, bits=bits
+        )
     cuts: Any = cut_points
     if cut_points is not None and M and not (isinstance(cuts, CutPoints) or callable(cuts)):
         cuts = CutPoints.from_mapping(cut_points, np.asarray(row_ids[long], dtype=np.int64))
@@ -440,12 +473,19 @@ def window_table(
     np.cumsum(ptr, out=ptr)
     dtype = np.int64 if any(c.dtype == np.int64 for c in chunks) else np.int32
     ends = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, np.int32)
-    bits = np.zeros(-(-N // 8), dtype=np.uint8)
-    np.bitwise_or.at(bits, long >> 3, (1 << (long & 7)).astype(np.uint8))
     kind = None
     if cuts is not None:
         kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int8)
-    return WindowTable(window=W, overlap=ov, rows=long, ptr=ptr, ends=ends, bits=bits, kinds=kind)
+    return WindowTable(
+        window=W,
+        overlap=ov,
+        rows=long,
+        ptr=ptr,
+        ends=ends,
+        num_windows=int(ends.shape[0]),
+        bits=bits,
+        kinds=kind,
+    )
 
 
 _ROWS = 1 << 13  # long rows cut per batch in window_table (their cut points read at once)
@@ -667,19 +707,18 @@ class WindowedPlan:
             one = np.ones(docs.shape[0], dtype=np.int64)
             local = np.arange(docs.shape[0], dtype=np.int64)
             return pos, n, one, local, local * 0, local * 0, n + 1
-        kk = np.where(long, k, 0)
-        J = np.where(long, t.ptr[np.minimum(kk + 1, t.rows.shape[0])] - t.ptr[kk], 1)
+        J = np.ones(docs.shape[0], dtype=np.int64)
+        J[long], long_ends = t.windows_of(k[long], n[long])
         first_piece = np.cumsum(J) - J
         total = int(J.sum())
         local = np.repeat(np.arange(docs.shape[0], dtype=np.int64), J)
         j = np.arange(total, dtype=np.int64) - first_piece[local]
-        at = np.repeat(t.ptr[kk], J) + j
-        lp = np.repeat(long, J)
-        ends_all = t.ends if t.ends.size else np.zeros(1, dtype=np.int64)
-        P = n[local] + 1
-        end = np.where(lp, ends_all[np.where(lp, at, 0)].astype(np.int64), P)
-        prev = ends_all[np.where(lp & (j > 0), at - 1, 0)].astype(np.int64) - self.overlap
-        start = np.where(lp & (j > 0), prev, 0)
+        lp = long[local]
+        end = n[local] + 1
+        end[lp] = long_ends
+        start = np.zeros(total, dtype=np.int64)
+        later = np.flatnonzero(lp & (j > 0))  # a window after its row's first
+        start[later] = end[later - 1] - self.overlap
         return pos, n, J, local, j, start, end
 
     def pieces(self, docs: np.ndarray, starts: np.ndarray) -> tuple[VirtualDocs, np.ndarray]:
@@ -715,21 +754,24 @@ def piece_sizes(
     """``(J, size)``: pieces of each document (int64) and positions of each piece (int32), in
     stream order, for documents at selection ``positions`` with ``counts`` tokens: the sizes
     :meth:`WindowedPlan.pieces` gives, without its other fields (best-fit's planner reads them
-    for every document; the loop over the long rows' windows is compiled)."""
-    from tokenloom.loader.plan._bestfit_jit import piece_sizes as fill
-
+    for every document, a chunk at a time)."""
     n = np.asarray(counts)
     at = np.flatnonzero(n >= table.window)  # n + 1 > W: the table's rows, cut into windows
-    k = np.full(n.shape[0], -1, dtype=np.int64)
     J = np.ones(n.shape[0], dtype=np.int64)
-    if at.size:
-        k[at] = np.searchsorted(table.rows, np.asarray(positions)[at])
-        J[at] = table.ptr[k[at] + 1] - table.ptr[k[at]]
+    if not at.size:  # a piece has at most W <= L < 2**31 positions
+        return J, np.add(n, 1, dtype=np.int32)
+    k = None if table.ends is None else np.searchsorted(table.rows, np.asarray(positions)[at])
+    Jl, ends = table.windows_of(k, n[at])
+    J[at] = Jl
     first = np.cumsum(J) - J
-    total = int(first[-1] + J[-1]) if J.size else 0
-    sizes = np.empty(total, dtype=np.int32)  # a piece has at most W <= L < 2**31 positions
-    ends = table.ends if table.ends.size else np.zeros(1, dtype=np.int32)
-    fill(n, k, first, table.ptr, ends, table.overlap, sizes)
+    sizes = np.add(n, 1, dtype=np.int32)
+    sizes = np.repeat(sizes, J)  # a long document's pieces are overwritten below
+    fl = np.cumsum(Jl) - Jl  # first window of each long row in ``ends``
+    starts = np.empty_like(ends)
+    starts[1:] = ends[:-1] - table.overlap
+    starts[fl] = 0
+    dst = np.repeat(first[at] - fl, Jl) + np.arange(ends.shape[0], dtype=np.int64)
+    sizes[dst] = ends - starts
     return J, sizes
 
 
