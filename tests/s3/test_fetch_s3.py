@@ -196,3 +196,31 @@ def test_bytes_layout_from_the_bucket_equals_the_local_list_stream(
     for epoch in range(2):
         _same(got[epoch], want[epoch])
     assert ds.reader.block_size == ROW_BLOCK_SIZE and ds.reader.token_width == 2
+
+
+def test_row_loader_persistent_workers_read_the_local_stream_from_the_bucket(
+    s3_server, s3_prefix, tmp_path
+):
+    """The row loader's persistent workers keep their processes across two epochs read from
+    the bucket, and deliver the local table's rows in the same global shuffle."""
+    from tests.rows.tables import decode, row_table
+    from tokenloom.rows import RowDataset, RowLoader, RowSpec
+
+    local = row_table(tmp_path, n=24)
+    remote = f"{s3_prefix}/rows.lance"
+    fs, path = filesystem(remote, s3_server.storage_options)
+    pafs.copy_files(local, path, destination_filesystem=fs)
+
+    def spec(table: str) -> RowSpec:
+        return RowSpec(table=table, columns=("k", "payload"), global_batch=6, seed=5)
+
+    ref = RowDataset(spec(local), transform=decode, transform_threads=0)
+    want = [[b["row_id"].tolist() for b in ref] for _ in range(2)]
+    ds = RowDataset(spec(remote), transform=decode, storage_options=s3_server.storage_options)
+    dl = RowLoader(ds, num_workers=2, persistent_workers=True)
+    got = [[b["row_id"].tolist() for b in dl]]
+    kept = dl._iterator
+    got.append([b["row_id"].tolist() for b in dl])
+    assert dl._iterator is kept  # the same workers went on into epoch 1
+    dl.close()
+    assert got == want and len(want[0]) == 4 and want[0] != want[1]
