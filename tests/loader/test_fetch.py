@@ -13,11 +13,13 @@ from tests.loader.tables import token_table
 from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey, cut_spans
 from tokenloom.loader.pipeline.read import TokenReader
 from tokenloom.loader.pipeline.readahead import (
+    FETCH_AHEAD_BYTES,
     FETCH_BYTES,
     FETCH_FRACTION,
     MAX_FETCH_BYTES,
     ROW_FETCH_BYTES,
     per_row_reads,
+    resident_reads,
     rows_per_fetch,
 )
 
@@ -91,6 +93,33 @@ def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
         fetcher.start(SpanKey(epoch=5, groups=key0.groups, per_span=3), rows)  # elsewhere
         assert fetcher.carried == 1  # nothing kept for a pipeline nobody fetched ahead for
         assert fetcher.get(0).result().rowids.tolist() == rowids[:3].tolist()
+    finally:
+        fetcher.close()
+
+
+def test_a_table_within_the_fetch_budget_is_held_for_every_epoch(tmp_path):
+    assert resident_reads(FETCH_AHEAD_BYTES) and not resident_reads(FETCH_AHEAD_BYTES + 1)
+    assert not resident_reads(FETCH_AHEAD_BYTES * 0.6, processes=2)  # a copy per worker
+    assert not resident_reads(FETCH_AHEAD_BYTES * 4) and per_row_reads(FETCH_AHEAD_BYTES * 4)
+    reader, rowids, _ = _reader(tmp_path)
+    groups = tuple((g, g + 1) for g in range(10))
+    rows = lambda g: rowids[[g]]  # noqa: E731
+    fetcher = FetchAhead(reader, depth=2, parts=2)
+    try:
+        for epoch in range(2):
+            fetcher.start(SpanKey(epoch=epoch, groups=groups, per_span=3), rows,
+                          held=lambda: rowids)  # fmt: skip
+            assert fetcher.holding and fetcher.span_rows(4).tolist() == rowids.tolist()
+            got = [fetcher.get(g).result() for g in range(len(groups))]
+            assert all(f is got[0] for f in got)  # one fetch serves every group
+            assert got[0].rowids.tolist() == sorted(rowids.tolist())
+            # its read is counted once, by the first group that asks
+            assert [fetcher.first_of_span(g) for g in range(3)] == [epoch == 0, False, False]
+        assert fetcher.carried == 1 and reader.rows_read == len(rowids)  # fetched once
+        fetcher.start(SpanKey(epoch=2, groups=groups, per_span=3), rows)  # not held any more
+        assert (
+            not fetcher.holding and fetcher.get(3).result().rowids.tolist() == rowids[3:6].tolist()
+        )
     finally:
         fetcher.close()
 

@@ -44,7 +44,8 @@ def _same(got: list[dict], want: list[dict]) -> None:
 @pytest.fixture
 def tables(s3_server, s3_prefix, tmp_path, monkeypatch):
     """A local table and its copy in the bucket; fetch spans forced down to ~24 rows, so an
-    epoch holds several of them and documents run across span boundaries."""
+    epoch holds several of them and documents run across span boundaries (not held whole,
+    as a table this small would be)."""
     from tokenloom.loader.pipeline import dataset
 
     local = token_table(tmp_path, real_paragraphs(60))
@@ -52,6 +53,7 @@ def tables(s3_server, s3_prefix, tmp_path, monkeypatch):
     fs, path = filesystem(remote, s3_server.storage_options)
     pafs.copy_files(local, path, destination_filesystem=fs)
     monkeypatch.setattr(dataset, "rows_per_fetch", lambda _bytes, _rows: 24)
+    monkeypatch.setattr(dataset, "resident_reads", lambda _bytes, processes=1: False)
     return local, remote
 
 
@@ -120,6 +122,39 @@ def test_persistent_workers_carry_their_fetches_into_the_next_epoch(s3_server, t
     assert dl.stats.spans_carried >= 1  # epoch 1 began with rows a worker fetched ahead
 
 
+def test_a_held_table_is_fetched_once_for_every_epoch(s3_server, s3_prefix, tmp_path):
+    """A table within the fetch budget is held whole: its rows are fetched once, through 20 ms,
+    in row order, and three epochs (and two persistent workers, each holding it) deliver the
+    local stream; the proxy relays each token byte about once, however many epochs."""
+    from tokenloom.loader import DataLoader
+
+    local = token_table(tmp_path, real_paragraphs(60))
+    remote = f"{s3_prefix}/held.lance"
+    fs, path = filesystem(remote, s3_server.storage_options)
+    pafs.copy_files(local, path, destination_filesystem=fs)
+    want = _epochs(_dataset(local, None), 3)
+    with FaultProxy(s3_server.endpoint[len("http://") :], latency_ms=20) as proxy:
+        ds = _dataset(remote, proxy.storage_options(s3_server.storage_options))
+        got = _epochs(ds, 3)
+        for epoch in range(3):
+            _same(got[epoch], want[epoch])
+        assert ds._fetcher is not None and ds._fetcher.holding and ds._fetcher.carried == 2
+        rows = len(ds.inputs.rowids)
+        assert ds.reader.rows_read == rows  # every row once, for three epochs
+        assert ds.stats.rows_read == rows  # counted once, by the group that first used it
+        tokens = ds.reader.bytes_read
+        before = proxy.body_bytes
+        ds = _dataset(remote, proxy.storage_options(s3_server.storage_options))
+        dl = DataLoader(ds, num_workers=2, persistent_workers=True)
+        got = [[{k: np.asarray(b[k]) for k in _KEYS} for b in dl] for _ in range(2)]
+        dl.close()
+    _same(got[0], want[0])
+    _same(got[1], want[1])
+    # two workers, two epochs: each worker fetched the table once
+    assert dl.stats.rows_read == 2 * rows
+    assert proxy.body_bytes - before < 2 * 1.5 * tokens  # measured 1.01x (60 paragraphs)
+
+
 def test_per_row_reads_deliver_the_local_stream(s3_server, tables, monkeypatch):
     """A table past 256 MB of tokens is read per row (forced here): a small merge window,
     spans that only batch requests; the stream is unchanged."""
@@ -151,6 +186,7 @@ def test_bytes_layout_from_the_bucket_equals_the_local_list_stream(
     fs, path = filesystem(remote, s3_server.storage_options)
     pafs.copy_files(raw, path, destination_filesystem=fs)
     monkeypatch.setattr(dataset, "rows_per_fetch", lambda _bytes, _rows: 24)
+    monkeypatch.setattr(dataset, "resident_reads", lambda _bytes, processes=1: False)
     want = _epochs(_dataset(local, None), 2)
     _same(_epochs(_dataset(raw, None), 1)[0], want[0])  # local, one take per group
     _same(_epochs(_dataset(remote, s3_server.storage_options), 1, workers=2)[0], want[0])
@@ -160,3 +196,31 @@ def test_bytes_layout_from_the_bucket_equals_the_local_list_stream(
     for epoch in range(2):
         _same(got[epoch], want[epoch])
     assert ds.reader.block_size == ROW_BLOCK_SIZE and ds.reader.token_width == 2
+
+
+def test_row_loader_persistent_workers_read_the_local_stream_from_the_bucket(
+    s3_server, s3_prefix, tmp_path
+):
+    """The row loader's persistent workers keep their processes across two epochs read from
+    the bucket, and deliver the local table's rows in the same global shuffle."""
+    from tests.rows.tables import decode, row_table
+    from tokenloom.rows import RowDataset, RowLoader, RowSpec
+
+    local = row_table(tmp_path, n=24)
+    remote = f"{s3_prefix}/rows.lance"
+    fs, path = filesystem(remote, s3_server.storage_options)
+    pafs.copy_files(local, path, destination_filesystem=fs)
+
+    def spec(table: str) -> RowSpec:
+        return RowSpec(table=table, columns=("k", "payload"), global_batch=6, seed=5)
+
+    ref = RowDataset(spec(local), transform=decode, transform_threads=0)
+    want = [[b["row_id"].tolist() for b in ref] for _ in range(2)]
+    ds = RowDataset(spec(remote), transform=decode, storage_options=s3_server.storage_options)
+    dl = RowLoader(ds, num_workers=2, persistent_workers=True)
+    got = [[b["row_id"].tolist() for b in dl]]
+    kept = dl._iterator
+    got.append([b["row_id"].tolist() for b in dl])
+    assert dl._iterator is kept  # the same workers went on into epoch 1
+    dl.close()
+    assert got == want and len(want[0]) == 4 and want[0] != want[1]

@@ -11,6 +11,7 @@ from tokenloom.table.tokens import (
     LAYOUT_META_KEY,
     TokenLayoutError,
     as_token_lists,
+    join_token_lists,
     layout_field,
     layout_name,
     to_layout,
@@ -39,6 +40,16 @@ def test_both_layouts_read_back_the_same_rows(layout, id_type):
         assert as_token_lists(col.slice(lo), field).to_pylist() == rows[lo:]
     chunked = pa.chunked_array([col.slice(0, 2), col.slice(2)])
     assert token_lists(chunked, field).used.tolist() == [x for r in rows for x in (r or [])]
+    # chunks joined one at a time (sliced ones, nulls, an empty one, one alone): the same rows
+    for cuts in ([(0, 2), (2, 1), (3, 0), (3, 2)], [(1, 4)], []):
+        chunks = [col.slice(a, n) for a, n in cuts]
+        want = token_lists(pa.chunked_array(chunks, col.type).combine_chunks(), field)
+        got = join_token_lists(chunks, field)
+        assert chunks == []  # let go as they were copied
+        assert got.lengths.tolist() == want.lengths.tolist()
+        assert got.used.tolist() == want.used.tolist() and got.values.dtype == want.values.dtype
+        nulls = None if want.valid is None else want.valid.tolist()
+        assert (None if got.valid is None else got.valid.tolist()) == nulls
 
 
 def test_bytes_are_little_endian_ids_with_the_type_recorded():

@@ -31,6 +31,7 @@ __all__ = [
     "TokenLists",
     "as_token_lists",
     "is_bytes_layout",
+    "join_token_lists",
     "layout_field",
     "layout_name",
     "to_layout",
@@ -196,6 +197,35 @@ def token_lists(col: Any, field: pa.Field) -> TokenLists:
         else np.empty(0, dtype=dtype)
     )
     return TokenLists(values=values, offsets=offs // width, valid=valid)
+
+
+def join_token_lists(chunks: list[Any], field: pa.Field) -> TokenLists:
+    """:func:`token_lists` of the Arrow arrays ``chunks`` of ``field`` as one, their ids copied
+    one chunk at a time into one array allocated once. The list is emptied as the chunks are
+    copied, so a chunk nothing else holds is let go right after its copy (``combine_chunks``
+    holds every chunk and their copy at once: twice a large take's bytes). One chunk:
+    zero-copy, as ``token_lists``."""
+    if len(chunks) <= 1:
+        return token_lists(chunks.pop() if chunks else pa.array([], field.type), field)
+    parts = [token_lists(c, field) for c in chunks]
+    chunks.clear()  # the views in ``parts`` hold the buffers now
+    n = sum(len(p.offsets) - 1 for p in parts)
+    values = np.empty(sum(len(p.used) for p in parts), dtype=token_dtype(field))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    valid = None if all(p.valid is None for p in parts) else np.ones(n, dtype=bool)
+    at = row = 0
+    parts.reverse()
+    while parts:
+        part = parts.pop()
+        k, used = len(part.offsets) - 1, part.used
+        values[at : at + len(used)] = used
+        offsets[row + 1 : row + k + 1] = part.offsets[1:] - part.offsets[0] + at
+        if part.valid is not None:
+            assert valid is not None
+            valid[row : row + k] = part.valid
+        at, row = at + len(used), row + k
+        del part, used
+    return TokenLists(values=values, offsets=offsets, valid=valid)
 
 
 def as_token_lists(col: Any, field: pa.Field) -> pa.Array:

@@ -49,6 +49,7 @@ from tokenloom.loader.pipeline.readahead import (
     available_cores,
     log,
     per_row_reads,
+    resident_reads,
     rows_per_fetch,
     size_read_ahead,
     timed,
@@ -763,8 +764,15 @@ class PackedStream(StreamCursor):
                             per_span=per_span)  # fmt: skip
                 return k, rows_of(nxt, gs)
 
+        held = None
+        if remote and resident_reads(self._token_bytes(), processes=worker[1]):
+            selection = self.inputs.rowids  # every epoch of this version reads these rows
+
+            def held() -> np.ndarray:
+                return np.asarray(selection, dtype=np.uint64)
+
         carried = fetcher.carried
-        fetcher.start(key, rows_of(view, groups), following=following)
+        fetcher.start(key, rows_of(view, groups), following=following, held=held)
         self.stats.spans_carried += fetcher.carried - carried
         return fetcher
 

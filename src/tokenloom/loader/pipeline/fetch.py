@@ -12,7 +12,12 @@ stretches, a few MB once packed into int64 blocks), so the reads are decoupled f
   cost a sixteenth of the packed blocks made from them;
 * :class:`FetchAhead` keeps the spans after the one being packed in flight, up to a depth, and
   (in the training process) goes on into the next epoch's first spans while the current epoch
-  ends, so the store is never idle at an epoch boundary.
+  ends, so the store is never idle at an epoch boundary;
+* a table whose tokens fit the fetch budget
+  (:func:`~tokenloom.loader.pipeline.readahead.resident_reads`) is **held**: its whole
+  selection is fetched once, in row order, and serves every span of every epoch (spans of a
+  share ``f`` of a shuffled epoch fetch the whole file between their rows: ``1 / f`` the bytes
+  they use).
 
 The read order changes; the stream does not: every group is still packed from exactly the token
 ranges its plan names, in the same order (a row a span lacks is taken when its group is built).
@@ -75,6 +80,9 @@ class FetchAhead:
         self._next: tuple[SpanKey, list[range], Callable[[int], np.ndarray]] | None = None
         self.carried = 0
         """Spans a pipeline found fetched already by the one before it (the epoch boundary)."""
+        self._held_rows: Callable[[], np.ndarray] | None = None
+        self._held: Future | None = None
+        self._held_counted = False
 
     def start(
         self,
@@ -82,15 +90,24 @@ class FetchAhead:
         rows: Callable[[int], np.ndarray],
         *,
         following: Callable[[], tuple[SpanKey, Callable[[int], np.ndarray]] | None] | None = None,
+        held: Callable[[], np.ndarray] | None = None,
     ) -> None:
         """A pipeline starts: its read groups (``key``) and ``rows(g)``, the stable row ids
         read group ``g`` needs. Spans fetched ahead for this very pipeline (by the previous
         one's ``following``) are kept, every other is dropped. ``following`` names the pipeline
-        expected after this one (the next epoch) once this one has nothing left to fetch."""
+        expected after this one (the next epoch) once this one has nothing left to fetch.
+        ``held``: the table is held whole, ``held()`` being the stable row ids of its whole
+        selection (the same for every epoch of one version): one fetch of them serves every
+        span, fetched once and kept while the fetcher lives."""
         with self._lock:
             for k in [k for k in self._futures if k[0] != key]:
                 self._futures.pop(k).cancel()
             self.carried += len(self._futures)
+            if held is None:
+                self._held = None
+            elif self._held is not None:
+                self.carried += 1  # the held rows serve this pipeline too
+            self._held_rows = held
             self._key, self._rows = key, rows
             self._spans = cut_spans(len(key.groups), key.per_span)
             self._following = following
@@ -112,13 +129,24 @@ class FetchAhead:
         future.set_result(fetched)
         assert self._key is not None
         with self._lock:
-            self._futures[(self._key, span)] = future
+            if self._held_rows is not None:
+                self._held = future
+            else:
+                self._futures[(self._key, span)] = future
         return future
 
     def span_rows(self, span: int) -> np.ndarray:
-        """The stable row ids span ``span`` of the current pipeline needs."""
+        """The stable row ids span ``span`` of the current pipeline needs (a held table: its
+        whole selection)."""
+        if self._held_rows is not None:
+            return self._held_rows()
         assert self._rows is not None
         return np.concatenate([self._rows(g) for g in self._spans[span]])
+
+    @property
+    def holding(self) -> bool:
+        """Whether the table is held whole (one fetch serves every span)."""
+        return self._held_rows is not None
 
     @property
     def per_span(self) -> int:
@@ -129,7 +157,11 @@ class FetchAhead:
         return group // self._key.per_span if self._key is not None else 0
 
     def first_of_span(self, group: int) -> bool:
-        """Whether read group ``group`` is its span's first (it carries the span's read cost)."""
+        """Whether read group ``group`` is its span's first (it carries the span's read cost;
+        a held table's fetch is carried once, by the first group asking after it)."""
+        if self._held_rows is not None:
+            first, self._held_counted = not self._held_counted, True
+            return first
         return self._key is not None and group % self._key.per_span == 0
 
     def get(self, group: int) -> Future:
@@ -137,6 +169,12 @@ class FetchAhead:
         the depth (into the next pipeline's first spans once this one's are all in flight)."""
         span = self.span_of(group)
         with self._lock:
+            if self._held_rows is not None:
+                if self._held is None:
+                    rows, parts = self._held_rows, self.parts
+                    self._held = self._pool.submit(lambda: self.reader.fetch(rows(), parts=parts))
+                    self._held_counted = False
+                return self._held
             for s in range(span, span + self.depth):
                 self._submit(s)
             assert self._key is not None
@@ -145,7 +183,7 @@ class FetchAhead:
     def done(self, group: int) -> None:
         """Read group ``group`` is built: its span is dropped after its last group."""
         key = self._key
-        if key is None:
+        if key is None or self._held_rows is not None:
             return
         span = self.span_of(group)
         if group == self._spans[span].stop - 1:
@@ -158,6 +196,9 @@ class FetchAhead:
             for future in self._futures.values():
                 future.cancel()
             self._futures.clear()
+            if self._held is not None:
+                self._held.cancel()
+            self._held = None
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _submit(self, span: int) -> None:

@@ -31,7 +31,7 @@ from tokenloom.loader.pipeline.take import take
 from tokenloom.loader.plan.pack import TokenSource, _gather  # noqa: F401 - _gather: imported from here too
 from tokenloom.loader.plan.window import CutPoints
 from tokenloom.table.storage import is_remote
-from tokenloom.table.tokens import token_dtype, token_lists
+from tokenloom.table.tokens import join_token_lists, token_dtype, token_lists
 
 __all__ = ["TokenReader", "Fetched", "split_rows", "read_cut_points", "LoaderError"]
 
@@ -274,7 +274,6 @@ class TokenReader:
             k = 0 if fetched is None else len(buffers)  # rows a fetch lacked: their own buffer
             started = time.perf_counter()
             col, mcol = self._take(uniq[missing])
-            col = col.combine_chunks()
             read = (len(missing), col.nbytes, time.perf_counter() - started)
             if mcol is not None:
                 pairs, ptr = self._pairs(mcol, uniq[missing])
@@ -283,7 +282,9 @@ class TokenReader:
                 self.read_seconds += read[2]
                 self.rows_read += read[0]
                 self.bytes_read += read[1]
-            lists = token_lists(col, self.field)
+            chunks = col.chunks
+            del col  # the chunks go as they are copied
+            lists = join_token_lists(chunks, self.field)
             if k:
                 buffers.append(lists.values)
             else:
@@ -396,8 +397,9 @@ class TokenReader:
         mask = (np.zeros((0, 2), dtype=np.int64), np.zeros(len(ids) + 1, dtype=np.int64))
         if len(ids):
             col, mcol = self._take(ids, parts=parts)
-            col = col.combine_chunks()
-            lists, nbytes = token_lists(col, self.field), col.nbytes
+            nbytes, chunks = col.nbytes, col.chunks
+            del col  # the chunks go as they are copied: no second copy of a large fetch
+            lists = join_token_lists(chunks, self.field)
             if mcol is not None:
                 mask = self._pairs(mcol, ids)
         else:
