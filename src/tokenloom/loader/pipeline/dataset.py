@@ -649,9 +649,7 @@ class PackedStream(StreamCursor):
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
         remote = is_remote(self.uri)
-        # locally, spans in the training process only: in a worker they measured no faster
-        # (more threads per worker on the same cores)
-        local_spans = info is None and not remote and self._local_span_groups(view, size) > 1
+        local_spans = not remote and self._local_span_groups(view, size) > 1
         if groups and (remote or local_spans):
             fetcher = self._start_fetches(
                 view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers)
