@@ -105,8 +105,8 @@ class PackedArrays:
     """``(B,)`` int64 :attr:`masked_positions` of each block; ``None`` without a loss mask."""
     block_counts: np.ndarray | None = None
     """``(2, B)`` int64: padding positions and positions whose label trains, per block (the
-    compiled packer counts them as it writes; ``None`` from the numpy reference, whose caller
-    counts them on the arrays)."""
+    compiled packer counts them as it writes, the numpy one from its layout and one pass over
+    the labels; ``None``: the caller counts them on the arrays)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -533,6 +533,10 @@ def _pack_numpy(
         context_positions=int((context[:, 1] - context[:, 0]).sum()) if windowed else 0,
         masked_positions=n_masked,
         masked_blocks=masked_blocks,
+        # padding: each block past its filled prefix (the step counters' other pass, saved)
+        block_counts=np.stack(
+            [L - filled, np.count_nonzero(lab_out.reshape(B, L) != IGNORE_INDEX, axis=1)]
+        ).astype(np.int64, copy=False),
     )
 
 
