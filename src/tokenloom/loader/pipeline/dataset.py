@@ -3,10 +3,11 @@
 The pure plan (:mod:`~tokenloom.loader.plan.epoch`) says which token of which row lands where; this
 module reads those tokens (:mod:`~tokenloom.loader.pipeline.read`), packs them
 (:mod:`~tokenloom.loader.plan.group`) and hands out batches. Steps are built in *groups* of
-consecutive steps: one ``take`` for all their rows (on an object store, the rows of many groups
-fetched ahead at once, :mod:`~tokenloom.loader.pipeline.fetch`), one pack into a reused buffer
-(:mod:`~tokenloom.loader.pipeline.buffers`; compiled in the training process, reading the taken rows
-in place; numpy in a DataLoader worker), so per-step Python stays small next to reading.
+consecutive steps, their rows taken with those of the next groups of the same process (spans,
+:mod:`~tokenloom.loader.pipeline.fetch`: locally ~1,000 rows a take, in the training process and in
+each DataLoader worker alike; on an object store many groups ahead), one pack into a reused buffer
+(:mod:`~tokenloom.loader.pipeline.buffers`; compiled in the training process, numpy in a DataLoader
+worker; both read the taken rows in place), so per-step Python stays small next to reading.
 DataLoader worker ``w`` of ``W`` (:mod:`~tokenloom.loader.pipeline.workers`) builds groups ``w, w+W,
 ...`` of this rank's steps into shared-memory slots and sends one message per group; the training
 process takes the workers' messages round-robin, so the stream is the same for any number of
@@ -653,9 +654,7 @@ class PackedStream(StreamCursor):
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
         remote = is_remote(self.uri)
-        # locally, spans in the training process only: in a worker they measured no faster
-        # (more threads per worker on the same cores)
-        local_spans = info is None and not remote and self._local_span_groups(view, size) > 1
+        local_spans = not remote and self._local_span_groups(view, size) > 1
         if groups and (remote or local_spans):
             fetcher = self._start_fetches(
                 view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers)
