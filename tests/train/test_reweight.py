@@ -49,23 +49,9 @@ def run(tmp_path_factory):
         with open(files[name], "w") as fh:
             json.dump(mix, fh)
     out = str(tmp / "run")
-    invoke(
-        "train",
-        "--table",
-        uri,
-        "--out",
-        out,
-        *TRAIN,
-        *LOADER,
-        "--mixture",
-        files["mix1"],
-        "--budget-tokens",
-        str(BUDGET),
-        "--steps",
-        str(AT),
-        "--checkpoint-every",
-        str(AT),
-    )
+    invoke("train", "--table", uri, "--out", out, *TRAIN, *LOADER, "--mixture", files["mix1"],
+           "--budget-tokens", str(BUDGET), "--steps", str(AT), "--checkpoint-every",
+           str(AT))  # fmt: skip
     return tmp, uri, out, files
 
 
