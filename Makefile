@@ -22,8 +22,8 @@ TEST_WORKERS ?= 2
 test: install  ## the test suite (TEST_WORKERS processes, then the serial tests alone), then the linter
 	$(BIN)/python -m pip install -q --no-deps -r requirements/bench.txt  # LanceDB, MDS, WebDataset tests
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		-m "not serial"  # files in collection order: the slow ones first (tests/conftest.py)
-	$(BIN)/python -m pytest -q -m serial
+		-m "not serial" --durations=25  # files in collection order: the slow ones first
+	$(BIN)/python -m pytest -q -m serial --durations=25  # (tests/conftest.py); the log names the slowest
 	$(BIN)/ruff check src tests
 
 BENCH_OUT ?= bench-results

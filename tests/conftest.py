@@ -70,6 +70,22 @@ def run_cli(
     )
 
 
+def invoke(*args: str) -> str:
+    """``tokenloom ARGS`` in this process (click's runner), which must succeed; its stdout.
+
+    For the steps a test builds on, whose success and output are what it reads: no new
+    interpreter pays the imports (torch's alone are seconds of CPU a process). Exit statuses
+    other than 0, signals and kills go through :func:`run_cli`, as a shell sees them.
+    """
+    from click.testing import CliRunner
+
+    from tokenloom.cli.main import cli
+
+    out = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    return out.stdout
+
+
 @pytest.fixture(scope="session")
 def paragraphs() -> list[str]:
     return real_paragraphs(200)

@@ -15,7 +15,7 @@ import lance
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, real_paragraphs, run_cli, write_jsonl
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli, write_jsonl
 from tokenloom.loader import PackedDataset
 
 pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
@@ -35,22 +35,16 @@ def _texts() -> list[str]:
     return out
 
 
-def _ok(*args: str, **kw) -> subprocess.CompletedProcess:
-    done = run_cli(*args, **kw)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     """Ingested, tokenized with gpt2 once, and masked (e-mail + phone) by the builtin UDF."""
     tmp = tmp_path_factory.mktemp("lossmask_cli")
     write_jsonl(tmp / "docs.jsonl", [{"text": t} for t in _texts()])
     uri = str(tmp / "t.lance")
-    _ok("ingest", str(tmp / "docs.jsonl"), "--table", uri)
-    _ok("tokenize", "--table", uri, "--tokenizer", "gpt2")
-    _ok("backfill", "run", "--table", uri, "--udf", MASK_UDF, "--workers", "0")
-    _ok(
+    invoke("ingest", str(tmp / "docs.jsonl"), "--table", uri)
+    invoke("tokenize", "--table", uri, "--tokenizer", "gpt2")
+    invoke("backfill", "run", "--table", uri, "--udf", MASK_UDF, "--workers", "0")
+    invoke(
         "backfill", "run", "--table", uri, "--udf", MASK_UDF, "--column", "license_mask",
         "--arg", "patterns=license", "--workers", "0",
     )  # fmt: skip
@@ -85,21 +79,21 @@ def test_the_builtin_udf_masks_the_tokens_of_each_match(table):
 
 
 def test_verify_and_ledger_count_the_masked_tokens(table):
-    done = _ok("verify", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json")
-    report = json.loads(done.stdout)
+    done = invoke("verify", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json")
+    report = json.loads(done)
     loss = next(c for c in report["checks"] if c["name"] == "loss_positions")
     assert loss["passed"] and "stats.masked_tokens" in loss["detail"], loss
     led = json.loads(
-        _ok("ledger", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json").stdout
+        invoke("ledger", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json")
     )
     ds = PackedDataset(table, seq_len=64, global_batch=4, loss_mask_column="loss_mask")
     sum(1 for _ in ds.batches())
     assert led["pools"][0]["masked_tokens"] == ds.stats.masked_tokens > 0
     assert led["pools"][0]["loss_positions"] == ds.stats.loss_positions
-    text = _ok("ledger", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask").stdout
+    text = invoke("ledger", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask")
     assert "masked" in text and f"{ds.stats.masked_tokens:,}" in text
     stats = json.loads(
-        _ok("stats", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json").stdout
+        invoke("stats", "--table", table, *SHAPE, "--loss-mask-column", "loss_mask", "--json")
     )["loss_mask"]
     spans = _spans_of(table, "loss_mask")
     assert stats["rows"] == len(spans) and stats["rows_masked"] == sum(map(bool, spans.values()))
@@ -128,7 +122,7 @@ def test_a_recomputed_mask_changes_the_labels_without_retokenizing(tmp_path, tab
     before = lance.dataset(uri).version
     lance.dataset(uri).drop_columns(["loss_mask"])  # a column made by another definition goes
     args = ("--udf", MASK_UDF, "--arg", 'patterns=["license"]', "--workers", "0")
-    _ok("backfill", "run", "--table", uri, *args)
+    invoke("backfill", "run", "--table", uri, *args)
     after = lance.dataset(uri).version
     assert after > before
     assert _token_files(uri, after) == _token_files(uri, before)  # no token rewritten
@@ -162,11 +156,13 @@ def test_a_recomputed_mask_changes_the_labels_without_retokenizing(tmp_path, tab
             np.testing.assert_array_equal(got[key], want_batch[key])
 
 
-def _train_cmd(table: str, out, *extra: str) -> list[str]:
+def _train_cmd(table: str, out, every: int) -> list[str]:
+    """7 steps, a checkpoint each ``every`` (1 for the run to kill; the reference only needs
+    its last: each of these gpt2-vocabulary checkpoints is ~83 MB written and fsynced)."""
     return [
         sys.executable, "-m", "tokenloom.cli.main", "train", "--table", table, "--out", str(out),
-        *SHAPE, "--steps", "7", "--checkpoint-every", "1", "--log-every", "100",
-        "--loss-mask-column", "loss_mask", *extra,
+        *SHAPE, "--steps", "7", "--checkpoint-every", str(every), "--log-every", "100",
+        "--loss-mask-column", "loss_mask",
     ]  # fmt: skip
 
 
@@ -181,11 +177,11 @@ def test_kill_9_and_resume_give_the_same_batches(table, tmp_path):
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]),
     }
-    full = subprocess.run(_train_cmd(table, tmp_path / "full"), env=env, capture_output=True)
+    full = subprocess.run(_train_cmd(table, tmp_path / "full", 7), env=env, capture_output=True)
     assert full.returncode == 0, full.stderr.decode()
     out = tmp_path / "killed"
     proc = subprocess.Popen(
-        _train_cmd(table, out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        _train_cmd(table, out, 1), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None and (last_step(out) or 0) < 3:

@@ -11,40 +11,37 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.conftest import real_paragraphs, run_cli  # noqa: E402
-from tests.verify.tables import gpt2_table  # noqa: E402
+from tests.conftest import invoke, real_paragraphs, run_cli  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
 
 LOADER = ["--seq-len", "32", "--global-batch-size", "2", "--seed", "5"]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A six-step run of the smallest model on a tiny gpt2 table: (run dir, table)."""
+    """A six-step run of the smallest model on a tiny byte-token table: (run dir, table)."""
     tmp = tmp_path_factory.mktemp("quarantine")
-    uri = gpt2_table(tmp, real_paragraphs(24))
+    uri = token_table(tmp, real_paragraphs(24))
     out = str(tmp / "run")
-    res = run_cli(
+    invoke(
         "train", "--table", uri, "--out", out, "--model", "tiny", *LOADER, "--steps", "6",
         "--checkpoint-every", "3", "--keep-every", "3", "--log-every", "1",
     )  # fmt: skip
-    assert res.returncode == 0, res.stderr
     return out, uri
 
 
 def _traced(out: str, steps: range) -> set[int]:
     rows: set[int] = set()
     for s in steps:
-        res = run_cli("trace", "--run", out, "--step", str(s), "--json")
-        assert res.returncode == 0, res.stderr
-        rows |= {r["row_id"] for r in json.loads(res.stdout)["rows"]}
+        got = json.loads(invoke("trace", "--run", out, "--step", str(s), "--json"))
+        rows |= {r["row_id"] for r in got["rows"]}
     return rows
 
 
 def test_quarantine_records_exactly_the_rows_trace_lists(run):
     out, uri = run
-    res = run_cli("quarantine", "--checkpoint", out, "--steps", "2:4", "--name", "q24", "--json")
-    assert res.returncode == 0, res.stderr
-    got = json.loads(res.stdout)
+    got = json.loads(invoke("quarantine", "--checkpoint", out, "--steps", "2:4", "--name", "q24",
+                            "--json"))  # fmt: skip
     want = _traced(out, range(2, 5))
     assert got["row_ids"] == sorted(want) and got["rows"] == len(want)
     assert got["steps"] == [2, 4] and got["run"] == os.path.abspath(out)
@@ -60,10 +57,9 @@ def test_quarantine_records_exactly_the_rows_trace_lists(run):
     again = run_cli("quarantine", "--checkpoint", out, "--steps", "1", "--name", "q24")
     assert again.returncode == 1 and "exists already" in again.stderr and "--name" in again.stderr
     # the text form, the default name and a rewound checkpoint (RUN/step-3 has steps 1..3)
-    text = run_cli("quarantine", "--checkpoint", os.path.join(out, "step-3"), "--steps", "3")
-    assert text.returncode == 0, text.stderr
-    assert "quarantine 'run-steps-3-3'" in text.stdout and "steps 3..3" in text.stdout
-    assert f"rows: {', '.join(map(str, sorted(_traced(out, range(3, 4)))))}" in text.stdout
+    text = invoke("quarantine", "--checkpoint", os.path.join(out, "step-3"), "--steps", "3")
+    assert "quarantine 'run-steps-3-3'" in text and "steps 3..3" in text
+    assert f"rows: {', '.join(map(str, sorted(_traced(out, range(3, 4)))))}" in text
 
 
 @pytest.mark.parametrize(

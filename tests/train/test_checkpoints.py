@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # training processes, killed and resumed
 
-from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tokenloom.train.checkpoint import load_checkpoint  # noqa: E402
 from tokenloom.train.layout import last_step, list_steps  # noqa: E402
@@ -35,11 +35,10 @@ def table(tmp_path_factory):
 def kept(table, tmp_path_factory):
     """A run of 8 steps, a checkpoint every 2, keeping every 4th and the 2 most recent."""
     out = tmp_path_factory.mktemp("kept") / "run"
-    done = run_cli(
+    invoke(
         "train", "--table", table, "--out", str(out), *SHAPE, "--steps", "8",
-        "--checkpoint-every", "2", "--keep-every", "4", "--keep-last", "2", env=ENV,
+        "--checkpoint-every", "2", "--keep-every", "4", "--keep-last", "2",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
     return out
 
 
@@ -55,20 +54,17 @@ def test_keep_every_and_keep_last(kept):
 
 
 def test_every_reader_takes_run_slash_step(kept, tmp_path):
-    trace = run_cli("trace", "--run", str(kept / "step-4"), "--step", "3", "--json")
-    assert trace.returncode == 0, trace.stderr
-    assert json.loads(trace.stdout)["steps_done"] == 4
+    trace = invoke("trace", "--run", str(kept / "step-4"), "--step", "3", "--json")
+    assert json.loads(trace)["steps_done"] == 4
     hf = tmp_path / "hf"
-    export = run_cli("export", "--checkpoint", str(kept / "step-4"), "--out", str(hf), "--json")
-    assert export.returncode == 0, export.stderr
+    invoke("export", "--checkpoint", str(kept / "step-4"), "--out", str(hf), "--json")
     assert json.loads((hf / "tokenloom.json").read_text())["step"] == 4
     child = tmp_path / "child"
-    init = run_cli(
+    init = invoke(
         "train", "--table", str(load_checkpoint(kept).record.loader.table), "--out", str(child),
-        *SHAPE, "--steps", "1", "--init-from", str(kept / "step-4"), env=ENV,
+        *SHAPE, "--steps", "1", "--init-from", str(kept / "step-4"),
     )  # fmt: skip
-    assert init.returncode == 0, init.stderr
-    assert "(step 4)" in init.stdout
+    assert "(step 4)" in init
     parent = json.loads((child / "last.json").read_text())["parent"]
     assert parent["step"] == 4 and parent["out"] == str(kept)
 
@@ -101,17 +97,15 @@ def test_keep_best_without_validation_is_a_usage_error(table, tmp_path):
 def test_keep_best_keeps_the_lowest_validation_loss(table, tmp_path):
     out = tmp_path / "best"
     common = ("--val-filter", "id % 10 = 0", "--eval-every", "1", "--eval-batches", "1")
-    first = run_cli(
+    invoke(
         "train", "--table", table, "--out", str(out), *SHAPE, *common, "--filter",
-        "id % 10 != 0", "--steps", "4", "--checkpoint-every", "100", "--keep-best", env=ENV,
+        "id % 10 != 0", "--steps", "4", "--checkpoint-every", "100", "--keep-best",
     )  # fmt: skip
-    assert first.returncode == 0, first.stderr
     # a learning rate far too high: the loss climbs, so the best stays behind the latest
-    more = run_cli(
+    invoke(
         "train", "--out", str(out), "--resume", "--reschedule", "--steps", "8", "--lr", "3",
-        "--warmup-steps", "0", env=ENV,
+        "--warmup-steps", "0",
     )  # fmt: skip
-    assert more.returncode == 0, more.stderr
     state = load_checkpoint(out)
     best = best_step(state.history["val"])
     assert best is not None and state.step == 8
@@ -123,11 +117,7 @@ def test_keep_best_keeps_the_lowest_validation_loss(table, tmp_path):
 
 def test_a_run_of_the_single_file_layout_loads_and_resumes(table, tmp_path):
     out = tmp_path / "old"
-    first = run_cli(
-        "train", "--table", table, "--out", str(out), *SHAPE, "--steps", "4", "--stop-at", "2",
-        env=ENV,
-    )  # fmt: skip
-    assert first.returncode == 0, first.stderr
+    invoke("train", "--table", table, "--out", str(out), *SHAPE, "--steps", "4", "--stop-at", "2")
     new = load_checkpoint(out)
     # the layout written before step directories: one last.pt beside last.json
     torch.save(
@@ -151,8 +141,7 @@ def test_a_run_of_the_single_file_layout_loads_and_resumes(table, tmp_path):
         shutil.rmtree(out / f"step-{step}")
     old = load_checkpoint(out)
     assert old.step == 2 and torch.equal(old.model["wte.weight"], new.model["wte.weight"])
-    resumed = run_cli("train", "--out", str(out), "--resume", env=ENV)
-    assert resumed.returncode == 0, resumed.stderr
+    invoke("train", "--out", str(out), "--resume")
     assert list_steps(out) == [4] and not (out / "last.pt").exists()
 
 

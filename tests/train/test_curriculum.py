@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
-from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tests.loader.test_order import quality, reference  # noqa: E402
 from tests.train.torchrun import step_on_disk  # noqa: E402
@@ -45,9 +45,7 @@ def _quality(uri: str) -> dict[int, float | None]:
 
 
 def _trace_rows(out: str, step: int) -> list[int]:
-    res = run_cli("trace", "--run", out, "--step", str(step), "--json", env=ENV)
-    assert res.returncode == 0, res.stderr
-    rows = json.loads(res.stdout)["rows"]
+    rows = json.loads(invoke("trace", "--run", out, "--step", str(step), "--json"))["rows"]
     return [r["row_id"] for r in sorted(rows, key=lambda r: (r["block"], r["position"]))]
 
 
@@ -114,24 +112,21 @@ def test_kill_9_and_resume_gives_the_uninterrupted_run(table, tmp_path):
     want = reference(table, jitter=3, seed=0)  # the curriculum, from the stored values
     seen = _trace_rows(str(killed), 1)
     assert seen and seen[0] == want[0] and set(seen) <= set(want[: len(seen) + 3])
-    led = run_cli("ledger", "--run", str(killed), "--json", env=ENV)
-    assert led.returncode == 0, led.stderr
-    assert json.loads(led.stdout)["pools"][0]["body_tokens"] > 0
+    led = json.loads(invoke("ledger", "--run", str(killed), "--json"))
+    assert led["pools"][0]["body_tokens"] > 0
 
 
 def test_two_stages_chain_filters_on_the_key(table, tmp_path):
     values = _quality(table)
     s1, s2 = str(tmp_path / "stage1"), str(tmp_path / "stage2")
-    first = _train(
-        s1, "--table", table, *BASE, "--filter", "quality >= 5", "--order-by", "quality DESC",
-        "--steps", "3",
+    invoke(
+        "train", "--out", s1, "--table", table, *BASE, "--filter", "quality >= 5",
+        "--order-by", "quality DESC", "--steps", "3",
     )  # fmt: skip
-    assert first.returncode == 0, first.stderr
-    second = _train(
-        s2, "--table", table, *BASE, "--init-from", s1, "--filter", "quality < 5",
-        "--order-by", "quality DESC", "--order-jitter", "2", "--steps", "3",
+    invoke(
+        "train", "--out", s2, "--table", table, *BASE, "--init-from", s1, "--filter",
+        "quality < 5", "--order-by", "quality DESC", "--order-jitter", "2", "--steps", "3",
     )  # fmt: skip
-    assert second.returncode == 0, second.stderr
     record = read_record(s2)
     assert record.parent["out"] == os.path.abspath(s1) and record.parent["step"] == 3
     assert record.loader.order_by == "quality DESC NULLS LAST" and record.loader.order_jitter == 2

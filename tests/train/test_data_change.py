@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
-from tests.conftest import REPO, real_paragraphs, run_cli, write_jsonl  # noqa: E402
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli, write_jsonl  # noqa: E402
 from tests.loader.tables import token_table  # noqa: E402
 from tests.train.torchrun import step_on_disk  # noqa: E402
 from tokenloom.ingest import ingest  # noqa: E402
@@ -102,18 +102,15 @@ def test_continue_onto_appended_and_deleted_rows_resumes_exactly_after_a_kill(tm
     assert read_record(b).data_versions == record.data_versions
 
     # the ledger counts across the change what the run was fed; runs and trace follow it
-    led = run_cli("ledger", "--run", str(a), "--steps", str(END), "--json", env=ENV)
-    assert led.returncode == 0, led.stderr
-    pool = json.loads(led.stdout)["pools"][0]
+    led = json.loads(invoke("ledger", "--run", str(a), "--steps", str(END), "--json"))
+    pool = led["pools"][0]
     fed = record.pools[0]
     for key in ("blocks", "body_tokens", "loss_positions", "unique_documents"):
         assert pool[key] == fed[key], key
-    assert json.loads(led.stdout)["change"]["version_after"] == v1
-    runs = run_cli("runs", "list", str(tmp_path), env=ENV)
-    assert runs.returncode == 0, runs.stderr
-    assert f"versions v{v0} from step 1, v{v1} from step 4 (continue)" in runs.stdout
+    assert led["change"]["version_after"] == v1
+    runs = invoke("runs", "list", str(tmp_path))
+    assert f"versions v{v0} from step 1, v{v1} from step 4 (continue)" in runs
     for step in (2, END):
-        tr = run_cli("trace", "--run", str(a), "--step", str(step), "--json", env=ENV)
-        assert tr.returncode == 0, tr.stderr
-        rows = {r["row_id"] for r in json.loads(tr.stdout)["rows"]}
+        tr = invoke("trace", "--run", str(a), "--step", str(step), "--json")
+        rows = {r["row_id"] for r in json.loads(tr)["rows"]}
         assert rows and (step < 4 or 5 not in rows)

@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli  # noqa: E402
 from tests.verify.tables import gpt2_table  # noqa: E402
 from tokenloom.backfill import default_checkpoint_root  # noqa: E402
 from tokenloom.train.checkpoint import load_run_model  # noqa: E402
@@ -36,11 +36,10 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("docloss")
     uri = gpt2_table(tmp, TEXTS)
     out = str(tmp / "run")
-    res = run_cli(
+    invoke(
         "train", "--table", uri, "--out", out, "--model", "tiny", "--seq-len", str(SEQ),
         "--global-batch-size", "2", "--steps", "2", "--device", "cpu",
     )  # fmt: skip
-    assert res.returncode == 0, res.stderr
     return out, uri
 
 

@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
-from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
 from tests.train.torchrun import step_on_disk  # noqa: E402
-from tests.verify.tables import gpt2_table  # noqa: E402
 
 LOADER = ["--seq-len", "32", "--global-batch-size", "2", "--seed", "5"]
 ORDER = ["--block-order", "sequential"]  # step order is stream order: the tail's order shows
@@ -34,26 +34,27 @@ def _ok(res):  # noqa: ANN001, ANN202
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A 6-step run (step-3 and step-6 kept) and a quarantine of its steps 5..6."""
+    """A 6-step run (step-3 and step-6 kept) and a quarantine of its steps 5..6. Byte tokens
+    (a 258-id vocabulary: a tiny model, small checkpoints) of 11 short paragraphs: ~800 tokens,
+    an epoch of ~13 steps, so the continued runs cross into later epochs."""
     tmp = tmp_path_factory.mktemp("exclude")
-    uri = gpt2_table(tmp, real_paragraphs(16))
+    uri = token_table(tmp, real_paragraphs(16)[5:])
     out = str(tmp / "run")
-    _ok(run_cli("train", "--table", uri, "--out", out, *TRAIN, *LOADER, *ORDER, "--steps", "6",
-                "--checkpoint-every", "3", "--keep-every", "3"))  # fmt: skip
-    q = json.loads(_ok(run_cli("quarantine", "--run", out, "--steps", "5:6", "--name", "q",
-                               "--json")).stdout)  # fmt: skip
+    invoke("train", "--table", uri, "--out", out, *TRAIN, *LOADER, *ORDER, "--steps", "6",
+           "--checkpoint-every", "3", "--keep-every", "3")  # fmt: skip
+    q = json.loads(invoke("quarantine", "--run", out, "--steps", "5:6", "--name", "q", "--json"))
     return tmp, uri, out, q
 
 
 def _stream(out: str, first: int, last: int, *, cli: bool = True) -> list[int]:
     """Row ids in stream order over steps ``first..last`` (consecutive stretches of one row
     merged), from the trace of the run (what ``tokenloom trace`` prints; with ``cli``, one CLI
-    call checks they agree: once per test is enough, each call costs a process)."""
+    call checks they agree: once per test is enough)."""
     from tokenloom.search.trace import open_run
 
     trace = open_run(out)
     if cli:
-        got = json.loads(_ok(run_cli("trace", "--run", out, "--step", str(last), "--json")).stdout)
+        got = json.loads(invoke("trace", "--run", out, "--step", str(last), "--json"))
         want = [s.as_tuple() for s in trace.step(last)]
         assert [tuple(r["provenance"]) for r in got["rows"]] == want
     rows: list[int] = []
@@ -86,9 +87,9 @@ def test_exclude_leaves_exactly_the_quarantined_rows_out_and_keeps_the_order(run
     tmp, _, out, q = run
     cont = str(tmp / "cont")
     shutil.copytree(out, cont)
-    res = _ok(run_cli("train", "--out", cont, "--resume", "--exclude", "q", "--steps", "30",
-                      "--reschedule", "--checkpoint-every", "30"))  # fmt: skip
-    assert f"excluding quarantine 'q' ({q['rows']} rows" in res.stdout
+    said = invoke("train", "--out", cont, "--resume", "--exclude", "q", "--steps", "30",
+                  "--reschedule", "--checkpoint-every", "30")  # fmt: skip
+    assert f"excluding quarantine 'q' ({q['rows']} rows" in said
     record = json.loads(open(os.path.join(cont, "last.json")).read())
     (change,) = record["loader_state"]["inputs"]["changes"]
     assert change["kind"] == "exclude" and change["global_step"] == 6
@@ -101,7 +102,7 @@ def test_exclude_leaves_exactly_the_quarantined_rows_out_and_keeps_the_order(run
     from tokenloom.search.trace import open_run
 
     assert open_run(cont)._locate(30)[0] >= 1  # later epochs were checked too
-    runs = _ok(run_cli("runs", "list", str(tmp))).stdout
+    runs = invoke("runs", "list", str(tmp))
     assert "from step 7 (epoch 0, its step 7): exclude quarantine 'q'" in runs
 
 

@@ -20,9 +20,9 @@ import pytest
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # kill/resume through real training processes: minutes
 
-from tests.conftest import REPO, real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import REPO, invoke, real_paragraphs, run_cli  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
 from tests.train.torchrun import step_on_disk  # noqa: E402
-from tests.verify.tables import gpt2_table  # noqa: E402
 
 L, G, BUDGET, AT = 32, 4, 4096, 6  # 128 blocks: 32 steps an epoch; the change after step 6
 LOADER = ["--seq-len", str(L), "--global-batch-size", str(G), "--seed", "5"]
@@ -38,23 +38,25 @@ def _ok(res):  # noqa: ANN001, ANN202
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A 6-step mixture run (1:1) and the files of two other mixtures."""
+    """A 6-step mixture run (1:1) and the files of two other mixtures. Byte tokens (a 258-id
+    vocabulary: a tiny model, small checkpoints) of 40 short paragraphs: ~1,200 tokens in each
+    pool, fewer than a budget of 4,096 asks of either (pools repeat rows; a capped one cannot)."""
     tmp = tmp_path_factory.mktemp("reweight")
-    uri = gpt2_table(tmp, real_paragraphs(40))
+    uri = token_table(tmp, [p for p in real_paragraphs(200) if len(p.encode()) < 100][:40])
     files = {}
     for name, mix in (("mix1", MIX1), ("mix2", MIX2)):
         files[name] = str(tmp / f"{name}.json")
         with open(files[name], "w") as fh:
             json.dump(mix, fh)
     out = str(tmp / "run")
-    _ok(run_cli("train", "--table", uri, "--out", out, *TRAIN, *LOADER, "--mixture",
-                files["mix1"], "--budget-tokens", str(BUDGET), "--steps", str(AT),
-                "--checkpoint-every", str(AT)))  # fmt: skip
+    invoke("train", "--table", uri, "--out", out, *TRAIN, *LOADER, "--mixture", files["mix1"],
+           "--budget-tokens", str(BUDGET), "--steps", str(AT), "--checkpoint-every",
+           str(AT))  # fmt: skip
     return tmp, uri, out, files
 
 
 def _blocks(out: str, epoch: int = 0) -> dict[str, int]:
-    led = json.loads(_ok(run_cli("ledger", "--run", out, "--epoch", str(epoch), "--json")).stdout)
+    led = json.loads(invoke("ledger", "--run", out, "--epoch", str(epoch), "--json"))
     return {p["name"]: p["blocks"] for p in led["pools"]}
 
 
@@ -71,9 +73,9 @@ def test_reweight_keeps_the_spent_quota_and_replans_the_rest(run):
     assert before == {"even": AT * G // 2, "odd": AT * G // 2}
     cont = str(tmp / "cont")
     shutil.copytree(out, cont)
-    res = _ok(run_cli("train", "--out", cont, "--resume", "--mixture", files["mix2"],
-                      "--reweight", "--steps", "32", "--reschedule"))  # fmt: skip
-    assert "reweighted from step 7" in res.stdout
+    said = invoke("train", "--out", cont, "--resume", "--mixture", files["mix2"], "--reweight",
+                  "--steps", "32", "--reschedule")  # fmt: skip
+    assert "reweighted from step 7" in said
     after = _blocks(cont)
     remaining = BUDGET // L - AT * G  # 104 blocks
     for name, share in (("even", 0.75), ("odd", 0.25)):
@@ -86,10 +88,10 @@ def test_reweight_keeps_the_spent_quota_and_replans_the_rest(run):
     for s in range(AT + 1, 33):
         n = len({(x.rank, x.block) for x in trace.step(s) if x.pool == "even"})
         assert n == 3, (s, n)
-    led = _ok(run_cli("ledger", "--run", cont)).stdout
+    led = invoke("ledger", "--run", cont)
     assert "reweight even 1, odd 1 -> even 3, odd 1" in led
     assert f"before it: even {before['even']}, odd {before['odd']}" in led
-    runs = _ok(run_cli("runs", "list", str(tmp))).stdout
+    runs = invoke("runs", "list", str(tmp))
     assert "from step 7 (epoch 0, its step 7): reweight even 1, odd 1 -> even 3, odd 1" in runs
     # later epochs plan the new shares from their start
     assert _blocks(cont, 1) == {"even": 96, "odd": 32}

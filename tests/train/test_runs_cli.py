@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow  # a lineage of training processes
 
 import lance  # noqa: E402
 
-from tests.conftest import real_paragraphs, run_cli  # noqa: E402
-from tests.verify.tables import gpt2_table  # noqa: E402
+from tests.conftest import invoke, real_paragraphs, run_cli  # noqa: E402
+from tests.loader.tables import token_table  # noqa: E402
 from tokenloom.table.tags import RUN_KEY, run_tag  # noqa: E402
 from tokenloom.train.config import BudgetError, TrainConfig  # noqa: E402
 from tokenloom.train.lineage import lineage_pools, own_pools, plan_budget  # noqa: E402
@@ -34,17 +34,16 @@ def _train(*args: str):  # noqa: ANN202
 
 @pytest.fixture(scope="module")
 def lineage(tmp_path_factory):
-    """Run ``a`` (3 steps over two invocations), then ``b`` from it under a 330-token budget."""
+    """Run ``a`` (3 steps over two invocations), then ``b`` from it under a 330-token budget.
+    Byte tokens: a 258-id vocabulary keeps the tiny model and its checkpoints small."""
     root = tmp_path_factory.mktemp("runs")
-    table = gpt2_table(root, real_paragraphs(40))
+    table = token_table(root, real_paragraphs(40))
     a, b = str(root / "runs" / "a"), str(root / "runs" / "b")
     val = ["--val-filter", "id % 10 = 0", "--eval-every", "2", "--eval-batches", "1"]
-    first = _train("--table", table, "--out", a, "--steps", "3", "--stop-at", "2", *val)
-    assert first.returncode == 0, first.stderr
-    again = run_cli("train", "--out", a, "--resume", env=ENV)
-    assert again.returncode == 0, again.stderr
-    child = _train("--table", table, "--out", b, "--init-from", a, "--total-budget-tokens", "330")
-    assert child.returncode == 0, child.stderr
+    invoke("train", *SHAPE, "--table", table, "--out", a, "--steps", "3", "--stop-at", "2", *val)
+    invoke("train", "--out", a, "--resume")
+    child = invoke("train", *SHAPE, "--table", table, "--out", b, "--init-from", a,
+                   "--total-budget-tokens", "330")  # fmt: skip
     return {"root": str(root), "table": table, "a": a, "b": b, "child": child}
 
 
@@ -57,7 +56,7 @@ def test_a_child_carries_its_parents_counts_and_plans_what_the_budget_leaves(lin
     assert [p["tokens"] for p in lineage_pools(b)] == [5 * STEP_TOKENS]
     assert (
         "budget: 330 tokens for the lineage, 192 spent before this run, 138 remain: "
-        "2 steps of 64 tokens" in lineage["child"].stdout
+        "2 steps of 64 tokens" in lineage["child"]
     )
 
 
@@ -104,9 +103,7 @@ def test_the_record_holds_wall_time_process_hours_devices_and_tokens_per_second(
 
 
 def test_runs_lists_the_lineage_with_spec_table_spent_and_losses(lineage):
-    done = run_cli("runs", lineage["root"])
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = invoke("runs", lineage["root"])
     a, b = read_record(lineage["a"]), read_record(lineage["b"])
     assert out.startswith(f"2 run(s) under {lineage['root']}\n")
     assert "runs/a  tiny, step 3/3\n" in out and "   └─ runs/b  tiny, step 2/2" in out
@@ -115,9 +112,7 @@ def test_runs_lists_the_lineage_with_spec_table_spent_and_losses(lineage):
     assert f"train {a.train_loss:.4f}, val {a.val_loss:.4f}" in out
     assert "spent    all 192\n" in out and "lineage  all 320 of a 330 budget" in out
     assert "process-hours on 1 x cpu" in out
-    runs = {
-        r["run"]: r for r in json.loads(run_cli("runs", lineage["root"], "--json").stdout)["runs"]
-    }
+    runs = {r["run"]: r for r in json.loads(invoke("runs", lineage["root"], "--json"))["runs"]}
     ra, rb = runs[lineage["a"]], runs[lineage["b"]]
     assert ra["children"] == [lineage["b"]] and rb["parent"] == lineage["a"]
     assert (rb["parent_step"], rb["tokens"], rb["lineage_tokens"]) == (3, 128, 320)
@@ -131,11 +126,9 @@ def test_runs_lists_the_lineage_with_spec_table_spent_and_losses(lineage):
 
 
 def test_ledger_of_a_run_shows_its_lineage_totals(lineage):
-    done = run_cli("ledger", "--run", lineage["b"], "--steps", "1", "--json")
-    assert done.returncode == 0, done.stderr
-    led = json.loads(done.stdout)["lineage"]
+    led = json.loads(invoke("ledger", "--run", lineage["b"], "--steps", "1", "--json"))["lineage"]
     assert (led["step"], led["tokens"]) == (2, 320)
-    text = run_cli("ledger", "--run", lineage["b"], "--steps", "1").stdout
+    text = invoke("ledger", "--run", lineage["b"], "--steps", "1")
     assert "(the runs it started from included): 320 tokens: all 320" in text
 
 
@@ -147,12 +140,9 @@ def test_every_run_pins_its_version_once_and_info_lists_them(lineage):
     assert {t["metadata"][RUN_KEY] for t in tags.values()} == {lineage["a"], lineage["b"]}
     assert all(t["version"] == version for t in tags.values())
     assert [p["tag"] for p in read_record(lineage["a"]).pins] == [run_tag(lineage["a"], version)]
-    info = run_cli("info", "--table", lineage["table"])
-    assert info.returncode == 0, info.stderr
+    info = invoke("info", "--table", lineage["table"])
     for run in ("a", "b"):
-        assert (
-            f"   {version}  run {lineage[run]}  ({run_tag(lineage[run], version)})" in info.stdout
-        )
+        assert f"   {version}  run {lineage[run]}  ({run_tag(lineage[run], version)})" in info
 
 
 def test_a_tag_held_by_another_run_is_refused(lineage, tmp_path):
@@ -172,13 +162,12 @@ def test_a_tag_held_by_another_run_is_refused(lineage, tmp_path):
 
 
 def test_overwrite_releases_the_replaced_runs_pin_on_its_own_table(lineage, tmp_path):
-    other = gpt2_table(tmp_path, real_paragraphs(12))
+    other = token_table(tmp_path, real_paragraphs(12))
     out = str(tmp_path / "over")
-    first = _train("--table", other, "--out", out, "--steps", "1")
-    assert first.returncode == 0, first.stderr
+    invoke("train", *SHAPE, "--table", other, "--out", out, "--steps", "1")
     assert [t["metadata"][RUN_KEY] for t in lance.dataset(other).tags.list().values()] == [out]
-    again = _train("--table", lineage["table"], "--out", out, "--steps", "1", "--overwrite")
-    assert again.returncode == 0, again.stderr
+    invoke("train", *SHAPE, "--table", lineage["table"], "--out", out, "--steps", "1",
+           "--overwrite")  # fmt: skip
     assert lance.dataset(other).tags.list() == {}  # the replaced run's pin, on its table
     held = [t["metadata"][RUN_KEY] for t in lance.dataset(lineage["table"]).tags.list().values()]
     assert out in held

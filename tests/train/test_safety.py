@@ -31,8 +31,14 @@ def _train(*args: str, **kw) -> subprocess.CompletedProcess | subprocess.Popen:
 BASE = ("--seq-len", "64", "--global-batch-size", "4", "--log-every", "1")
 
 
-def test_sigterm_checkpoints_at_the_next_step_and_resume_continues(tmp_path):
-    uri = token_table(tmp_path, real_paragraphs(40))
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """The table of the tests that train on it without changing it (one build per module)."""
+    return token_table(tmp_path_factory.mktemp("safety"), real_paragraphs(40))
+
+
+def test_sigterm_checkpoints_at_the_next_step_and_resume_continues(table, tmp_path):
+    uri = table
     out = tmp_path / "run"
     proc = _train(
         "--table", uri, "--out", str(out), *BASE, "--steps", "100000",
@@ -107,8 +113,8 @@ def test_a_column_added_since_is_a_new_version_not_a_rebuilt_table(tmp_path):
         (("--drop-last", "--global-batch-size", "100000"), "or drop --drop-last"),
     ],
 )
-def test_an_epoch_without_a_step_is_refused_before_training(tmp_path, options, message):
-    uri = token_table(tmp_path, real_paragraphs(10))
+def test_an_epoch_without_a_step_is_refused_before_training(table, tmp_path, options, message):
+    uri = table
     cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri]
     cmd += ["--out", str(tmp_path / "run"), "--seq-len", "64", "--steps", "3", *options]
     done = subprocess.run(
@@ -119,8 +125,8 @@ def test_an_epoch_without_a_step_is_refused_before_training(tmp_path, options, m
     assert "parameters" not in done.stdout  # refused before the model is built
 
 
-def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
-    uri = token_table(tmp_path, real_paragraphs(40))
+def test_one_sigterm_while_the_loader_starts_ends_train_at_once(table, tmp_path):
+    uri = table
     out = tmp_path / "run"
     proc = _train(
         "--table", uri, "--out", str(out), *BASE, "--steps", "100000", "--workers", "2",
@@ -140,10 +146,9 @@ def test_one_sigterm_while_the_loader_starts_ends_train_at_once(tmp_path):
     assert "stopped by SIGTERM before the first step" in said or "stopped by a signal" in said
 
 
-def _start_training(tmp_path) -> tuple[subprocess.Popen, bytes]:
-    """``train`` with two loader workers in its own process group, once it has taken steps
-    (and the line that says so)."""
-    uri = token_table(tmp_path, real_paragraphs(40))
+def _start_training(uri: str, tmp_path) -> tuple[subprocess.Popen, bytes]:
+    """``train`` on ``uri`` with two loader workers in its own process group, once it has taken
+    steps (and the line that says so)."""
     cmd = [sys.executable, "-m", "tokenloom.cli.main", "train", "--table", uri, "--out"]
     cmd += [str(tmp_path / "run"), *BASE, "--steps", "100000", "--workers", "2"]
     proc = subprocess.Popen(
@@ -167,9 +172,9 @@ def _semaphores() -> set[str]:
 
 @pytest.mark.serial  # counts every semaphore on the machine: nothing else may run beside it
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX shared memory lives elsewhere")
-def test_kill_9_of_the_training_process_group_leaves_no_semaphore(tmp_path):
+def test_kill_9_of_the_training_process_group_leaves_no_semaphore(table, tmp_path):
     before = _semaphores()
-    proc, line = _start_training(tmp_path)
+    proc, line = _start_training(table, tmp_path)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole group: resource tracker included
     proc.wait()
     assert line.startswith(b"step      3"), proc.stderr.read().decode()  # it was training

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import json
 
-from click.testing import CliRunner
-
-from tokenloom.cli.main import cli
+from tests.conftest import invoke
 from tokenloom.vision.images import build_image_set
-
-
-def invoke(*args: str) -> str:
-    out = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert out.exit_code == 0, out.output
-    return out.stdout
 
 
 def image_table(

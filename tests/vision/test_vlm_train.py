@@ -12,8 +12,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from tests.conftest import run_cli
-from tests.vision.tables import image_table, invoke
+from tests.conftest import invoke, run_cli
+from tests.vision.tables import image_table
 from tokenloom.cli.main import cli
 from tokenloom.train.checkpoint import load_checkpoint
 from tokenloom.train.record import read_record
@@ -29,11 +29,18 @@ def table(tmp_path_factory):
     return image_table(tmp_path_factory.mktemp("vlm"), bad_images=2, max_side=48, vocab=300)
 
 
-def test_resume_equals_the_uninterrupted_run(table, tmp_path):
-    whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
-    out = json.loads(invoke("train", "--table", table, "--out", whole, *ARGS, "--log-to", "csv",
+@pytest.fixture(scope="module")
+def whole(table, tmp_path_factory):
+    """One uninterrupted 6-step run: the resume's reference and the trace's run."""
+    out = str(tmp_path_factory.mktemp("vlm_whole") / "whole")
+    got = json.loads(invoke("train", "--table", table, "--out", out, *ARGS, "--log-to", "csv",
                             "--json"))  # fmt: skip
-    assert out["step"] == 6 and os.path.exists(os.path.join(whole, "metrics.csv"))
+    assert got["step"] == 6 and os.path.exists(os.path.join(out, "metrics.csv"))
+    return out
+
+
+def test_resume_equals_the_uninterrupted_run(table, whole, tmp_path):
+    part = str(tmp_path / "part")
     invoke("train", "--table", table, "--out", part, *ARGS, "--stop-at", "3")
     assert read_record(part).step == 3
     invoke("train", "--out", part, "--resume")
@@ -68,9 +75,8 @@ def test_failures_exit_with_status_and_message(table, tmp_path):
     assert res.exit_code == 2 and "--image-cap applies to image+text runs" in res.output
 
 
-def test_trace_names_the_rows_of_a_step_and_the_steps_of_a_row(table, tmp_path):
-    out = str(tmp_path / "t")
-    invoke("train", "--table", table, "--out", out, *ARGS, "--steps", "3")
+def test_trace_names_the_rows_of_a_step_and_the_steps_of_a_row(whole):
+    out = whole  # traced as it was trained (one run serves both tests)
     got = json.loads(invoke("trace", "--run", out, "--step", "2", "--json"))
     rows = got["rows"]
     assert {r["step"] for r in rows} == {2} and rows and got["loader"]["kind"] == "image_text"
