@@ -4,12 +4,13 @@ run's record instead of retyped flags; through real processes, exit status and o
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 pytest.importorskip("torch")
 
-from tests.conftest import real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import invoke, real_paragraphs, run_cli  # noqa: E402
 from tests.verify.tables import gpt2_table  # noqa: E402
 
 LOADER = ["--filter", "id % 7 != 0", "--seq-len", "32", "--global-batch-size", "2", "--seed", "3"]
@@ -50,12 +51,25 @@ def test_ledger_and_stats_read_the_runs_spec(run):
     assert stats["documents"] == sum(1 for i in range(30) if i % 7 != 0)
 
 
-def test_verify_trace_and_sample_take_run(run):
+def test_verify_trace_and_sample_take_run(run, tmp_path):
     out, _ = run
     res = run_cli("verify", "--run", out, "--steps", "1")
     assert res.returncode == 0, res.stderr
     assert "6 of 6 checks passed" in res.stdout and "2 x 32 per step" in res.stdout
     assert "seed 3" in res.stdout
+    # a run whose data changed: verify says which change it does not verify (its record is
+    # what verify reads; the change's tail is not in the stream the run started with)
+    changed = tmp_path / "changed"
+    shutil.copytree(out, changed)
+    record = json.loads((changed / "last.json").read_text())
+    v = record["loader"]["version"]
+    change = {"kind": "continue", "epoch": 0, "step": 1, "global_step": 1,
+              "version_before": v, "version_after": v, "params": {}}  # fmt: skip
+    record["loader_state"].setdefault("inputs", {})["changes"] = [change]
+    (changed / "last.json").write_text(json.dumps(record))
+    note = json.loads(invoke("verify", "--run", str(changed), "--steps", "1", "--json"))
+    assert note["changes_not_verified"] == [f"continue from global step 1 (version {v})"]
+    assert note["passed"] and "not verified" not in res.stdout  # the unchanged run: no note
     trace = _json(run_cli("trace", "--run", out, "--step", "2", "--json"))
     assert trace["loader"]["filter"] == "id % 7 != 0" and trace["rows"]
     assert all(r["row_id"] % 7 for r in trace["rows"])
