@@ -1,5 +1,6 @@
-"""The main job with its training stage, on the whole bundled corpus and the demo's budget:
-the tiny model ends well below the unigram entropy; the search and the trace answer."""
+"""The main job with its training stage, on the whole bundled corpus and half the demo's budget
+(450 of its 900 steps; measured 7.64 -> 5.08 nats against a unigram entropy of 6.60): the tiny
+model ends well below the unigram entropy; the search and the trace answer."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from click.testing import CliRunner  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
 
 
-@pytest.mark.slow  # the demo's whole training budget
+@pytest.mark.slow  # half the demo's training budget
 @pytest.mark.timeout(1500)
 def test_demo_trains_below_the_unigram_entropy(tmp_path):
     workdir = tmp_path / "demo"
-    result = CliRunner().invoke(cli, ["demo", "--workdir", str(workdir)])
+    result = CliRunner().invoke(cli, ["demo", "--workdir", str(workdir), "--train-steps", "450"])
     assert result.exit_code == 0, result.output
     summary = json.loads((workdir / "summary.json").read_text())
     entropy = summary["unigram_entropy"]
@@ -36,6 +37,6 @@ def test_demo_trains_below_the_unigram_entropy(tmp_path):
     assert "every one of the" in result.output
     # a kept mid-run checkpoint beside the last one, and the model exported for transformers
     run = workdir / "run"
-    assert summary["checkpoints_kept"] == [str(run / "step-450"), str(run / "step-900")]
+    assert summary["checkpoints_kept"] == [str(run / "step-225"), str(run / "step-450")]
     assert summary["hf_export"] == str(workdir / "hf")
     assert (workdir / "hf" / "config.json").is_file()
