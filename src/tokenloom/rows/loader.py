@@ -91,15 +91,8 @@ class RowLoader(torch.utils.data.DataLoader):
                ds.read_batch_size, ds.transform_threads, ds.prefetch)  # fmt: skip
         pool = self._kept.get(
             key,
-            lambda persistent: WorkerPool(
-                ds.detached(),
-                self.num_workers,
-                context=self.multiprocessing_context,
-                prefetch=self.prefetch_factor or 2,
-                timeout=self.timeout,
-                init_fn=self.worker_init_fn,
-                main_objects=(ds.transform,),
-                persistent=persistent,
+            lambda persistent: WorkerPool.of_loader(
+                self, ds.detached(), main_objects=(ds.transform,), persistent=persistent
             ),
             persistent=bool(self.persistent_workers),
         )

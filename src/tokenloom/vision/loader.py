@@ -71,14 +71,7 @@ class ImageTextLoader(torch.utils.data.DataLoader):
             yield from ds.batches()
             return
         total = ds.steps()
-        pool = WorkerPool(
-            ds.detached(),
-            self.num_workers,
-            context=self.multiprocessing_context,
-            prefetch=self.prefetch_factor or 2,
-            timeout=self.timeout,
-            init_fn=self.worker_init_fn,
-        )
+        pool = WorkerPool.of_loader(self, ds.detached())
         self.worker_pool = pool
         it = iter(pool)
         rings = Rings()  # each worker's shared-memory ring

@@ -162,15 +162,7 @@ class DataLoader(torch.utils.data.DataLoader):
         key = (ds.planner, ds.rank, ds.world_size, ds.io_threads, ds.read_ahead, ds.read_group)
         return self._kept.get(
             key,
-            lambda persistent: WorkerPool(
-                ds.detached(),
-                self.num_workers,
-                context=self.multiprocessing_context,
-                prefetch=self.prefetch_factor or 2,
-                timeout=self.timeout,
-                init_fn=self.worker_init_fn,
-                persistent=persistent,
-            ),
+            lambda persistent: WorkerPool.of_loader(self, ds.detached(), persistent=persistent),
             persistent=bool(self.persistent_workers),
         )
 

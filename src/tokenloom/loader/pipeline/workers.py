@@ -230,6 +230,24 @@ class WorkerPool:
         self._conns: list[Any] = []
         self._started = False
 
+    @classmethod
+    def of_loader(
+        cls, loader: Any, stream: Any, *, main_objects: tuple = (), persistent: bool = False
+    ) -> WorkerPool:
+        """The pool a ``torch.utils.data.DataLoader`` subclass's settings ask for:
+        ``num_workers``, ``multiprocessing_context``, ``prefetch_factor``, ``timeout`` and
+        ``worker_init_fn``, on ``stream`` (its dataset's detached stream)."""
+        return cls(
+            stream,
+            loader.num_workers,
+            context=loader.multiprocessing_context,
+            prefetch=loader.prefetch_factor or 2,
+            timeout=loader.timeout,
+            init_fn=loader.worker_init_fn,
+            main_objects=main_objects,
+            persistent=persistent,
+        )
+
     @property
     def alive(self) -> bool:
         """Whether the processes are started and idle or running (a persistent pool between
