@@ -14,6 +14,7 @@ from tokenloom.vision.packing import (
     _knapsack,
     naive_greedy,
     pack_block,
+    pack_compact,
     plan_blocks,
     plan_padding,
 )
@@ -56,6 +57,25 @@ def test_knapsack_is_optimal_against_brute_force(items):
         if n[[0, *rest]].sum() <= budget and k[[0, *rest]].sum() <= cap
     )
     assert n[pick].sum() == best
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 140), st.integers(0, 2)), max_size=90),
+    st.sampled_from([1, 63, 64, 65, 127, 128, 129]),
+    st.integers(1, 4),
+    st.integers(1, 12),
+)
+def test_compiled_knapsack_equals_the_reference_block_for_block(items, budget, cap, window):
+    # budgets on each side of a 64-bit word: the compiled states are bit sets
+    lengths = np.array([n for n, _ in items], dtype=np.int32)
+    images = np.array([k for _, k in items], dtype=np.uint8)
+    kw = dict(budget=budget, image_cap=cap, policy="knapsack", window=window)
+    ref = pack_compact(lengths, images, compiled=False, **kw)
+    got = pack_compact(lengths, images, compiled=True, **kw)
+    assert got.members.tolist() == ref.members.tolist()
+    assert got.starts.tolist() == ref.starts.tolist() and got.starts.dtype == ref.starts.dtype
+    assert got.dropped == ref.dropped
 
 
 def test_knapsack_wastes_less_than_greedy_and_pad_to_longest():
