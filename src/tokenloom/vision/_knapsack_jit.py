@@ -12,28 +12,15 @@ of one boolean each.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-from numba import njit
-from numba.core.errors import NumbaWarning
 
-
-def _jit(fn):  # type: ignore[no-untyped-def]
-    """``njit(cache=True)``; without an on-disk cache where no cache directory is writable."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NumbaWarning)
-            return njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return njit(cache=False, nogil=True)(fn)
-
+from tokenloom.loader.plan._jit import jit
 
 ONE = np.uint64(1)
 ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@_jit
+@jit
 def _shift_into(src: np.ndarray, n: int, words: int, last: np.uint64, out: np.ndarray) -> None:
     """``out = (src << n)`` over ``words`` 64-bit words, bits past the last word's ``last`` mask
     dropped."""
@@ -49,7 +36,7 @@ def _shift_into(src: np.ndarray, n: int, words: int, last: np.uint64, out: np.nd
     out[words - 1] &= last
 
 
-@_jit
+@jit
 def knapsack_blocks(
     order: np.ndarray,
     lengths: np.ndarray,

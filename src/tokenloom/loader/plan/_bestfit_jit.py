@@ -19,25 +19,12 @@ fit window of one document costs O(1) beside its pieces.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-from numba import njit
-from numba.core.errors import NumbaWarning
+
+from tokenloom.loader.plan._jit import jit
 
 
-def _jit(fn):  # type: ignore[no-untyped-def]
-    """``njit(cache=True, nogil=True)``; without an on-disk cache where no cache directory is
-    writable (numba refuses ``cache=True`` then): the first call of a process compiles."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NumbaWarning)
-            return njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return njit(cache=False, nogil=True)(fn)
-
-
-@_jit
+@jit
 def _ctz32(x: int) -> int:
     """Trailing zeros of ``0 < x < 2**32``."""
     n = 0
@@ -58,7 +45,7 @@ def _ctz32(x: int) -> int:
     return n
 
 
-@_jit
+@jit
 def _bits_set(bits: np.ndarray, offs: np.ndarray, nlev: int, c: int) -> None:
     for lev in range(nlev):
         w = c >> 5
@@ -70,7 +57,7 @@ def _bits_set(bits: np.ndarray, offs: np.ndarray, nlev: int, c: int) -> None:
         c = w
 
 
-@_jit
+@jit
 def _bits_clear(bits: np.ndarray, offs: np.ndarray, nlev: int, c: int) -> None:
     for lev in range(nlev):
         w = c >> 5
@@ -82,7 +69,7 @@ def _bits_clear(bits: np.ndarray, offs: np.ndarray, nlev: int, c: int) -> None:
         c = w
 
 
-@_jit
+@jit
 def _bits_next(bits: np.ndarray, offs: np.ndarray, nlev: int, c: int) -> int:
     """The smallest set bit ``>= c`` of level 0, or -1."""
     lev = 0
@@ -104,7 +91,7 @@ def _bits_next(bits: np.ndarray, offs: np.ndarray, nlev: int, c: int) -> int:
     return c
 
 
-@_jit
+@jit
 def _meld(a: int, b: int, child: np.ndarray, sib: np.ndarray) -> int:
     """Pairing-heap meld of two roots (``-1``: empty); the smaller id stays the root."""
     if a < 0:
@@ -118,7 +105,7 @@ def _meld(a: int, b: int, child: np.ndarray, sib: np.ndarray) -> int:
     return a
 
 
-@_jit
+@jit
 def _merge_pairs(first: int, child: np.ndarray, sib: np.ndarray) -> int:
     """The two-pass merge of a popped root's children (list linked by ``sib``)."""
     acc = -1  # melded pairs, linked through sib in reverse order
@@ -145,7 +132,7 @@ def _merge_pairs(first: int, child: np.ndarray, sib: np.ndarray) -> int:
     return res
 
 
-@_jit
+@jit
 def _sort_desc(sizes: np.ndarray, a: int, m: int, order: np.ndarray, tmp: np.ndarray) -> None:
     """``order[:m]``: ``0..m-1`` by ``sizes[a + x]`` descending, ties ascending (a bottom-up
     merge sort: stable, and quick to compile)."""
@@ -184,7 +171,7 @@ def _sort_desc(sizes: np.ndarray, a: int, m: int, order: np.ndarray, tmp: np.nda
         order[:m] = tmp[:m]
 
 
-@_jit
+@jit
 def pack_windows(
     sizes: np.ndarray,
     win_ptr: np.ndarray,

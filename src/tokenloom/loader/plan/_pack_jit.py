@@ -15,29 +15,16 @@ buffers it is given.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
-from numba import njit
-from numba.core.errors import NumbaWarning
+
+from tokenloom.loader.plan._jit import jit
 
 IGNORE = (
     -100
 )  # tokenloom.loader.plan.pack.IGNORE_INDEX (not imported: that module imports this one)
 
 
-def _jit(fn):  # type: ignore[no-untyped-def]
-    """``njit(cache=True, nogil=True)``; without an on-disk cache where no cache directory is
-    writable (numba refuses ``cache=True`` then): the first call of a process compiles."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NumbaWarning)
-            return njit(cache=True, nogil=True)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return njit(cache=False, nogil=True)(fn)
-
-
-@_jit
+@jit
 def _tokens(
     src: np.ndarray,
     ntok: int,
@@ -66,7 +53,7 @@ def _tokens(
             lab[ntok - 1] = IGNORE
 
 
-@_jit
+@jit
 def pack_rows(
     values: np.ndarray,
     extra: np.ndarray,
