@@ -130,16 +130,3 @@ def test_refuses_bad_requests(table):
     missing = udf(inputs=["body"], output=pa.field("y", pa.int32()), version="1")(lambda b: b)
     with pytest.raises(BackfillError, match=r"reads column\(s\) \['body'\]"):
         add_column(table, "y", missing, workers=0)
-
-
-@pytest.mark.slow
-def test_ray_executor_on_a_local_ray(table):
-    pytest.importorskip("ray")
-    import ray
-
-    try:
-        result = add_column(table, "n_words", n_words, workers=2, executor="ray", unit_rows=40)
-    finally:
-        ray.shutdown()
-    assert result.units == 8 and result.rows == 150
-    assert _column(table, "n_words") == _expected_n_words(table)

@@ -133,14 +133,18 @@ def test_packed_blocks_cut_the_stream_in_either_order():
         assert np.array_equal(blocks.reshape(-1), want[: blocks.size])
 
 
-def test_parquet_in_order_preshuffled_and_single_rows(tmp_path):
+def test_parquet_in_order_preshuffled_and_single_rows(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import pyarrow.parquet as pq
 
+    from tokenloom.bench import loader_data
     from tokenloom.bench.loader_data import shuffled_order
     from tokenloom.bench.loader_parquet import ParquetBlocks, ParquetRows
 
-    spec = CorpusSpec(docs=2500, seed=7)
+    # ParquetRows reads a document's whole row group: small groups keep that quick, and 300
+    # documents still span three of them
+    monkeypatch.setattr(loader_data, "_PARQUET_ROW_GROUP", 128)
+    spec = CorpusSpec(docs=300, seed=7)
     docs = _docs(spec)
     plain = build_parquet(str(tmp_path / "c.parquet"), spec)
     shuffled = build_parquet(str(tmp_path / "s.parquet"), spec, shuffled=True)
@@ -156,12 +160,12 @@ def test_parquet_in_order_preshuffled_and_single_rows(tmp_path):
         return np.concatenate([b.numpy().reshape(-1) for b in batches])
 
     kw = {"seq_len": 64, "batch_size": 2, "eos_id": EOS_ID}
-    for path, want in ((plain.path, _stream(docs, range(2500))), (shuffled.path, None)):
+    for path, want in ((plain.path, _stream(docs, range(300))), (shuffled.path, None)):
         want = _stream(docs, order) if want is None else want
         got = flat(ParquetBlocks(path, order="sequential", **kw))
         assert np.array_equal(got, want[: got.size]) and len(want) - got.size < 128
 
-    rows = np.random.default_rng([3, 1]).permutation(2500)  # ParquetRows' order: [seed, epoch]
+    rows = np.random.default_rng([3, 1]).permutation(300)  # ParquetRows' order: [seed, epoch]
     want = _stream(docs, rows)
     for threads in (1, 4):  # documents fetched at once: the same stream
         got = flat(ParquetRows(plain.path, seed=3, epoch=1, threads=threads, **kw))

@@ -1,6 +1,7 @@
 """The Ray Data and litdata baselines of ``bench loader`` on a tiny table: every batch is
 ``(B, L)`` packed documents, two epochs deliver (nearly) every document twice, and the
-shuffle moves them. Skipped when the library is not installed (CI installs
+shuffle moves them (Ray Data's runs on a local Ray: tests/test_local_ray.py, one Ray start for
+every such test). Skipped when the library is not installed (CI installs
 requirements/bench.txt)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tokenloom.bench.loader_data import EOS_ID, CorpusSpec, build_table, packed_stream
+from tokenloom.bench.loader_data import EOS_ID, CorpusSpec, packed_stream
 
 pytest.importorskip("torch")
 
@@ -38,37 +39,6 @@ def test_pack_arrow_joins_documents_with_eos_and_drops_the_tail():
     )
     assert out.dtype == np.int64 and out.shape == (len(stream) // 4, 4)
     assert (out.reshape(-1) == stream[: out.size]).all()
-
-
-def test_ray_data_read_lance_two_epochs(tmp_path):
-    """read_lance -> randomize_block_order -> map_batches packing -> iter_torch_batches with a
-    local shuffle buffer (a few read blocks: Ray's ~200 default are slow on 600 documents)."""
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed: pip install -r requirements/bench.txt")
-    from tokenloom.bench.loader_shuffle import measure_shuffle
-
-    spec = CorpusSpec(docs=600, seed=0)
-    table = build_table(str(tmp_path / "t.lance"), spec)
-    q = measure_shuffle(_case("ray", table.path, read_blocks=4), spec, shard_docs=64)
-    assert q["error"] is None
-    # each map_batches call drops its tail (< one block): few documents are lost
-    assert q["coverage"] > 0.9
-    assert q["movement"] > 0.01
-
-
-def test_ray_data_read_parquet_random_shuffle(tmp_path):
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed: pip install -r requirements/bench.txt")
-    from tokenloom.bench.loader_data import build_parquet
-    from tokenloom.bench.loader_shuffle import measure_shuffle
-
-    spec = CorpusSpec(docs=600, seed=0)
-    copy = build_parquet(str(tmp_path / "c.parquet"), spec)
-    case = _case("ray", copy.path, read="parquet", shuffle="global", read_blocks=4)
-    q = measure_shuffle(case, spec, shard_docs=64)
-    assert q["error"] is None and q["coverage"] > 0.9
-    # a global shuffle: about a third, as independent uniform permutations
-    assert q["movement"] > 0.25
 
 
 def test_ray_options_are_checked(tmp_path):

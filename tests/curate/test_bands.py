@@ -134,29 +134,6 @@ def test_bad_arguments_are_named(tmp_path):
         banded_clusters(np.arange(2), src, workdir=str(tmp_path), part_rows=0)
 
 
-@pytest.mark.slow
-def test_band_partitions_as_ray_tasks(tmp_path):
-    pytest.importorskip("ray")
-    import ray
-
-    from tokenloom.backfill.executors import RayExecutor
-
-    path, _ = _synthetic(tmp_path, 1200, dup_fraction=0.3, max_group=20)
-    ids = np.arange(1200, dtype=np.int64)
-    try:
-        cluster, _, stats = banded_clusters(
-            ids,
-            NpySignatures(path),
-            workdir=str(tmp_path / "work"),
-            executor=RayExecutor(2),
-            part_rows=500,
-        )
-    finally:
-        ray.shutdown()
-    np.testing.assert_array_equal(cluster, lsh_clusters(ids, np.load(path))[0])
-    assert stats.passed > 0
-
-
 def test_dedup_names_an_unknown_executor():
     from tests.conftest import run_cli
 

@@ -1,9 +1,10 @@
 """A real multi-node Ray cluster on this machine, for the scale-out tests.
 
 A head and further nodes are started with ``ray start`` (``--address`` for the others), each with
-its own ``--temp-dir``, one CPU, a small object store, every port chosen free, the dashboard off,
-and a custom resource naming it. Each node's processes also carry ``TOKENLOOM_TEST_NODE=<name>``
-in their environment, so a task can tell which node ran it.
+its own ``--temp-dir``, one CPU, a small object store, every port chosen free, the dashboard and the
+log monitor off (one process fewer to start), and a custom resource naming it. Each node's processes
+also carry ``TOKENLOOM_TEST_NODE=<name>`` in their environment, so a task can tell which node ran
+it.
 
 Every node shares one fresh token (``RAY_AUTH_MODE=token``), so nothing outside the test can
 talk to the cluster and the cluster never reads ``~/.ray``. :meth:`RayCluster.stop` kills the
@@ -95,6 +96,7 @@ def start_cluster(nodes: Mapping[str, Mapping[str, float]]) -> RayCluster:
                 "--runtime-env-agent-port", str(runtime_env),
                 "--metrics-export-port", str(metrics),
                 "--disable-usage-stats",
+                "--include-log-monitor", "false",  # drivers run with log_to_driver=False
             ]  # fmt: skip
             if i == 0:
                 args += ["--head", "--port", str(port), "--include-dashboard", "false"]

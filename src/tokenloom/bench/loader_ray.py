@@ -14,7 +14,8 @@ joined with EOS (:func:`~tokenloom.bench.loader_data.packed_stream`) and cut int
 blocks, the tail under one block dropped (under one block per :data:`PACK_DOCS` documents, as a
 pre-packed copy drops its last partial block). Ray starts locally (``num_cpus`` = the case's
 workers, an object store of :data:`OBJECT_STORE_MB`, its session files in a temporary folder
-removed afterwards) and is shut down when the source is closed. ``ray`` is installed with
+removed afterwards) and is shut down when the source is closed; a Ray this process already runs
+is used as it is, and left running. ``ray`` is installed with
 ``pip install -r requirements/bench.txt``.
 """
 
@@ -90,15 +91,20 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
         raise ValueError(f"ray options: read lance|parquet, shuffle block|global; got {spec}")
     cpus = max(spec.workers, 1)
     store_mb = int(spec.option("object_store_mb", OBJECT_STORE_MB))
-    temp = tempfile.mkdtemp(prefix="tl-ray-")  # short: Ray's socket paths are length-limited
-    ray.init(
-        num_cpus=cpus,
-        object_store_memory=store_mb * 2**20,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        _temp_dir=temp,
-    )
+    own = not ray.is_initialized()  # a caller's Ray (a test's, shared) is not ours to stop
+    temp = tempfile.mkdtemp(prefix="tl-ray-") if own else None  # short: sockets' paths
+    if own:
+        ray.init(
+            num_cpus=cpus,
+            object_store_memory=store_mb * 2**20,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            _temp_dir=temp,
+        )
+    else:
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        store_mb = int(ray.cluster_resources().get("object_store_memory", 0)) >> 20
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -146,8 +152,9 @@ def ray_batches(spec: CaseSpec, notes: Any) -> Iterator[Any]:
         close = getattr(current, "close", None)
         if close is not None:
             close()
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+        if own:
+            ray.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)
         how = "randomize_block_order + local buffer" if shuffle == "block" else "random_shuffle"
         notes.text = f"read_{read}, {how}, {cpus} CPUs, object store {store_mb} MB"
         notes.figures = {"blocks": blocks}

@@ -92,8 +92,8 @@ def doc_loss(
         validate_column_name(column, what="--column")
     except ColumnNameError as exc:
         raise click.BadParameter(str(exc), param_hint="--column") from None
-    require("torch", extra="train")
     run_record(checkpoint, option="--checkpoint")  # no run there: exit 2, as export and sample
+    require("torch", extra="train")  # after the checks: a usage error costs no torch import
     from tokenloom.train.config import TrainError
     from tokenloom.train.dist import resolve_device
 
