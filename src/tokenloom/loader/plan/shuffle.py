@@ -21,14 +21,15 @@ high bits tie (about ``n**2 / 2**(65 - b)`` pairs: a few hundred for 17.5M rows)
 true order; their full keys are drawn again from the stream and those runs re-sorted by (key,
 position). The result equals ``argsort(keys, kind="stable")`` exactly. Above 4096 rows the packed
 values are dealt into buckets by their top bits (counted in a first pass over the stream) and
-sorted a group of consecutive buckets at a time: 16 groups, each read in one more pass over the
-stream; from 4M rows a group's buckets are sorted on up to 8 threads (``np.sort`` releases the
-GIL). Buckets and groups are in order end to end, so the result is the same; the sort holds one
-group (about 0.5 byte per row) besides its result, which it writes where the caller says (the plan
-store's file), and each pass reads the stream in 64 chunks (4096 to 256k keys), so no temporary is
-a fixed size that would outweigh a small result. Cost: the stream is drawn 18 times, about 0.2 s
-per million rows on one core; 4 bytes per row for the result (a single sort of 8 bytes per row
-would be several times faster below 4M rows but doubles the node's peak there).
+sorted a group of consecutive buckets at a time: 16 groups below 4M rows, 8 from 4M (where the
+passes cost more than the memory), each read in one more pass over the stream; from 4M rows a
+group's buckets are sorted on up to 8 threads (``np.sort`` releases the GIL). Buckets and groups
+are in order end to end, so the result is the same; the sort holds one group (about 0.5 byte per
+row, 1 from 4M) besides its result, which it writes where the caller says (the plan store's file),
+and each pass reads the stream in 64 chunks (4096 to 256k keys), so no temporary is a fixed size
+that would outweigh a small result. Cost: the stream is drawn 10 to 18 times, about 0.2 s per
+million rows on one core; 4 bytes per row for the result (a single sort of 8 bytes per row would
+be several times faster below 4M rows but doubles the node's peak there).
 
 :data:`PERMUTATION_ALGORITHM` names this recipe; it belongs in the loader's fingerprint so that a
 future change of recipe is refused on resume instead of silently reading other rows.
@@ -59,7 +60,8 @@ _CHUNK = 1 << 18  # most keys drawn / packed / unpacked per pass (bounds the tem
 _MIN_CHUNK = 1 << 12  # fewest keys per pass (below, the passes cost more than they hold)
 _CHUNKS = 64  # passes over the stream cut it into this many chunks, within the two bounds
 _PARALLEL_MIN = 1 << 22  # keys from which the sort runs on several threads
-_SORT_GROUPS = 16  # groups sorted one after another (0.5 B/key), at every size
+_SORT_GROUPS = 16  # groups sorted one after another below _PARALLEL_MIN keys (0.5 B/key)
+_LARGE_SORT_GROUPS = 8  # from _PARALLEL_MIN keys (1 B/key: 8 fewer passes over the stream)
 _MIN_GROUP = 1 << 12  # keys up to which the packed values are sorted in one piece
 
 
@@ -240,8 +242,8 @@ def stable_argsort_u64(
         threads: Threads sorting (default: up to 8 cores from 4M keys, else 1). The result does
             not depend on it.
         max_sorting: Most packed values (8 bytes each) held at once (default: a sixteenth,
-            at least 4096: about 0.5 byte per key, for a pass over the stream per group). The
-            result does not depend on it.
+            at least 4096, below 4M keys, an eighth from 4M: 0.5 or 1 byte per key, for a pass
+            over the stream per group). The result does not depend on it.
         out: Optional ``(n,)`` array of :func:`order_dtype` ``(n)`` to write the result into
             (e.g. a file mapped for writing), instead of a new one.
         exact: The caller's keys have their low ``bit_length(n - 1)`` bits zero, so the packed
@@ -259,7 +261,8 @@ def stable_argsort_u64(
     b = max(1, (n - 1).bit_length())
     shift, mask = np.uint64(b), np.uint64((1 << b) - 1)
     if max_sorting is None:
-        max_sorting = max(-(-n // _SORT_GROUPS), _MIN_GROUP)
+        groups = _SORT_GROUPS if n < _PARALLEL_MIN else _LARGE_SORT_GROUPS
+        max_sorting = max(-(-n // groups), _MIN_GROUP)
     threads = _sort_threads(n) if threads is None else threads
     step = _chunk(n)
     diff = np.empty(step, dtype=np.uint64)  # one chunk's neighbours' XOR
