@@ -26,7 +26,7 @@ passes cost more than the memory), each read in one more pass over the stream; f
 group's buckets are sorted on up to 8 threads (``np.sort`` releases the GIL). Buckets and groups
 are in order end to end, so the result is the same; the sort holds one group (about 0.5 byte per
 row, 1 from 4M) besides its result, which it writes where the caller says (the plan store's file),
-and each pass reads the stream in 64 chunks (4096 to 256k keys), so no temporary is a fixed size
+and each pass reads the stream in 64 chunks (1024 to 256k keys), so no temporary is a fixed size
 that would outweigh a small result. Cost: the stream is drawn 10 to 18 times, about 0.2 s per
 million rows on one core; 4 bytes per row for the result (a single sort of 8 bytes per row would
 be several times faster below 4M rows but doubles the node's peak there).
@@ -57,7 +57,7 @@ PERMUTATION_ALGORITHM = "pcg64-seedseq[seed,epoch]-rawsort-v1"
 """Identity of the recipe of :func:`epoch_permutation` (part of the plan fingerprint)."""
 
 _CHUNK = 1 << 18  # most keys drawn / packed / unpacked per pass (bounds the temporaries)
-_MIN_CHUNK = 1 << 12  # fewest keys per pass (below, the passes cost more than they hold)
+_MIN_CHUNK = 1 << 10  # fewest keys per pass (below, the passes cost more than they hold)
 _CHUNKS = 64  # passes over the stream cut it into this many chunks, within the two bounds
 _PARALLEL_MIN = 1 << 22  # keys from which the sort runs on several threads
 _SORT_GROUPS = 16  # groups sorted one after another below _PARALLEL_MIN keys (0.5 B/key)
