@@ -123,6 +123,32 @@ def test_pack_pieces_lists_each_block_in_visiting_order() -> None:
     ]
 
 
+def test_plans_by_the_compiled_and_the_python_planner_are_equal(monkeypatch) -> None:  # noqa: ANN001
+    """Small selections plan without numba (:data:`COMPILED_MIN_DOCS`): the same blocks, their
+    order and their lookups as the compiled planner's."""
+    import tokenloom.loader.plan.bestfit as bf
+
+    rng = np.random.default_rng(11)
+    for L, F, n in ((64, 16, 2000), (2048, 1024, 3000), (16, 1, 500)):
+        lens = np.where(rng.random(n) < 0.05, 0, realistic_lengths(n, seed=L) % (3 * L) + 1)
+        ids = np.cumsum(rng.integers(1, 3, n))
+        kw = {"seed": 2, "epoch": 1, "seq_len": L, "fit_window": F}
+        python = plan_bestfit(ids, lens, **kw)
+        monkeypatch.setattr(bf, "COMPILED_MIN_DOCS", 0)
+        compiled = plan_bestfit(ids, lens, **kw)
+        monkeypatch.undo()
+        assert np.array_equal(python.window_blocks, compiled.window_blocks)
+        for got, want in zip(python.layout(), compiled.layout(), strict=True):
+            for name in ("doc", "row_id", "size") if hasattr(got, "doc") else (None,):
+                a, b = (got, want) if name is None else (getattr(got, name), getattr(want, name))
+                assert np.array_equal(a, b), name
+        blocks = rng.integers(-1, python.num_blocks, 50)
+        a, b = python.spans(blocks), compiled.spans(blocks)
+        for name in ("block", "pos", "doc", "row_id", "tok_start", "tok_end", "has_eos"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert bf.pack_kernel(bf.COMPILED_MIN_DOCS - 1) is bf.pack_windows_python
+
+
 def _former_layout(ids, lens, *, seed, epoch, L, F, W, ov, cuts):  # noqa: ANN001, ANN202
     """The former plan_bestfit: every piece as arrays, then the Python best-fit loop."""
     base = plan_epoch(ids, lens, seed=seed, epoch=epoch, seq_len=L)

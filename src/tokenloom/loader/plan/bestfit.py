@@ -30,10 +30,12 @@ reads the counts (:data:`~tokenloom.loader.plan.epoch.Visit`), so nothing per pi
 whole epoch; the plan keeps the visiting order (:class:`~tokenloom.loader.plan.window.WindowedPlan`,
 shared through the plan store) and the first block of each window. A lookup packs the windows
 of the requested blocks again (the same pieces give the same blocks) and keeps them for the next
-lookups. :func:`best_fit_blocks_reference` is the former planner (a Python loop, ~1 µs per
-piece), the reference the compiled one is tested against. The first call on a machine compiles
-the loop (seconds) and caches it on disk (numba's ``cache=True``: beside the module, else the
-user's cache directory, else in memory for the process).
+lookups. :func:`pack_windows_python` is the same planner as a Python loop (~1 µs per piece; also
+:func:`best_fit_blocks_reference`, the reference the compiled one is tested against): a selection
+of fewer than :data:`COMPILED_MIN_DOCS` documents is planned with it, so numba (about 49 MiB and
+1 s per process) is never loaded for a plan smaller than that. The first call on a machine
+compiles the loop (seconds) and caches it on disk (numba's ``cache=True``: beside the module, else
+the user's cache directory, else in memory for the process).
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ __all__ = [
     "best_fit_blocks",
     "best_fit_blocks_reference",
     "pack_pieces",
+    "pack_kernel",
+    "pack_windows_python",
+    "COMPILED_MIN_DOCS",
     "naive_best_fit_blocks",
     "padding_by_window",
 ]
@@ -208,7 +213,9 @@ class BestFitPlan:
         J, sizes = piece_sizes(self.stream.table, pos, st.source_lens.lens[pos])
         first = np.cumsum(J) - J
         win_ptr = np.append(first[first_doc], sizes.shape[0])
-        pieces, ptr, per_window = pack_pieces(sizes, win_ptr, seq_len=self.seq_len)
+        pieces, ptr, per_window = pack_pieces(
+            sizes, win_ptr, seq_len=self.seq_len, docs=self.num_docs
+        )
         if not np.array_equal(per_window, np.diff(self.window_blocks.astype(np.int64))[ws]):
             raise RuntimeError(  # the plan and its lookup disagree: our bug
                 f"best-fit windows {ws[:4].tolist()} packed again into {per_window[:4].tolist()} "
@@ -276,9 +283,15 @@ def _doc_offset(stream: EpochPlan, d: int) -> int:
     return out
 
 
-def pack_kernel() -> Any:
-    """The compiled planner (:func:`tokenloom.loader.plan._bestfit_jit.pack_windows`), imported on
-    first use: numba is loaded by best-fit plans only, never by ``import tokenloom``."""
+def pack_kernel(docs: int | None = None) -> Any:
+    """The planner of a selection of ``docs`` documents: the compiled one
+    (:func:`tokenloom.loader.plan._bestfit_jit.pack_windows`, numba imported on first use, never by
+    ``import tokenloom``), or below :data:`COMPILED_MIN_DOCS` documents
+    :func:`pack_windows_python`, which gives the same blocks without loading numba (numba and its
+    cached planner add about 49 MiB and 1 s to the process: more than the whole plan of a small
+    selection). ``None``: the compiled one."""
+    if docs is not None and docs < COMPILED_MIN_DOCS:
+        return pack_windows_python
     global _KERNEL
     if _KERNEL is None:
         with _KERNEL_LOCK:
@@ -291,12 +304,85 @@ def pack_kernel() -> Any:
 
 _KERNEL: Any = None
 _KERNEL_LOCK = threading.Lock()
+COMPILED_MIN_DOCS = 4_000_000
+"""Documents from which best-fit plans with the compiled planner. Below, the Python loop (~0.85 µs
+a piece against ~0.09, measured at 2M documents) keeps the plan within its time goal, and the
+~49 MiB numba adds to a process would be over 12 bytes per document."""
+
+
+def pack_windows_python(
+    sizes: np.ndarray,
+    win_ptr: np.ndarray,
+    seq_len: int,
+    block_pieces: np.ndarray,
+    block_count: np.ndarray,
+) -> np.ndarray:
+    """:func:`tokenloom.loader.plan._bestfit_jit.pack_windows` as a Python loop (a bisect over
+    the distinct remaining capacities, a heap of block ids per capacity; ~1 µs per piece): the
+    same blocks, with the same arguments and result, without numba.
+
+    Args:
+        sizes: ``(m,)`` positions of each piece, ``1 <= size <= seq_len``, in visiting order.
+        win_ptr: ``(nw + 1,)`` window ``w`` holds pieces ``[win_ptr[w], win_ptr[w + 1])``.
+        seq_len: ``L``.
+        block_pieces: ``(m,)`` out: piece indices, block by block (windows in order, blocks in
+            opening order), ascending within a block.
+        block_count: ``(m,)`` out: pieces of each block (the first ``sum(result)`` entries).
+            Both empty: only the blocks per window are counted.
+
+    Returns:
+        ``(nw,)`` int64 blocks of each window.
+    """
+    L = int(seq_len)
+    ptr = np.asarray(win_ptr, dtype=np.int64)
+    nw = int(ptr.shape[0]) - 1
+    per_window = np.empty(nw, dtype=np.int64)
+    listing = block_pieces.shape[0] > 0
+    out_b = 0
+    for w in range(nw):
+        a, b = int(ptr[w]), int(ptr[w + 1])
+        size = np.asarray(sizes[a:b], dtype=np.int64)
+        order = np.argsort(-size, kind="stable")  # largest first, ties in visiting order
+        rems: list[int] = []  # distinct remaining capacities of open blocks, ascending
+        heaps: dict[int, list[int]] = {}  # remaining capacity -> heap of block ids
+        taken = [0] * (b - a)  # block of each piece, in ``order``
+        nb = 0
+        for t, x in enumerate(size[order].tolist()):
+            k = bisect_left(rems, x)
+            if k == len(rems):
+                blk, r = nb, L - x
+                nb += 1
+            else:
+                r0 = rems[k]
+                h = heaps[r0]
+                blk = heapq.heappop(h)
+                if not h:
+                    del heaps[r0]
+                    del rems[k]
+                r = r0 - x
+            if r:
+                h2 = heaps.get(r)
+                if h2 is None:
+                    heaps[r] = [blk]
+                    insort(rems, r)
+                else:
+                    heapq.heappush(h2, blk)
+            taken[t] = blk
+        per_window[w] = nb
+        if listing and b > a:
+            blk_of = np.empty(b - a, dtype=np.int64)
+            blk_of[order] = taken
+            block_pieces[a:b] = a + np.argsort(blk_of, kind="stable")  # ascending in a block
+            block_count[out_b : out_b + nb] = np.bincount(blk_of, minlength=nb)
+        out_b += nb
+    return per_window
 
 
 def pack_pieces(
-    sizes: np.ndarray, win_ptr: np.ndarray, *, seq_len: int
+    sizes: np.ndarray, win_ptr: np.ndarray, *, seq_len: int, docs: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Best-fit-decreasing of consecutive windows of pieces (module docstring, 3-4), compiled.
+    """Best-fit-decreasing of consecutive windows of pieces (module docstring, 3-4), by the
+    planner of :func:`pack_kernel` (``docs``: documents of the selection; default compiled).
 
     Args:
         sizes: ``(m,)`` positions of each piece, ``1 <= size <= seq_len``, in visiting order.
@@ -322,7 +408,7 @@ def pack_pieces(
         )
     block_pieces = np.empty(m, dtype=np.int64)
     count = np.empty(m, dtype=np.int64)
-    per_window = pack_kernel()(s, ptr, L, block_pieces, count)
+    per_window = pack_kernel(docs)(s, ptr, L, block_pieces, count)
     nb = int(per_window.sum())
     block_ptr = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(count[:nb], out=block_ptr[1:])
@@ -385,43 +471,13 @@ def best_fit_blocks_reference(
     V = int(sizes.shape[0])
     if V == 0:
         return np.zeros(0, dtype=np.int64), 0
-    order = np.lexsort((np.arange(V), -sizes, window_of))  # window, largest first, then order
-    s_sorted = sizes[order].tolist()
-    bounds = np.flatnonzero(np.diff(window_of[order])) + 1
-    cuts = [0, *bounds.tolist(), V]
-    L = int(seq_len)
-    out = [0] * V
-    base = 0
-    for w in range(len(cuts) - 1):
-        rems: list[int] = []  # distinct remaining capacities of open blocks, ascending
-        heaps: dict[int, list[int]] = {}  # remaining capacity -> heap of block ids
-        nb = 0
-        for x in range(cuts[w], cuts[w + 1]):
-            s = s_sorted[x]
-            k = bisect_left(rems, s)
-            if k == len(rems):
-                b, r = nb, L - s
-                nb += 1
-            else:
-                r0 = rems[k]
-                h = heaps[r0]
-                b = heapq.heappop(h)
-                if not h:
-                    del heaps[r0]
-                    del rems[k]
-                r = r0 - s
-            if r:
-                h2 = heaps.get(r)
-                if h2 is None:
-                    heaps[r] = [b]
-                    insort(rems, r)
-                else:
-                    heapq.heappush(h2, b)
-            out[x] = base + b
-        base += nb
+    w = np.asarray(window_of)
+    win_ptr = np.concatenate([[0], np.flatnonzero(np.diff(w)) + 1, [V]])
+    pieces, count = np.empty(V, dtype=np.int64), np.empty(V, dtype=np.int64)
+    nb = int(pack_windows_python(np.asarray(sizes), win_ptr, seq_len, pieces, count).sum())
     block = np.empty(V, dtype=np.int64)
-    block[order] = out
-    return block, base
+    block[pieces] = np.repeat(np.arange(nb, dtype=np.int64), count[:nb])
+    return block, nb
 
 
 def naive_best_fit_blocks(
@@ -579,7 +635,7 @@ class _Packer:
         self.packed = 0  # documents packed (whole windows)
         self.blocks = 0
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # (J, sizes) not packed yet
-        self.kernel = pack_kernel()
+        self.kernel = pack_kernel(num_docs)
 
     def __call__(self, k: int, positions: np.ndarray, counts: np.ndarray) -> None:
         if k != self.cursor:  # chunks come in order: anything else is our bug

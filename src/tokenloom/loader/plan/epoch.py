@@ -44,6 +44,7 @@ __all__ = [
     "visiting_order",
     "stream_marks",
     "MARK_EVERY",
+    "pass_chunk",
     "epoch_steps",
     "steps_in_epoch",
     "step_blocks",
@@ -80,7 +81,16 @@ MARK_EVERY = 64
 """Documents between two stored stream offsets (:attr:`EpochPlan.marks`); the offsets in between
 are summed on the fly from the lengths, so a lookup costs O(log n + MARK_EVERY)."""
 
-_MARK_CHUNK = MARK_EVERY << 10  # documents summed per pass when building the marks
+_MARK_CHUNK = MARK_EVERY << 10  # most documents summed per pass when building the marks
+_MARK_CHUNKS = 64  # a pass over n documents takes them in about this many chunks
+
+
+def pass_chunk(n: int) -> int:
+    """Documents per chunk of a pass over ``n``: a sixty-fourth of them in whole
+    :data:`MARK_EVERY` groups, from 16 groups up to :data:`_MARK_CHUNK` (each chunk's temporaries
+    are tens of bytes per document of the chunk: a fixed chunk would outweigh a small plan)."""
+    groups = -(-n // (_MARK_CHUNKS * MARK_EVERY))
+    return MARK_EVERY * min(max(groups, 16), _MARK_CHUNK // MARK_EVERY)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)
@@ -264,8 +274,9 @@ def _first_not_ascending(ids: np.ndarray) -> int | None:
     """First ``i`` with ``ids[i + 1] <= ids[i]``, checked in chunks (no ``(n,)`` temporary)."""
     if isinstance(ids, CompactInts) and ids.is_sorted and ids.stats.get("strict"):
         return None  # known when it was encoded
-    for a in range(0, max(ids.shape[0] - 1, 0), _MARK_CHUNK):
-        b = min(a + _MARK_CHUNK, ids.shape[0] - 1)
+    step = pass_chunk(ids.shape[0])
+    for a in range(0, max(ids.shape[0] - 1, 0), step):
+        b = min(a + step, ids.shape[0] - 1)
         down = ids[a + 1 : b + 1] <= ids[a:b]
         if down.any():
             return a + int(np.argmax(down))
@@ -316,8 +327,9 @@ def visiting_order(
             out[:] = order
         return out
     where = nonzero_positions(lens, dtype)  # (n,) position of each kept row
-    for a in range(0, kept, _MARK_CHUNK):  # rank among the kept rows -> position, in place
-        out[a : a + _MARK_CHUNK] = where[order[a : a + _MARK_CHUNK]]
+    step = pass_chunk(kept)
+    for a in range(0, kept, step):  # rank among the kept rows -> position, in place
+        out[a : a + step] = where[order[a : a + step]]
     return out
 
 
@@ -336,8 +348,9 @@ def stream_marks(order: np.ndarray, lens: np.ndarray, *, visit: Visit | None = N
     n, K = order.shape[0], MARK_EVERY
     marks = np.empty(-(-n // K) + 1, dtype=np.int64)
     base = 0
-    for a in range(0, n, _MARK_CHUNK):
-        at = order[a : a + _MARK_CHUNK]
+    step = pass_chunk(n)
+    for a in range(0, n, step):
+        at = order[a : a + step]
         counts = lens[at]
         if visit is not None:
             visit(a, at, counts)

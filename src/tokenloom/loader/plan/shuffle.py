@@ -19,14 +19,17 @@ keeps its high ``64 - b`` bits and its position goes into the low ``b = bit_leng
 the packed values are distinct, and sorting them orders by (high bits, position). Only items whose
 high bits tie (about ``n**2 / 2**(65 - b)`` pairs: a few hundred for 17.5M rows) may be out of
 true order; their full keys are drawn again from the stream and those runs re-sorted by (key,
-position). The result equals ``argsort(keys, kind="stable")`` exactly. From 4M rows the packed
+position). The result equals ``argsort(keys, kind="stable")`` exactly. Above 4096 rows the packed
 values are dealt into buckets by their top bits (counted in a first pass over the stream) and
-sorted a group of consecutive buckets at a time: 16 groups, each read in one more pass over the
-stream and its buckets sorted on up to 8 threads (``np.sort`` releases the GIL). Buckets and
-groups are in order end to end, so the result is the same; the sort holds one group (about 0.5
-byte per row) besides its result, which it writes where the caller says (the plan store's file).
-Cost: about 0.1 s per million rows on one core below 4M rows (8 bytes per row while sorting),
-about twice that from 4M (the stream is drawn 18 times), 4 bytes per row for the result.
+sorted a group of consecutive buckets at a time: 16 groups below 4M rows, 8 from 4M (where the
+passes cost more than the memory), each read in one more pass over the stream; from 4M rows a
+group's buckets are sorted on up to 8 threads (``np.sort`` releases the GIL). Buckets and groups
+are in order end to end, so the result is the same; the sort holds one group (about 0.5 byte per
+row, 1 from 4M) besides its result, which it writes where the caller says (the plan store's file),
+and each pass reads the stream in 64 chunks (1024 to 256k keys), so no temporary is a fixed size
+that would outweigh a small result. Cost: the stream is drawn 10 to 18 times, about 0.2 s per
+million rows on one core; 4 bytes per row for the result (a single sort of 8 bytes per row would
+be several times faster below 4M rows but doubles the node's peak there).
 
 :data:`PERMUTATION_ALGORITHM` names this recipe; it belongs in the loader's fingerprint so that a
 future change of recipe is refused on resume instead of silently reading other rows.
@@ -53,9 +56,13 @@ __all__ = [
 PERMUTATION_ALGORITHM = "pcg64-seedseq[seed,epoch]-rawsort-v1"
 """Identity of the recipe of :func:`epoch_permutation` (part of the plan fingerprint)."""
 
-_CHUNK = 1 << 18  # keys drawn / packed / unpacked per pass (bounds the temporaries)
-_PARALLEL_MIN = 1 << 22  # keys from which the sort runs on several threads, in groups
-_SORT_GROUPS = 16  # from _PARALLEL_MIN keys, groups sorted one after another (0.5 B/key)
+_CHUNK = 1 << 18  # most keys drawn / packed / unpacked per pass (bounds the temporaries)
+_MIN_CHUNK = 1 << 10  # fewest keys per pass (below, the passes cost more than they hold)
+_CHUNKS = 64  # passes over the stream cut it into this many chunks, within the two bounds
+_PARALLEL_MIN = 1 << 22  # keys from which the sort runs on several threads
+_SORT_GROUPS = 16  # groups sorted one after another below _PARALLEL_MIN keys (0.5 B/key)
+_LARGE_SORT_GROUPS = 8  # from _PARALLEL_MIN keys (1 B/key: 8 fewer passes over the stream)
+_MIN_GROUP = 1 << 12  # keys up to which the packed values are sorted in one piece
 
 
 def _check_seed(name: str, value: object) -> int:
@@ -91,6 +98,13 @@ def epoch_rng(*, seed: int, epoch: int) -> np.random.Generator:
 def order_dtype(n: int) -> type[np.unsignedinteger] | type[np.signedinteger]:
     """Narrowest dtype holding positions ``0..n-1``: ``uint32`` below ``2**32``, else ``int64``."""
     return np.uint32 if n <= 1 << 32 else np.int64
+
+
+def _chunk(n: int) -> int:
+    """Keys per chunk of a pass over ``n`` keys: a sixty-fourth of them, within
+    ``[_MIN_CHUNK, _CHUNK]`` (each chunk's temporaries are a few bytes per key of the chunk, so
+    they stay a small share of the result at every size)."""
+    return min(_CHUNK, max(_MIN_CHUNK, -(-n // _CHUNKS)))
 
 
 def _sort_threads(n: int) -> int:
@@ -227,9 +241,9 @@ def stable_argsort_u64(
             twice (bucket counts, tie repair).
         threads: Threads sorting (default: up to 8 cores from 4M keys, else 1). The result does
             not depend on it.
-        max_sorting: Most packed values (8 bytes each) held at once (default: all of them
-            below 4M keys, else a sixteenth: about 0.5 byte per key, for a pass over the stream
-            per group). The result does not depend on it.
+        max_sorting: Most packed values (8 bytes each) held at once (default: a sixteenth,
+            at least 4096, below 4M keys, an eighth from 4M: 0.5 or 1 byte per key, for a pass
+            over the stream per group). The result does not depend on it.
         out: Optional ``(n,)`` array of :func:`order_dtype` ``(n)`` to write the result into
             (e.g. a file mapped for writing), instead of a new one.
         exact: The caller's keys have their low ``bit_length(n - 1)`` bits zero, so the packed
@@ -247,21 +261,29 @@ def stable_argsort_u64(
     b = max(1, (n - 1).bit_length())
     shift, mask = np.uint64(b), np.uint64((1 << b) - 1)
     if max_sorting is None:
-        max_sorting = n if n < _PARALLEL_MIN else max(-(-n // _SORT_GROUPS), _CHUNK)
+        groups = _SORT_GROUPS if n < _PARALLEL_MIN else _LARGE_SORT_GROUPS
+        max_sorting = max(-(-n // groups), _MIN_GROUP)
     threads = _sort_threads(n) if threads is None else threads
+    step = _chunk(n)
+    diff = np.empty(step, dtype=np.uint64)  # one chunk's neighbours' XOR
     ties: list[np.ndarray] = []  # slots whose high bits equal a neighbour's
     for at, packed in _sorted_groups(n, chunks, shift, threads, max(int(max_sorting), 1)):
         m = packed.shape[0]
-        for a in range(0, max(m - 1, 0), _CHUNK):
-            z = min(a + _CHUNK, m - 1)
+        for a in range(0, max(m - 1, 0), step):
+            z = min(a + step, m - 1)
             if exact:
                 break
-            same = ((packed[a + 1 : z + 1] ^ packed[a:z]) >> shift) == 0
+            d = diff[: z - a]
+            np.bitwise_xor(packed[a + 1 : z + 1], packed[a:z], out=d)
+            np.right_shift(d, shift, out=d)
+            same = d == 0
             if same.any():
                 slot = np.flatnonzero(same) + (at + a)
                 ties.append(np.union1d(slot, slot + 1))
-        for a in range(0, m, _CHUNK):
-            out[at + a : at + min(a + _CHUNK, m)] = packed[a : a + _CHUNK] & mask
+        for a in range(0, m, step):
+            part = packed[a : a + step]
+            np.bitwise_and(part, mask, out=part)  # the positions, in place
+            out[at + a : at + a + part.shape[0]] = part
         del packed
     if ties:
         slots = np.unique(np.concatenate(ties))  # contiguous runs, high bits ascending
@@ -282,8 +304,9 @@ def stable_argsort_u64(
 def _raw_chunks(n: int, seed: int, epoch: int) -> Callable[[], Iterator[np.ndarray]]:
     def gen() -> Iterator[np.ndarray]:
         raw = epoch_rng(seed=seed, epoch=epoch).bit_generator
-        for a in range(0, n, _CHUNK):
-            yield raw.random_raw(min(_CHUNK, n - a))  # the stable raw stream, in order
+        step = _chunk(n)
+        for a in range(0, n, step):
+            yield raw.random_raw(min(step, n - a))  # the stable raw stream, in order
 
     return gen
 

@@ -45,6 +45,7 @@ from tokenloom.loader.plan.epoch import (
     Visit,
     _readonly,
     clip_range,
+    pass_chunk,
     plan_epoch,
     stream_counts,
 )
@@ -602,17 +603,15 @@ END_KINDS = {-1: "none", 0: "line", 1: "paragraph", 2: "section", END_OF_DOC: "e
 """What a window ends at, by :attr:`WindowTable.kinds` value."""
 
 
-_ORDER_CHUNK = 1 << 16  # visiting positions scanned per pass for long rows
-
-
 def _windowed_marks(order: np.ndarray, table: WindowTable, marks: np.ndarray) -> np.ndarray:
     """The concat plan's ``marks`` with each long row's repeated context added: a pass over the
     order testing the table's bitmap, without decoding the counts again (equal to
     :func:`~tokenloom.loader.plan.epoch.stream_marks` of the windowed sizes)."""
     K = MARK_EVERY
     add = np.zeros(marks.shape[0], dtype=np.int64)
-    for a in range(0, order.shape[0], _ORDER_CHUNK):
-        p = order[a : a + _ORDER_CHUNK].astype(np.int64)
+    step = pass_chunk(order.shape[0])
+    for a in range(0, order.shape[0], step):
+        p = order[a : a + step].astype(np.int64)
         hit = np.flatnonzero((table.bits[p >> 3] >> (p & 7).astype(np.uint8)) & 1)
         if hit.size:
             np.add.at(add, (a + hit) // K + 1, table.extra(p[hit]))
