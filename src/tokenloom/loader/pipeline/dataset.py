@@ -683,7 +683,7 @@ class PackedStream(StreamCursor):
                 g = groups[i]
                 fetch = None
                 if fetcher is not None:
-                    fetch = (fetcher.get(i), fetcher.first_of_span(i))
+                    fetch = fetcher.get(i)
                 return gauge.submit(pool, build, view, epoch, g, ring, fetch, steps=len(g))
 
             ahead = deque(submit(i) for i in range(min(depth, len(groups))))
@@ -837,6 +837,9 @@ class PackedStream(StreamCursor):
             self.stats.record_sizing(self.sizing)
             return
         self.reader.dataset  # noqa: B018 - opened before the clock starts
+        # a held table: its whole fetch starts first; the probe is the first group's own rows
+        # (its lead), so that the first batch does not wait for the whole table
+        fetcher.hold()
         rows = fetcher.span_rows(0)
         fetched, wall, cpu = timed(self.reader.fetch, rows)
         span = fetcher.put(0, fetched)  # nothing else fetched yet: the timing is the pack's
