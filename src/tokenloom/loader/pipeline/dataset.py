@@ -837,11 +837,11 @@ class PackedStream(StreamCursor):
             self.stats.record_sizing(self.sizing)
             return
         self.reader.dataset  # noqa: B018 - opened before the clock starts
-        # a held table: its whole fetch starts first; the probe is the first group's own rows
-        # (its lead), so that the first batch does not wait for the whole table
-        fetcher.hold()
+        # a held table: the probe is the first group's own rows (its lead), taken alone (its
+        # GETs do not queue behind the whole fetch's), then the whole fetch starts
         rows = fetcher.span_rows(0)
         fetched, wall, cpu = timed(self.reader.fetch, rows)
+        fetcher.hold()
         span = fetcher.put(0, fetched)  # nothing else fetched yet: the timing is the pack's
         _, _, pack_cpu = timed(self._build_group, view, epoch, groups[0], None, (span, False))
         pack_cpu *= min(fetcher.per_span, len(groups))  # all the span's groups
@@ -849,6 +849,8 @@ class PackedStream(StreamCursor):
         most = max(FETCH_AHEAD_BYTES // span_bytes - 1, 1)
         if self.reader.block_size is not None:  # per-row reads: about a GET per row
             most = min(most, max(ROWS_IN_FLIGHT // max(len(fetched.rowids), 1), 1))
+        if fetcher.holding:  # spans are leads, taken while the whole fetch runs: few at once
+            most = 1
         depth = size_read_ahead(
             wall, cpu + pack_cpu, cores=cores, read_ahead=self.read_ahead, min_threads=1,
             max_ahead=most,
