@@ -18,6 +18,7 @@ it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.pipeline.da
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 import time
 from collections import OrderedDict, deque
@@ -35,9 +36,11 @@ from tokenloom.loader.pipeline.buffers import RecycledBuffers
 from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey
 from tokenloom.loader.pipeline.groups import GroupReader
 from tokenloom.loader.pipeline.planner import Planner
+from tokenloom.loader.pipeline.planstore import PlanStore
 from tokenloom.loader.pipeline.read import (
     SPLIT_TAKE_PARTS,
     SPLIT_TAKE_ROWS,
+    Fetched,
     LoaderError,
     TokenReader,
 )
@@ -103,6 +106,9 @@ _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being tak
 # groups of the spans in flight, locally two spans of a few groups; past that (a deep remote
 # read-ahead) the oldest are worked out again by their build.
 _LAYOUTS_KEPT = 64
+# Held token columns shared by DataLoader workers through the plan store (a copy per table
+# version and selection, up to 256 MB each): the newest kept on disk.
+_HELD_KEPT = 2
 
 
 class PackedStream(StreamCursor):
@@ -763,17 +769,59 @@ class PackedStream(StreamCursor):
                             per_span=per_span)  # fmt: skip
                 return k, rows_of(nxt, gs)
 
-        held = None
-        if remote and resident_reads(self._token_bytes(), processes=worker[1]):
+        held = held_fetch = None
+        # DataLoader workers share one held copy through the node's plan store: one fetches
+        # and writes it, the others map it (one copy in the page cache, fetched once)
+        store = self.planner.store if worker[1] > 1 else None
+        copies = 1 if store is not None else worker[1]
+        if remote and resident_reads(self._token_bytes(), processes=copies):
             selection = self.inputs.rowids  # every epoch of this version reads these rows
 
             def held() -> np.ndarray:
                 return np.asarray(selection, dtype=np.uint64)
 
+            if store is not None:
+                held_fetch = partial(self._shared_held, store)
+
         carried = fetcher.carried
-        fetcher.start(key, rows_of(view, groups), following=following, held=held)
+        fetcher.start(
+            key, rows_of(view, groups), following=following, held=held, held_fetch=held_fetch
+        )
         self.stats.spans_carried += fetcher.carried - carried
         return fetcher
+
+    def _shared_held(self, store: PlanStore, rows: np.ndarray, parts: int) -> Fetched:
+        """The held token lists of ``rows`` (the whole selection) from the plan store: the
+        first process to ask fetches them and writes them there, the others map them
+        (read-only). Its read is this process's: nothing when it mapped another's copy."""
+        h = hashlib.sha256(
+            f"held-v1;{self.uri};{self.version};{self.spec.token_column};"
+            f"{self.spec.loss_mask_column}".encode()
+        )
+        h.update(np.ascontiguousarray(rows, dtype=np.uint64).view(np.uint8))
+        fetched: list[Fetched] = []
+
+        def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+            f = self.reader.fetch(rows, parts=parts, cached=True)
+            fetched.append(f)
+            arrays = {"rowids": f.rowids, "starts": f.starts, "lengths": f.lengths,
+                      "values": f.values}  # fmt: skip
+            if f.mask_pairs is not None and f.mask_ptr is not None:
+                arrays["mask_pairs"] = f.mask_pairs.reshape(-1)
+                arrays["mask_ptr"] = f.mask_ptr
+            return arrays, {"rows": len(f.rowids)}
+
+        arrays, _, path = store.arrays(h.hexdigest()[:32], build, folder="held", min_rows=0,
+                                       keep=_HELD_KEPT)  # fmt: skip
+        if path is None and fetched:  # the store is not writable: this process's own copy
+            return fetched[0]
+        pairs = arrays.get("mask_pairs")
+        return Fetched(
+            rowids=arrays["rowids"], starts=arrays["starts"], lengths=arrays["lengths"],
+            values=arrays["values"], read=fetched[0].read if fetched else (0, 0, 0.0),
+            mask_pairs=None if pairs is None else pairs.reshape(-1, 2),
+            mask_ptr=arrays.get("mask_ptr"),
+        )  # fmt: skip
 
     def _fetch_depth(self) -> int:
         """Fetch spans in flight: ``read_ahead`` given or measured (2 until measured)."""

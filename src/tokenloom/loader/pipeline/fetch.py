@@ -87,6 +87,7 @@ class FetchAhead:
         self.carried = 0
         """Spans a pipeline found fetched already by the one before it (the epoch boundary)."""
         self._held_rows: Callable[[], np.ndarray] | None = None
+        self._held_fetch: Callable[[np.ndarray, int], Fetched] | None = None
         self._held: Future | None = None
         self._held_in = False  # the held fetch is complete: no lead is asked for any more
         self._held_counted = False
@@ -106,6 +107,7 @@ class FetchAhead:
         *,
         following: Callable[[], tuple[SpanKey, Callable[[int], np.ndarray]] | None] | None = None,
         held: Callable[[], np.ndarray] | None = None,
+        held_fetch: Callable[[np.ndarray, int], Fetched] | None = None,
     ) -> None:
         """A pipeline starts: its read groups (``key``) and ``rows(g)``, the stable row ids
         read group ``g`` needs. Spans fetched ahead for this very pipeline (by the previous
@@ -114,7 +116,9 @@ class FetchAhead:
         ``held``: the table is held whole, ``held()`` being the stable row ids of its whole
         selection (the same for every epoch of one version): one fetch of them serves every
         span, fetched once and kept while the fetcher lives; groups asked for while it runs
-        are served from their own rows (leads)."""
+        are served from their own rows (leads). ``held_fetch(rows, parts)`` fetches them
+        (default: :meth:`TokenReader.fetch`; DataLoader workers share one copy through the plan
+        store)."""
         with self._lock:
             for k in [k for k in self._futures if k[0] != key]:
                 self._futures.pop(k).cancel()
@@ -126,6 +130,7 @@ class FetchAhead:
             elif self._held is not None:
                 self.carried += 1  # the held rows serve this pipeline too
             self._held_rows = held
+            self._held_fetch = held_fetch
             self._key, self._rows = key, rows
             self._spans = cut_spans(len(key.groups), key.per_span)
             self._following = following
@@ -243,20 +248,23 @@ class FetchAhead:
         leads never wait behind it. The read it reports leaves out the rows the leads asked
         for (those groups counted their own), so a run counts each row used once."""
         assert self._held_rows is not None
-        rows_of, parts = self._held_rows, self.parts
+        rows_of, parts, fetch_all = self._held_rows, self.parts, self._held_fetch
+        if fetch_all is None:
+            # every row, those the long-document cache holds now included (they leave it)
+            reader = self.reader
+            fetch_all = lambda ids, parts: reader.fetch(ids, parts=parts, cached=True)  # noqa: E731
         self._held_in, self._held_counted, self.lead_rows = False, False, 0
         self._lead_budget = len(rows_of()) // HELD_LEAD_FRACTION
         if self._hold_pool is None:
             self._hold_pool = ThreadPoolExecutor(1, thread_name_prefix="tokenloom-hold")
 
         def fetch() -> Fetched:
-            # every row, those the long-document cache holds now included (they leave it)
-            fetched = self.reader.fetch(rows_of(), parts=parts, cached=True)
+            fetched = fetch_all(rows_of(), parts)
             with self._lock:
                 self._held_in = True
                 lead = min(self.lead_rows, len(fetched.rowids))
             rows, nbytes, secs = fetched.read
-            left = rows - lead
+            left = max(rows - lead, 0)  # a shared copy mapped, not fetched: nothing
             read = (left, int(nbytes * left / rows) if rows else 0, secs)
             return dataclasses.replace(fetched, read=read)
 
