@@ -100,16 +100,13 @@ def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
 
 
 def test_a_table_within_the_fetch_budget_is_held_for_every_epoch(tmp_path, monkeypatch):
-    """Groups asked for while the held fetch runs (held back here until released) are served
-    from their own rows, up to the lead budget; the rest wait for the held rows, which then
-    serve every group of every epoch and count only the rows the leads did not."""
-    from tokenloom.loader.pipeline import fetch as fetch_module
-
+    """The first group asked for while the held fetch runs (held back here until released) is
+    served from its own rows; the others wait for the held rows, which then serve every group
+    of every epoch and count only the rows the lead did not."""
     assert resident_reads(FETCH_AHEAD_BYTES) and not resident_reads(FETCH_AHEAD_BYTES + 1)
     assert not resident_reads(FETCH_AHEAD_BYTES * 0.6, processes=2)  # a copy per worker
     assert not resident_reads(FETCH_AHEAD_BYTES * 4) and per_row_reads(FETCH_AHEAD_BYTES * 4)
     reader, rowids, _ = _reader(tmp_path)
-    monkeypatch.setattr(fetch_module, "HELD_LEAD_FRACTION", 8)  # 40 rows: 5 fetched apart
     released, plain = threading.Event(), reader.fetch
 
     def fetch(ids, **kw):
@@ -118,35 +115,34 @@ def test_a_table_within_the_fetch_budget_is_held_for_every_epoch(tmp_path, monke
         return plain(ids, **kw)
 
     monkeypatch.setattr(reader, "fetch", fetch)
-    groups = tuple((g, g + 1) for g in range(10))
-    rows = lambda g: rowids[[g]]  # noqa: E731
+    groups = tuple((g, g + 2) for g in range(0, 20, 2))
+    rows = lambda g: rowids[[2 * g, 2 * g + 1]]  # noqa: E731
     fetcher = FetchAhead(reader, depth=2, parts=2)
     try:
         fetcher.start(SpanKey(epoch=0, groups=groups, per_span=3), rows, held=lambda: rowids)
-        assert fetcher.holding and fetcher.span_rows(4).tolist() == rowids[[4]].tolist()
+        assert fetcher.holding and fetcher.span_rows(4).tolist() == rowids[[8, 9]].tolist()
         fetcher.hold()
         asked = [fetcher.get(g) for g in range(len(groups))]
-        for g in range(5):  # the leads: each group's own row, in while the held fetch waits
-            assert asked[g][0].result(timeout=60).rowids.tolist() == [rowids[g]]
-            assert asked[g][1]  # each carries its own read
-        assert fetcher.leads == 5 and not any(f.done() for f, _ in asked[5:])
-        assert all(asked[g][0] is asked[5][0] for g in range(5, 10))
-        assert [c for _, c in asked[5:]] == [True, False, False, False, False]
+        # the lead: the first group's own rows, in while the held fetch waits; it carries them
+        assert asked[0][0].result(timeout=60).rowids.tolist() == rowids[[0, 1]].tolist()
+        assert asked[0][1] and fetcher.leads == 1 and fetcher.lead_rows == 2
+        assert not asked[1][0].done() and all(asked[g][0] is asked[1][0] for g in range(1, 10))
+        assert [c for _, c in asked[1:]] == [True] + [False] * 8  # the held read counted once
         released.set()
-        held = asked[5][0].result(timeout=60)
+        held = asked[1][0].result(timeout=60)
         assert held.rowids.tolist() == sorted(rowids.tolist())
-        assert held.read[0] == len(rowids) - 5  # the leads' rows counted by their groups
+        assert held.read[0] == len(rowids) - 2  # the lead's rows counted by its group
         for g in range(10):
             fetcher.done(g)
         fetcher.start(SpanKey(epoch=1, groups=groups, per_span=3), rows, held=lambda: rowids)
         again = [fetcher.get(g) for g in range(len(groups))]
-        assert all(f is asked[5][0] and not c for f, c in again)  # held: no lead, counted once
-        assert fetcher.carried == 1 and fetcher.leads == 5
-        assert reader.rows_read == len(rowids) + 5  # the leads' rows fetched twice, no more
+        assert all(f is asked[1][0] and not c for f, c in again)  # held: no lead, counted once
+        assert fetcher.carried == 1 and fetcher.leads == 1
+        assert reader.rows_read == len(rowids) + 2  # the lead's rows fetched twice, no more
         fetcher.start(SpanKey(epoch=2, groups=groups, per_span=3), rows)  # not held any more
-        future, first = fetcher.get(3)
+        future, first = fetcher.get(3)  # the first group of span 1 (groups 3-5)
         assert not fetcher.holding and first
-        assert future.result().rowids.tolist() == rowids[3:6].tolist()
+        assert future.result().rowids.tolist() == rowids[6:12].tolist()
     finally:
         released.set()
         fetcher.close()

@@ -122,9 +122,7 @@ def test_persistent_workers_carry_their_fetches_into_the_next_epoch(s3_server, t
     assert dl.stats.spans_carried >= 1  # epoch 1 began with rows a worker fetched ahead
 
 
-def test_a_held_table_is_fetched_once_for_every_epoch(
-    s3_server, s3_prefix, tmp_path, monkeypatch
-):
+def test_a_held_table_is_fetched_once_for_every_epoch(s3_server, s3_prefix, tmp_path, monkeypatch):
     """A table within the fetch budget is held whole: its rows are fetched once, through 20 ms,
     in row order, and three epochs (and two persistent workers, sharing one copy through the
     plan store) deliver the local stream; the proxy relays each token byte about once, however

@@ -35,8 +35,9 @@ A token column that fits :data:`FETCH_AHEAD_BYTES` (in each process reading it) 
 (:func:`resident_reads`): its whole selection is fetched once in row order and serves every
 epoch. Spans of a quarter of the epoch fetch about four times the bytes they use (the whole
 file between their rows; measured 2.0-2.3x with spans of half of a 20k-row epoch); a held table
-fetches each byte once. While its fetch runs, the first read groups are taken on their own
-(:data:`HELD_LEAD_FRACTION`), so that the first batch does not wait for the whole table.
+fetches each byte once. While its fetch runs, the first read group is taken on its own (a
+lead, :mod:`~tokenloom.loader.pipeline.fetch`), so that the first batch does not wait for the
+whole table.
 """
 
 from __future__ import annotations
@@ -103,12 +104,6 @@ takes of 256 rows: a ``list<uint16>`` column fetched 4.4x (4 KiB) to 5x (64 KiB)
 at 512 B-1 KiB and 1.3-1.4x at 4 KiB."""
 FETCH_AHEAD_BYTES = 256 << 20
 """Budget of the token bytes fetch spans in flight may hold (measured depths are capped by it)."""
-HELD_LEAD_FRACTION = 16
-"""While a held table's fetch runs, read groups are served from takes of their own rows (leads,
-:mod:`~tokenloom.loader.pipeline.fetch`), up to ``1 / HELD_LEAD_FRACTION`` of the held rows in
-all: those rows are fetched twice (once by their lead, once by the held fetch). A lead's rows
-lie far apart (about a GET per row, a ``list`` column's ~2 KiB chunks read whole: up to ~5x
-the bytes it uses), so at most ~0.3x the table's bytes fetched over what it uses."""
 MAX_THREADS = 32
 """Upper bound of measured threads (each holds one group's rows; beyond this the store, not
 the depth, is the limit)."""
