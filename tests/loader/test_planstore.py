@@ -296,3 +296,4 @@ def test_held_sets_built_once_mapped_and_only_the_newest_kept(tmp_path) -> None:
         store.arrays(key, build(key), folder="held", min_rows=0, keep=2)
     held = sorted(n for n in os.listdir(tmp_path / "plans" / "held") if not n.endswith(".lock"))
     assert held == keys[1:]  # the oldest set went
+    assert store.writable() and not PlanStore("/proc/tokenloom-plans").writable()

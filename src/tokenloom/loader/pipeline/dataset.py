@@ -787,6 +787,8 @@ class PackedStream(StreamCursor):
         # DataLoader workers share one held copy through the node's plan store: one fetches
         # and writes it, the others map it (one copy in the page cache, fetched once)
         store = self.planner.store if worker[1] > 1 else None
+        if store is not None and not store.writable():
+            store = None  # a copy per worker, within the budget
         copies = 1 if store is not None else worker[1]
         if remote and resident_reads(self._token_bytes(), processes=copies):
             selection = self.inputs.rowids  # every epoch of this version reads these rows

@@ -117,6 +117,14 @@ class PlanStore:
             state[counter] = 0  # the counters are per process
         return state
 
+    def writable(self) -> bool:
+        """Whether the store's directory exists or can be created, and can be written."""
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError:
+            return False
+        return os.access(self.root, os.W_OK)
+
     def selection_key(self, ids: Any, lens: Any) -> str:
         """Digest of a selection's ids and counts and of :data:`LAYOUT_FORMAT` (remembered per
         array pair, so each epoch of the same selection hashes it once). A
@@ -246,7 +254,8 @@ class PlanStore:
             raise ValueError(f"store keys are hex digests, got {key!r}")
         least = self.min_docs if min_rows is None else int(min_rows)
         final = os.path.join(self.root, folder, key)
-        lock = self._lock(final, "keeping the plan inputs")
+        what = "the plan inputs" if folder == "inputs" else f"the {folder} arrays"
+        lock = self._lock(final, f"keeping {what}")
         if lock is None:
             return (*build(), None)
         with lock:
