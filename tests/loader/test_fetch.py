@@ -5,6 +5,8 @@ The object-store pipeline built on them is tested in tests/s3/test_fetch_s3.py."
 
 from __future__ import annotations
 
+import threading
+
 import lance
 import numpy as np
 
@@ -83,7 +85,7 @@ def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
         fetcher.start(key0, rows, following=lambda: (key1, rows))
         got = []
         for g in range(len(groups)):
-            fetched = fetcher.get(g).result()
+            fetched = fetcher.get(g)[0].result()
             assert rowids[g] in fetched.rowids
             got.append(fetched)
             fetcher.done(g)
@@ -92,35 +94,57 @@ def test_a_pipeline_finds_the_spans_fetched_ahead_for_it(tmp_path):
         assert fetcher.carried == 1
         fetcher.start(SpanKey(epoch=5, groups=key0.groups, per_span=3), rows)  # elsewhere
         assert fetcher.carried == 1  # nothing kept for a pipeline nobody fetched ahead for
-        assert fetcher.get(0).result().rowids.tolist() == rowids[:3].tolist()
+        assert fetcher.get(0)[0].result().rowids.tolist() == rowids[:3].tolist()
     finally:
         fetcher.close()
 
 
-def test_a_table_within_the_fetch_budget_is_held_for_every_epoch(tmp_path):
+def test_a_table_within_the_fetch_budget_is_held_for_every_epoch(tmp_path, monkeypatch):
+    """The first group asked for while the held fetch runs (held back here until released) is
+    served from its own rows; the others wait for the held rows, which then serve every group
+    of every epoch and count only the rows the lead did not."""
     assert resident_reads(FETCH_AHEAD_BYTES) and not resident_reads(FETCH_AHEAD_BYTES + 1)
     assert not resident_reads(FETCH_AHEAD_BYTES * 0.6, processes=2)  # a copy per worker
     assert not resident_reads(FETCH_AHEAD_BYTES * 4) and per_row_reads(FETCH_AHEAD_BYTES * 4)
     reader, rowids, _ = _reader(tmp_path)
-    groups = tuple((g, g + 1) for g in range(10))
-    rows = lambda g: rowids[[g]]  # noqa: E731
+    released, plain = threading.Event(), reader.fetch
+
+    def fetch(ids, **kw):
+        if len(ids) == len(rowids):  # the whole selection: held back until released
+            assert released.wait(60)
+        return plain(ids, **kw)
+
+    monkeypatch.setattr(reader, "fetch", fetch)
+    groups = tuple((g, g + 2) for g in range(0, 20, 2))
+    rows = lambda g: rowids[[2 * g, 2 * g + 1]]  # noqa: E731
     fetcher = FetchAhead(reader, depth=2, parts=2)
     try:
-        for epoch in range(2):
-            fetcher.start(SpanKey(epoch=epoch, groups=groups, per_span=3), rows,
-                          held=lambda: rowids)  # fmt: skip
-            assert fetcher.holding and fetcher.span_rows(4).tolist() == rowids.tolist()
-            got = [fetcher.get(g).result() for g in range(len(groups))]
-            assert all(f is got[0] for f in got)  # one fetch serves every group
-            assert got[0].rowids.tolist() == sorted(rowids.tolist())
-            # its read is counted once, by the first group that asks
-            assert [fetcher.first_of_span(g) for g in range(3)] == [epoch == 0, False, False]
-        assert fetcher.carried == 1 and reader.rows_read == len(rowids)  # fetched once
+        fetcher.start(SpanKey(epoch=0, groups=groups, per_span=3), rows, held=lambda: rowids)
+        assert fetcher.holding and fetcher.span_rows(4).tolist() == rowids[[8, 9]].tolist()
+        fetcher.hold()
+        asked = [fetcher.get(g) for g in range(len(groups))]
+        # the lead: the first group's own rows, in while the held fetch waits; it carries them
+        assert asked[0][0].result(timeout=60).rowids.tolist() == rowids[[0, 1]].tolist()
+        assert asked[0][1] and fetcher.leads == 1 and fetcher.lead_rows == 2
+        assert not asked[1][0].done() and all(asked[g][0] is asked[1][0] for g in range(1, 10))
+        assert [c for _, c in asked[1:]] == [True] + [False] * 8  # the held read counted once
+        released.set()
+        held = asked[1][0].result(timeout=60)
+        assert held.rowids.tolist() == sorted(rowids.tolist())
+        assert held.read[0] == len(rowids) - 2  # the lead's rows counted by its group
+        for g in range(10):
+            fetcher.done(g)
+        fetcher.start(SpanKey(epoch=1, groups=groups, per_span=3), rows, held=lambda: rowids)
+        again = [fetcher.get(g) for g in range(len(groups))]
+        assert all(f is asked[1][0] and not c for f, c in again)  # held: no lead, counted once
+        assert fetcher.carried == 1 and fetcher.leads == 1
+        assert reader.rows_read == len(rowids) + 2  # the lead's rows fetched twice, no more
         fetcher.start(SpanKey(epoch=2, groups=groups, per_span=3), rows)  # not held any more
-        assert (
-            not fetcher.holding and fetcher.get(3).result().rowids.tolist() == rowids[3:6].tolist()
-        )
+        future, first = fetcher.get(3)  # the first group of span 1 (groups 3-5)
+        assert not fetcher.holding and first
+        assert future.result().rowids.tolist() == rowids[6:12].tolist()
     finally:
+        released.set()
         fetcher.close()
 
 

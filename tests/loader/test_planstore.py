@@ -270,3 +270,30 @@ def test_layout_written_into_the_store_equals_memory(tmp_path, empty: str) -> No
     assert store.built == 3
     folder = os.path.dirname(store.path(cols["row_ids"], cols["n_tokens"], seed=9, epoch=0))
     assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]
+
+
+def test_held_sets_built_once_mapped_and_only_the_newest_kept(tmp_path) -> None:
+    """Arrays in a folder of their own (a held token column): built once whatever their size
+    (``min_rows=0``), mapped read-only by the next process, and only the ``keep`` newest sets
+    of the folder kept on disk."""
+    store = PlanStore(str(tmp_path / "plans"))  # min_docs: 1M rows by default
+    built: list[str] = []
+
+    def build(name: str):
+        def make():
+            built.append(name)
+            return {"values": np.arange(10, dtype=np.uint16)}, {"rows": 10}
+
+        return make
+
+    keys = [f"{k:032x}" for k in range(3)]
+    arrays, _, path = store.arrays(keys[0], build("a"), folder="held", min_rows=0, keep=2)
+    assert path is not None and arrays["values"].tolist() == list(range(10))
+    again, _, same = PlanStore(store.root).arrays(keys[0], build("b"), folder="held", min_rows=0)
+    assert same == path and is_mapped(again["values"]) and not again["values"].flags.writeable
+    assert built == ["a"] and store.inputs_built == 0  # not counted as plan inputs
+    for key in keys[1:]:
+        store.arrays(key, build(key), folder="held", min_rows=0, keep=2)
+    held = sorted(n for n in os.listdir(tmp_path / "plans" / "held") if not n.endswith(".lock"))
+    assert held == keys[1:]  # the oldest set went
+    assert store.writable() and not PlanStore("/proc/tokenloom-plans").writable()

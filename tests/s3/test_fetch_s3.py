@@ -122,11 +122,19 @@ def test_persistent_workers_carry_their_fetches_into_the_next_epoch(s3_server, t
     assert dl.stats.spans_carried >= 1  # epoch 1 began with rows a worker fetched ahead
 
 
-def test_a_held_table_is_fetched_once_for_every_epoch(s3_server, s3_prefix, tmp_path):
+def test_a_held_table_is_fetched_once_for_every_epoch(s3_server, s3_prefix, tmp_path, monkeypatch):
     """A table within the fetch budget is held whole: its rows are fetched once, through 20 ms,
-    in row order, and three epochs (and two persistent workers, each holding it) deliver the
-    local stream; the proxy relays each token byte about once, however many epochs."""
+    in row order, and three epochs (and two persistent workers, sharing one copy through the
+    plan store) deliver the local stream; the proxy relays each token byte about once, however
+    many epochs and workers. The first batch does not wait for it: held back here until that
+    batch is out, the first groups come from their own rows (leads)."""
+    import os
+    import threading
+
     from tokenloom.loader import DataLoader
+    from tokenloom.loader.pipeline.planstore import PLAN_CACHE_ENV
+
+    monkeypatch.setenv(PLAN_CACHE_ENV, str(tmp_path / "plans"))
 
     local = token_table(tmp_path, real_paragraphs(60))
     remote = f"{s3_prefix}/held.lance"
@@ -135,13 +143,30 @@ def test_a_held_table_is_fetched_once_for_every_epoch(s3_server, s3_prefix, tmp_
     want = _epochs(_dataset(local, None), 3)
     with FaultProxy(s3_server.endpoint[len("http://") :], latency_ms=20) as proxy:
         ds = _dataset(remote, proxy.storage_options(s3_server.storage_options))
-        got = _epochs(ds, 3)
+        rows = len(ds.inputs.rowids)
+        released, plain = threading.Event(), ds.reader.fetch
+
+        def fetch(ids, **kw):
+            if len(ids) == rows:  # the whole selection waits for the first batch
+                assert released.wait(60)
+            return plain(ids, **kw)
+
+        ds.reader.fetch = fetch
+        try:
+            batches = iter(DataLoader(ds))
+            first = {k: np.asarray(v) for k, v in next(batches).items() if k in _KEYS}
+        finally:
+            released.set()
+        got = [[first, *({k: np.asarray(b[k]) for k in _KEYS} for b in batches)]]
+        got += _epochs(ds, 2)
         for epoch in range(3):
             _same(got[epoch], want[epoch])
-        assert ds._fetcher is not None and ds._fetcher.holding and ds._fetcher.carried == 2
-        rows = len(ds.inputs.rowids)
-        assert ds.reader.rows_read == rows  # every row once, for three epochs
-        assert ds.stats.rows_read == rows  # counted once, by the group that first used it
+        fetcher = ds._fetcher
+        assert fetcher is not None and fetcher.holding and fetcher.carried == 2
+        assert fetcher.leads >= 1 and 0 < fetcher.lead_rows < rows
+        # every row once for three epochs, and the leads' rows once more
+        assert ds.reader.rows_read == rows + fetcher.lead_rows
+        assert ds.stats.rows_read == rows  # the held fetch counts what the leads did not
         tokens = ds.reader.bytes_read
         before = proxy.body_bytes
         ds = _dataset(remote, proxy.storage_options(s3_server.storage_options))
@@ -150,9 +175,13 @@ def test_a_held_table_is_fetched_once_for_every_epoch(s3_server, s3_prefix, tmp_
         dl.close()
     _same(got[0], want[0])
     _same(got[1], want[1])
-    # two workers, two epochs: each worker fetched the table once
-    assert dl.stats.rows_read == 2 * rows
-    assert proxy.body_bytes - before < 2 * 1.5 * tokens  # measured 1.01x (60 paragraphs)
+    # two workers, two epochs: one fetched the table and wrote it, the other mapped it (its
+    # first group's lead fetched on its own)
+    assert rows <= dl.stats.rows_read < 1.5 * rows
+    assert len(os.listdir(tmp_path / "plans" / "held")) == 2  # one copy and its lock
+    # a copy each relayed over 2x the tokens; one copy, each worker's metadata and first
+    # group's lead: measured 1.82x (60 paragraphs)
+    assert proxy.body_bytes - before < 2 * tokens
 
 
 def test_per_row_reads_deliver_the_local_stream(s3_server, tables, monkeypatch):

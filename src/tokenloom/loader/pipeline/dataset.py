@@ -18,6 +18,7 @@ it, ``PackedDataset`` and ``DataLoader``, is :mod:`~tokenloom.loader.pipeline.da
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 import time
 from collections import OrderedDict, deque
@@ -35,9 +36,11 @@ from tokenloom.loader.pipeline.buffers import RecycledBuffers
 from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey
 from tokenloom.loader.pipeline.groups import GroupReader
 from tokenloom.loader.pipeline.planner import Planner
+from tokenloom.loader.pipeline.planstore import PlanStore
 from tokenloom.loader.pipeline.read import (
     SPLIT_TAKE_PARTS,
     SPLIT_TAKE_ROWS,
+    Fetched,
     LoaderError,
     TokenReader,
 )
@@ -63,12 +66,14 @@ from tokenloom.loader.plan.change import (
     changes_from,
     changes_inputs,
 )
+from tokenloom.loader.plan.pack import TokenSource
 from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.loader.plan.state import LoaderState, plan_fingerprint
 from tokenloom.loader.plan.stream.cursor import Cursor, StreamCursor
 from tokenloom.loader.plan.stream.topology import Topology, worker_groups
 from tokenloom.loader.plan.view import EpochView, StepCounts
 from tokenloom.table.storage import is_remote
+from tokenloom.table.tokens import token_dtype
 
 __all__ = ["PackedStream"]
 
@@ -103,6 +108,9 @@ _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being tak
 # groups of the spans in flight, locally two spans of a few groups; past that (a deep remote
 # read-ahead) the oldest are worked out again by their build.
 _LAYOUTS_KEPT = 64
+# Held token columns shared by DataLoader workers through the plan store (a copy per table
+# version and selection, up to 256 MB each): the newest kept on disk.
+_HELD_KEPT = 2
 
 
 class PackedStream(StreamCursor):
@@ -683,7 +691,7 @@ class PackedStream(StreamCursor):
                 g = groups[i]
                 fetch = None
                 if fetcher is not None:
-                    fetch = (fetcher.get(i), fetcher.first_of_span(i))
+                    fetch = fetcher.get(i)
                 return gauge.submit(pool, build, view, epoch, g, ring, fetch, steps=len(g))
 
             ahead = deque(submit(i) for i in range(min(depth, len(groups))))
@@ -717,6 +725,18 @@ class PackedStream(StreamCursor):
                     yield group.batch(i)
         if fetcher is not None and info is not None and not keep:
             fetcher.close()  # a worker's copy ends with its epoch, unless it is persistent
+
+    def _warm_packer(self, view: EpochView, steps: range) -> None:
+        """Pack read group ``steps`` from zeros of the token column's dtype and throw it away:
+        the compiled packer (numba, and its cached code for these types) loads meanwhile, not
+        after the first fetch (~1.1 s of CPU at a first pack, measured)."""
+        layout, _ = self._group_layout(view, steps, keep=True)
+        n = (layout.stops - layout.starts).astype(np.int64)
+        offsets = np.zeros(len(n) + 1, dtype=np.int64)
+        np.cumsum(n, out=offsets[1:])
+        zeros = np.zeros(int(offsets[-1]), dtype=token_dtype(self.reader.field))
+        masked = None if self.spec.loss_mask_column is None else np.zeros(len(zeros), dtype=bool)
+        view.pack_group(layout, TokenSource(values=zeros, at=offsets[:-1]), offsets, masked=masked)
 
     def _start_fetches(
         self,
@@ -763,17 +783,61 @@ class PackedStream(StreamCursor):
                             per_span=per_span)  # fmt: skip
                 return k, rows_of(nxt, gs)
 
-        held = None
-        if remote and resident_reads(self._token_bytes(), processes=worker[1]):
+        held = held_fetch = None
+        # DataLoader workers share one held copy through the node's plan store: one fetches
+        # and writes it, the others map it (one copy in the page cache, fetched once)
+        store = self.planner.store if worker[1] > 1 else None
+        if store is not None and not store.writable():
+            store = None  # a copy per worker, within the budget
+        copies = 1 if store is not None else worker[1]
+        if remote and resident_reads(self._token_bytes(), processes=copies):
             selection = self.inputs.rowids  # every epoch of this version reads these rows
 
             def held() -> np.ndarray:
                 return np.asarray(selection, dtype=np.uint64)
 
+            if store is not None:
+                held_fetch = partial(self._shared_held, store)
+
         carried = fetcher.carried
-        fetcher.start(key, rows_of(view, groups), following=following, held=held)
+        fetcher.start(
+            key, rows_of(view, groups), following=following, held=held, held_fetch=held_fetch
+        )
         self.stats.spans_carried += fetcher.carried - carried
         return fetcher
+
+    def _shared_held(self, store: PlanStore, rows: np.ndarray, parts: int) -> Fetched:
+        """The held token lists of ``rows`` (the whole selection) from the plan store: the
+        first process to ask fetches them and writes them there, the others map them
+        (read-only). Its read is this process's: nothing when it mapped another's copy."""
+        h = hashlib.sha256(
+            f"held-v1;{self.uri};{self.version};{self.spec.token_column};"
+            f"{self.spec.loss_mask_column}".encode()
+        )
+        h.update(np.ascontiguousarray(rows, dtype=np.uint64).view(np.uint8))
+        fetched: list[Fetched] = []
+
+        def build() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+            f = self.reader.fetch(rows, parts=parts, cached=True)
+            fetched.append(f)
+            arrays = {"rowids": f.rowids, "starts": f.starts, "lengths": f.lengths,
+                      "values": f.values}  # fmt: skip
+            if f.mask_pairs is not None and f.mask_ptr is not None:
+                arrays["mask_pairs"] = f.mask_pairs.reshape(-1)
+                arrays["mask_ptr"] = f.mask_ptr
+            return arrays, {"rows": len(f.rowids)}
+
+        arrays, _, path = store.arrays(h.hexdigest()[:32], build, folder="held", min_rows=0,
+                                       keep=_HELD_KEPT)  # fmt: skip
+        if path is None and fetched:  # the store is not writable: this process's own copy
+            return fetched[0]
+        pairs = arrays.get("mask_pairs")
+        return Fetched(
+            rowids=arrays["rowids"], starts=arrays["starts"], lengths=arrays["lengths"],
+            values=arrays["values"], read=fetched[0].read if fetched else (0, 0, 0.0),
+            mask_pairs=None if pairs is None else pairs.reshape(-1, 2),
+            mask_ptr=arrays.get("mask_ptr"),
+        )  # fmt: skip
 
     def _fetch_depth(self) -> int:
         """Fetch spans in flight: ``read_ahead`` given or measured (2 until measured)."""
@@ -837,8 +901,20 @@ class PackedStream(StreamCursor):
             self.stats.record_sizing(self.sizing)
             return
         self.reader.dataset  # noqa: B018 - opened before the clock starts
+        # a held table: the probe is the first group's own rows (its lead), taken alone (its
+        # GETs do not queue behind the whole fetch's), then the whole fetch starts; the
+        # compiled packer loads while the lead is fetched (its depth is fixed: the probe's CPU
+        # does not size anything)
         rows = fetcher.span_rows(0)
+        warm = None
+        if fetcher.holding and (workers == 0 or _COMPILED_IN_WORKERS):
+            warm = ThreadPoolExecutor(1, thread_name_prefix="tokenloom-warm")
+            warming = warm.submit(self._warm_packer, view, groups[0])
         fetched, wall, cpu = timed(self.reader.fetch, rows)
+        fetcher.hold()
+        if warm is not None:
+            warming.result()
+            warm.shutdown()
         span = fetcher.put(0, fetched)  # nothing else fetched yet: the timing is the pack's
         _, _, pack_cpu = timed(self._build_group, view, epoch, groups[0], None, (span, False))
         pack_cpu *= min(fetcher.per_span, len(groups))  # all the span's groups
@@ -846,6 +922,8 @@ class PackedStream(StreamCursor):
         most = max(FETCH_AHEAD_BYTES // span_bytes - 1, 1)
         if self.reader.block_size is not None:  # per-row reads: about a GET per row
             most = min(most, max(ROWS_IN_FLIGHT // max(len(fetched.rowids), 1), 1))
+        if fetcher.holding:  # spans are leads, taken while the whole fetch runs: few at once
+            most = 1
         depth = size_read_ahead(
             wall, cpu + pack_cpu, cores=cores, read_ahead=self.read_ahead, min_threads=1,
             max_ahead=most,

@@ -117,6 +117,14 @@ class PlanStore:
             state[counter] = 0  # the counters are per process
         return state
 
+    def writable(self) -> bool:
+        """Whether the store's directory exists or can be created, and can be written."""
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError:
+            return False
+        return os.access(self.root, os.W_OK)
+
     def selection_key(self, ids: Any, lens: Any) -> str:
         """Digest of a selection's ids and counts and of :data:`LAYOUT_FORMAT` (remembered per
         array pair, so each epoch of the same selection hashes it once). A
@@ -220,15 +228,23 @@ class PlanStore:
         self,
         key: str,
         build: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]],
+        *,
+        folder: str = "inputs",
+        min_rows: int | None = None,
+        keep: int | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, Any], str | None]:
         """Named 1-D arrays and a small JSON ``meta``: mapped from the store, built there
-        first if absent (the plan's inputs, see the module docstring).
+        first if absent (the plan's inputs, see the module docstring; a held token column,
+        :mod:`~tokenloom.loader.pipeline.fetch`, in ``folder="held"``).
 
         Args:
             key: What ``build`` computes, as a hex digest of everything it depends on.
             build: Computes ``(arrays, meta)``; ``meta["rows"]`` is the rows they describe
                 (called by at most one process per node, unless there are fewer rows than
-                ``min_docs``: then every process builds its own).
+                ``min_rows``, by default ``min_docs``: then every process builds its own).
+            folder: The store's folder of such sets.
+            keep: Once a set is written, only the ``keep`` newest sets of ``folder`` are kept
+                (a process mapping a removed one keeps its pages); ``None``: all.
 
         Returns:
             ``(arrays, meta, path)``: read-only mapped arrays and the directory they live in,
@@ -236,8 +252,10 @@ class PlanStore:
         """
         if not _KEY.match(key):
             raise ValueError(f"store keys are hex digests, got {key!r}")
-        final = os.path.join(self.root, "inputs", key)
-        lock = self._lock(final, "keeping the plan inputs")
+        least = self.min_docs if min_rows is None else int(min_rows)
+        final = os.path.join(self.root, folder, key)
+        what = "the plan inputs" if folder == "inputs" else f"the {folder} arrays"
+        lock = self._lock(final, f"keeping {what}")
         if lock is None:
             return (*build(), None)
         with lock:
@@ -246,14 +264,16 @@ class PlanStore:
             if found is None:
                 shutil.rmtree(final, ignore_errors=True)  # unreadable leftovers
                 arrays, meta = build()
-                if int(meta["rows"]) < self.min_docs:
+                if int(meta["rows"]) < least:
                     return arrays, meta, None
                 self._write(final, arrays, meta)
-                self.inputs_built += 1
+                self.inputs_built += folder == "inputs"
+                if keep is not None:
+                    self._keep_newest(os.path.dirname(final), keep, final)
                 found = open_arrays(final)
                 if found is None:  # pragma: no cover - only a broken file system gets here
                     return arrays, meta, None
-        self.inputs_mapped += 1
+        self.inputs_mapped += folder == "inputs"
         return (*found, final)
 
     def _open(self, final: str, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -325,6 +345,24 @@ class PlanStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    @staticmethod
+    def _keep_newest(parent: str, keep: int, current: str) -> None:
+        """Remove all but the ``keep`` newest sets of ``parent`` (``current`` always kept)."""
+        sets = []
+        for name in os.listdir(parent):
+            path = os.path.join(parent, name)
+            if _KEY.match(name) and os.path.isdir(path) and path != current:
+                try:
+                    sets.append((os.stat(path).st_mtime, path))
+                except OSError:
+                    continue
+        for _, path in sorted(sets, reverse=True)[max(keep - 1, 0) :]:
+            shutil.rmtree(path, ignore_errors=True)
+            try:
+                os.unlink(path + ".lock")
+            except OSError:
+                pass
 
     def _prune(self, parent: str, seed: int, epoch: int) -> None:
         pattern = re.compile(rf"s{seed}-e(\d+)(?:-o[0-9a-f]+)?(\.lock)?$")

@@ -382,14 +382,17 @@ class TokenReader:
             out[out_ptr[j] : out_ptr[j + 1]] = arr
         return out, out_ptr
 
-    def fetch(self, rowids: np.ndarray, *, parts: int = SPLIT_TAKE_PARTS) -> Fetched:
+    def fetch(
+        self, rowids: np.ndarray, *, parts: int = SPLIT_TAKE_PARTS, cached: bool = False
+    ) -> Fetched:
         """The token lists of ``rowids`` (any order, repeats allowed), fetched for
         :meth:`read_ranges`: one take of the distinct rows in ascending order (neighbouring rows
         share a ranged GET on an object store), cut into up to ``parts`` concurrent takes. Rows
         in the long-document cache are left out (a document of millions of tokens running
-        through many spans is not fetched again by each)."""
+        through many spans is not fetched again by each), unless ``cached`` (a fetch that
+        outlives the cache's documents: a held table's)."""
         ids = np.unique(np.asarray(rowids, dtype=np.uint64))
-        if self._cache:
+        if self._cache and not cached:
             with self._lock:
                 held = np.fromiter(self._cache.keys(), dtype=np.uint64, count=len(self._cache))
             ids = ids[~np.isin(ids, held)]

@@ -35,7 +35,9 @@ A token column that fits :data:`FETCH_AHEAD_BYTES` (in each process reading it) 
 (:func:`resident_reads`): its whole selection is fetched once in row order and serves every
 epoch. Spans of a quarter of the epoch fetch about four times the bytes they use (the whole
 file between their rows; measured 2.0-2.3x with spans of half of a 20k-row epoch); a held table
-fetches each byte once.
+fetches each byte once. While its fetch runs, the first read group is taken on its own (a
+lead, :mod:`~tokenloom.loader.pipeline.fetch`), so that the first batch does not wait for the
+whole table.
 """
 
 from __future__ import annotations
