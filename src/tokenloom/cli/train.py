@@ -364,8 +364,7 @@ def train(
         )
     rewind = None
     if resume and options.get("out") is not None:
-        from tokenloom.train.layout import CheckpointNotFoundError
-        from tokenloom.train.runs import rewind_point
+        from tokenloom.train.layout import CheckpointNotFoundError, rewind_point
 
         try:
             rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
