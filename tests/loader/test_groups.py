@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import real_paragraphs, run_cli, write_jsonl
+from tests.conftest import invoke, real_paragraphs, run_cli, write_jsonl
 from tokenloom.cli.main import cli
 from tokenloom.ingest import ingest
 from tokenloom.loader import DataLoader, LoaderSpec, PackedDataset, ledger
@@ -260,11 +260,8 @@ def test_cli_train_trace_and_refusal(table, tmp_path):
               "--block-order", "sequential", "--group-by", "unit", "--group-order", "imports",
               "--file-marker", MARK, "--bos"]  # fmt: skip
     env = {"OMP_NUM_THREADS": "1"}
-    done = run_cli(*common, "--out", out, env=env)
-    assert done.returncode == 0, done.stderr + done.stdout
-    traced = run_cli("trace", "--run", out, "--step", "1", "--json", env=env)
-    assert traced.returncode == 0, traced.stderr
-    rows = json.loads(traced.stdout)["rows"]
+    invoke(*common, "--out", out)  # the steps it builds on, in this process
+    rows = json.loads(invoke("trace", "--run", out, "--step", "1", "--json"))["rows"]
     assert {r["kind"] for r in rows} <= {"tokens", "marker"} and rows[0]["kind"] == "marker"
     assert all(r["file"] for r in rows)
     first = rows[0]

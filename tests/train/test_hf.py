@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow  # training, export and lm_eval processes
 
-from tests.conftest import real_paragraphs, run_cli  # noqa: E402
+from tests.conftest import invoke, real_paragraphs, run_cli  # noqa: E402
 from tests.verify.tables import gpt2_table  # noqa: E402
 from tokenloom.train.checkpoint import load_run_model  # noqa: E402
 
@@ -30,11 +30,10 @@ def exported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hf")
     uri = gpt2_table(tmp, real_paragraphs(40))
     run, out = str(tmp / "run"), str(tmp / "hf")
-    done = run_cli("train", "--table", uri, "--out", run, "--steps", "2", *TRAIN)
-    assert done.returncode == 0, done.stderr
-    done = run_cli("export", "--checkpoint", run, "--format", "hf", "--out", out, "--json")
-    assert done.returncode == 0, done.stderr
-    return {"tmp": tmp, "table": uri, "run": run, "hf": out, "report": json.loads(done.stdout)}
+    invoke("train", "--table", uri, "--out", run, "--steps", "2", *TRAIN)
+    report = json.loads(invoke("export", "--checkpoint", run, "--format", "hf", "--out", out,
+                               "--json"))  # fmt: skip
+    return {"tmp": tmp, "table": uri, "run": run, "hf": out, "report": report}
 
 
 def _ids(folder: str) -> torch.Tensor:
@@ -87,20 +86,18 @@ def test_round_trip_through_transformers_and_init_from_keeps_the_logits(exported
     noise) -> tokenloom -> HF."""
     tmp = exported["tmp"]
     run2, hf2 = str(tmp / "run2"), str(tmp / "hf2")
-    done = run_cli(
+    said = invoke(
         "train", "--table", exported["table"], "--out", run2, "--steps", "1", "--lr", "1e-12",
         "--init-from", exported["hf"], *TRAIN,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert f"weights from {exported['hf']} (step 2)" in done.stdout
+    assert f"weights from {exported['hf']} (step 2)" in said
     parent = json.loads((tmp / "run2" / "last.json").read_text())["parent"]
     assert parent["out"] == exported["hf"] and parent["format"] == "hf"
     assert parent["run"] == exported["run"]
     ids = _ids(exported["hf"])
     first = _our_logits(exported["run"], ids)
     assert (_our_logits(run2, ids) - first).abs().max().item() <= 1e-4
-    done = run_cli("export", "--checkpoint", run2, "--out", hf2)
-    assert done.returncode == 0, done.stderr
+    invoke("export", "--checkpoint", run2, "--out", hf2)
     assert (_hf_logits(hf2, ids) - first).abs().max().item() <= 1e-4
 
 
@@ -148,12 +145,10 @@ def test_a_folder_tokenloom_cannot_compute_exactly_is_refused(exported, tmp_path
 def test_lm_eval_runs_offline_on_an_exported_model(exported, tmp_path):
     pytest.importorskip("lm_eval")
     tasks = tmp_path / "tasks"
-    done = run_cli(
+    task = json.loads(invoke(
         "eval-task", "--table", exported["table"], "--filter", "id % 10 = 0",
         "--out", str(tasks), "--limit", "3", "--json",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    task = json.loads(done.stdout)
+    ))  # fmt: skip
     assert task["rows"] == 3 and os.path.isfile(task["yaml"])
     from tokenloom.train.evaltask import OFFLINE, lm_eval_argv, lm_eval_command
 

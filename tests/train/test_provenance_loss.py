@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # training processes
 
 from click.testing import CliRunner  # noqa: E402
 
-from tests.conftest import real_paragraphs, run_cli, write_jsonl  # noqa: E402
+from tests.conftest import invoke, real_paragraphs, run_cli, write_jsonl  # noqa: E402
 from tokenloom.cli.main import cli  # noqa: E402
 from tokenloom.ingest import ingest  # noqa: E402
 from tokenloom.loader import Planner, ledger  # noqa: E402
@@ -62,22 +62,23 @@ def table(tmp_path_factory):
 
 
 def _train(table: str, out: str, *extra: str):  # noqa: ANN202
+    """The run, in this process (click's runner: its exit code, stdout and stderr)."""
     slices = [a for name, sql in SLICES.items() for a in ("--loss-slice", f"{name}={sql}")]
-    return run_cli(
+    return CliRunner().invoke(cli, [
         "train", "--table", table, "--out", out, "--model", "tiny", "--seq-len", "64",
         "--global-batch-size", "4", "--seed", "1", "--filter", f"NOT ({VAL})",
         "--mixture", json.dumps(MIX), "--budget-tokens", str(64 * 4 * 6),
         "--val-filter", VAL, "--eval-batches", "2", "--eval-every", "1000",
         "--steps", str(STEPS), "--log-every", "1", "--log-to", "csv,tensorboard", "--device", "cpu",
         *slices, *extra,
-    )  # fmt: skip
+    ], catch_exceptions=False)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def run(table, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("provrun") / "run")
     res = _train(table, out, "--json")
-    assert res.returncode == 0, res.stderr
+    assert res.exit_code == 0, res.stderr
     return out, res
 
 
@@ -244,8 +245,7 @@ def test_two_processes_report_the_same_groups_as_one(tmp_path):
         "--filter", "id % 5 != 0", "--val-filter", "id % 5 = 0", "--device", "cpu",
         "--loss-slice", "long=length(text) > 300",
     ]  # fmt: skip
-    one = run_cli(*args, "--out", str(tmp_path / "one"))
-    assert one.returncode == 0, one.stderr
+    invoke(*args, "--out", str(tmp_path / "one"))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
     two = subprocess.run(

@@ -84,9 +84,11 @@ def _device_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callb
 def _init_from_option(_ctx, _param, value):  # noqa: ANN001, ANN202 - a click callback
     """``--init-from``: a ``transformers`` folder, or ``RUN`` / ``RUN/step-N`` (resolved as
     every command resolves a checkpoint: a missing one is a usage error listing those kept)."""
+    if value is None:  # click calls it for an option not given too: import nothing then
+        return None
     from tokenloom.train.hf import is_hf_folder
 
-    if value is not None and not is_hf_folder(value):
+    if not is_hf_folder(value):
         run_record(value, option="--init-from")
     return value
 
@@ -334,12 +336,6 @@ def train(
     With --image-column it trains the tiny VLM on packed image+text blocks instead (prompt and
     response from token columns of `tokenloom tokenize --text-column`).
     """
-    from tokenloom.loader.pipeline.exclude import ExcludeError
-    from tokenloom.loader.plan.reweight import ReweightError
-    from tokenloom.search.quarantine import QuarantineError
-    from tokenloom.train.loop import train as run
-    from tokenloom.train.runs import Interrupted
-
     if data_change != "refuse" and not resume:
         raise click.BadParameter(
             f"--data-change {data_change} applies to --resume only: a new run plans the table "
@@ -368,8 +364,7 @@ def train(
         )
     rewind = None
     if resume and options.get("out") is not None:
-        from tokenloom.train.layout import CheckpointNotFoundError
-        from tokenloom.train.runs import rewind_point
+        from tokenloom.train.layout import CheckpointNotFoundError, rewind_point
 
         try:
             rewind = rewind_point(options["out"])  # RUN/step-N: rewind RUN to step N
@@ -393,6 +388,13 @@ def train(
     if record is None and image["image_column"] is None:
         _check_slices(cfg)
         check_loss_mask_option(cfg.loader, cfg.storage_options)  # on --resume too
+    # the trainer's imports (torch: seconds of CPU) after the checks, so a refusal is quick
+    from tokenloom.loader.pipeline.exclude import ExcludeError
+    from tokenloom.loader.plan.reweight import ReweightError
+    from tokenloom.search.quarantine import QuarantineError
+    from tokenloom.train.loop import train as run
+    from tokenloom.train.runs import Interrupted
+
     try:
         result = run(
             cfg,

@@ -40,6 +40,7 @@ __all__ = [
     "kept_steps",
     "last_step",
     "resolve_checkpoint",
+    "rewind_point",
 ]
 
 LAST_RECORD = "last.json"
@@ -181,3 +182,16 @@ def resolve_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         f"{step_name(last) if last is not None else 'checkpoint'}; {_steps_line(text)}: pass "
         "RUN/step-N to read one of them"
     )
+
+
+def rewind_point(out: str | os.PathLike[str]) -> Checkpoint | None:
+    """The kept checkpoint ``out`` names when it is ``RUN/step-N`` (a ``--resume`` from it
+    rewinds the run to step ``N``), else ``None`` (a run directory).
+
+    Raises:
+        CheckpointNotFoundError: ``RUN/step-N`` names a step the run does not keep (listing
+            those it keeps).
+    """
+    if parse_step(os.path.basename(os.path.abspath(out))) is None:
+        return None
+    return resolve_checkpoint(out)

@@ -38,7 +38,6 @@ __all__ = [
     "Parent",
     "parent_run",
     "load_weights",
-    "rewind_point",
     "rewind_run",
 ]
 
@@ -61,21 +60,6 @@ def check_resume(cfg: TrainConfig, saved: dict, reschedule: bool) -> None:
                 f"{getattr(cfg, key)!r}; drop the option to continue the same schedule, or pass "
                 "--reschedule to change it knowingly"
             )
-
-
-def rewind_point(out: str) -> Any:
-    """The kept checkpoint ``out`` names when it is ``RUN/step-N`` (a ``--resume`` from it
-    rewinds the run to step ``N``), else ``None`` (a run directory).
-
-    Raises:
-        CheckpointNotFoundError: ``RUN/step-N`` names a step the run does not keep (listing
-            those it keeps).
-    """
-    from tokenloom.train.layout import parse_step
-
-    if parse_step(os.path.basename(os.path.abspath(out))) is None:
-        return None
-    return resolve_checkpoint(out)
 
 
 def rewind_run(run: str, step: int) -> str | None:
