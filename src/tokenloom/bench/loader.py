@@ -33,6 +33,7 @@ from tokenloom.bench.loader_data import (
 from tokenloom.bench.loader_report import (
     _BESTFIT,
     _BOUND,
+    _BOUND2,
     _LONG,
     _MIXTURE,
     _TL0,
@@ -59,8 +60,16 @@ __all__ = [
     "format_report",
 ]
 
-ALL_LOADERS = ("tokenloom", "lancedb", *(b.name for b in BASELINES), "long", "recipes")
-"""The default selection (every loader ``--only`` knows)."""
+ALL_LOADERS = (
+    "tokenloom",
+    "bound-workers",
+    "lancedb",
+    *(b.name for b in BASELINES),
+    "long",
+    "recipes",
+)
+"""The default selection (every loader ``--only`` knows; ``bound-workers``: the read bound with
+tokenloom's two DataLoader workers too, beside the in-process one ``tokenloom`` brings)."""
 KNOWN_LOADERS = ALL_LOADERS
 
 LANCEDB_SWEEP: tuple[tuple[tuple[str, object], ...], ...] = (
@@ -198,6 +207,11 @@ def plan_cases(config: LoaderBenchConfig, paths: dict[str, str]) -> list[CaseSpe
         cases.append(
             CaseSpec(label=_BOUND, kind="read-bound", path=paths["table"], workers=0, **common)
         )
+    if "bound-workers" in config.only:
+        # the same takes in as many DataLoader workers as tokenloom's: like for like
+        cases.append(
+            CaseSpec(label=_BOUND2, kind="read-bound", path=paths["table"], workers=2, **common)
+        )
     if "long" in config.only:
         cases.append(CaseSpec(label=_LONG, kind="tokenloom", path=paths["long"], **common))
     if "recipes" in config.only:
@@ -254,7 +268,7 @@ def build_inputs(config: LoaderBenchConfig, log: Callable[[str], None]) -> dict[
     corpus, long_corpus = config.corpus, config.long_corpus
     wanted = set(config.only)
     jobs: list[tuple[str, Callable[[], Built]]] = []
-    if wanted & {"tokenloom", "lancedb", "long"}:
+    if wanted & {"tokenloom", "bound-workers", "lancedb", "long"}:
         path = os.path.join(root, corpus.name + ".lance")
         jobs.append(("table", lambda: build_table(path, corpus)))
     if "long" in wanted:

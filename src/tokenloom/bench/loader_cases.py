@@ -400,8 +400,10 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     (its ``filter`` included: the same :class:`~tokenloom.loader.pipeline.planner.Planner`), taken
     in a fresh random order each epoch, :data:`BOUND_TAKE_ROWS` sorted rows per plain Lance take
     through tokenloom's reader's own take, one take at a time in the measuring process
-    (``options=(("takes_in_flight", N),)``: N at once in threads), and each take's token lists
-    flattened into one int64 tensor — no plan, no packing, no EOS, no labels. The ``(B, L)``
+    (``options=(("takes_in_flight", N),)``: N at once in threads; with ``spec.workers`` > 0 the
+    takes run in that many DataLoader workers, :mod:`tokenloom.bench.loader_bound`), and each
+    take's token lists flattened into one int64 tensor — no plan, no packing, no EOS, no labels.
+    The ``(B, L)``
     batches are views of that tensor (a batch across two takes is joined), so every token read
     is delivered and counted once."""
     from collections import deque
@@ -462,9 +464,18 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def worker_takes() -> Iterator[torch.Tensor]:
+        from tokenloom.bench.loader_bound import worker_takes as from_workers
+
+        for flat, rows in from_workers(reader, rowids, k, spec.workers):
+            counts["rows"] += rows
+            counts["tokens"] += len(flat)
+            yield flat
+
     held = torch.empty(0, dtype=torch.int64)
+    source = worker_takes() if spec.workers > 0 else takes()
     try:
-        for flat in takes():
+        for flat in source:
             if len(held):  # the batch across the two takes: its two parts joined
                 need = per_batch - len(held)
                 if len(flat) < need:
@@ -476,7 +487,9 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             yield from flat[: n * per_batch].view(n, spec.batch_size, spec.seq_len)
             held = flat[n * per_batch :]
     finally:
-        notes.text = f"read bound: {k} rows per take, {in_flight} take(s) at once"
+        source.close()  # stops the workers
+        at_once = f"{spec.workers} DataLoader workers" if spec.workers else f"{in_flight} take(s)"
+        notes.text = f"read bound: {k} rows per take, {at_once} at once"
         notes.figures = {"rows_read": counts["rows"], "tokens_read": counts["tokens"]}
 
 
@@ -510,7 +523,12 @@ _IMPORTS = {
     "webdataset": ("torch", "webdataset", "tokenloom.bench.loader_webdataset"),
     "prepacked": ("torch", "lance", "tokenloom.bench.loader_prepacked"),
     "lance-rows": ("torch", "lance"),
-    "read-bound": ("torch", "lance", "tokenloom.loader.pipeline.planner"),
+    "read-bound": (
+        "torch",
+        "lance",
+        "tokenloom.loader.pipeline.planner",
+        "tokenloom.bench.loader_bound",
+    ),
     "ray": ("torch", "lance", "tokenloom.bench.loader_ray"),
     "litdata": ("torch", "tokenloom.bench.loader_litdata"),
 }

@@ -105,12 +105,28 @@ class LoaderBench:
 
     @property
     def bound(self) -> CaseResult | None:
-        """The read bound: plain takes of the same rows, no packing (``read-bound``)."""
-        return self.find(_BOUND)
+        """The read bound: plain takes of the same rows, no packing (``read-bound``), the
+        faster of its in-process run and its run with two workers (when measured)."""
+        return self.best_bound()
 
-    def of_bound(self, result: CaseResult) -> float | None:
-        """``result``'s tokens/s as a share of the read bound measured in the same cache state."""
-        bound = self.find(_BOUND, result.cache, result.batch_size)
+    def best_bound(
+        self, cache: str | None = None, batch_size: int | None = None
+    ) -> CaseResult | None:
+        """The faster read bound (in-process or with two workers) in ``cache`` at ``batch_size``."""
+        runs = [r for r in (self.find(b, cache, batch_size) for b in (_BOUND, _BOUND2)) if r]
+        return max(runs, key=lambda r: r.tokens_per_s) if runs else None
+
+    def bound_like(self, result: CaseResult) -> CaseResult | None:
+        """The read bound with as many DataLoader workers as ``result`` (like for like)."""
+        label = _BOUND2 if result.workers > 0 else _BOUND
+        return self.find(label, result.cache, result.batch_size)
+
+    def of_bound(self, result: CaseResult, like: bool = False) -> float | None:
+        """``result``'s tokens/s as a share of the best read bound measured in the same cache
+        state (``like``: of the read bound with the same number of workers)."""
+        bound = (
+            self.bound_like(result) if like else self.best_bound(result.cache, result.batch_size)
+        )
         if bound is None or not result.ok or bound.tokens_per_s <= 0:
             return None
         return result.tokens_per_s / bound.tokens_per_s
@@ -132,8 +148,9 @@ class LoaderBench:
         top = best(_TL2)  # tokenloom at its best against every other loader at its best
         # (goal, numerator, denominator, target): one measured throughput over another
         ratios = [
-            (">= 0.8x the read bound, in-process", find(_TL0), self.bound, 0.8),
+            (">= 0.8x the read bound, in-process", find(_TL0), find(_BOUND), 0.8),
             (">= 0.8x the read bound, workers=2", ref, self.bound, 0.8),
+            (">= 0.8x the read bound with two workers, workers=2", ref, find(_BOUND2), 0.8),
             (">= 15x LanceDB StreamingDataset (best of sweep)", top, lancedb, 15.0),
             (">= 1.2x pre-packed MDS (MosaicML Streaming)", top, best(_MDS), 1.2),
             (">= 1.0x a pre-packed Lance blocks copy", top, best(_PREPACKED), 1.0),
@@ -194,6 +211,7 @@ class LoaderBench:
 _TL0 = "tokenloom (workers=0)"
 _TL2 = "tokenloom (workers=2)"
 _BOUND = "read bound: Lance take of the same rows, 1,024 per take, no packing (workers=0)"
+_BOUND2 = "read bound: Lance take of the same rows, 1,024 per take, no packing (workers=2)"
 _LONG = "tokenloom long docs (workers=2)"
 _BESTFIT = "tokenloom best-fit (workers=2)"
 _MIXTURE = "tokenloom 70/30 mixture (workers=2)"
@@ -287,7 +305,15 @@ def format_report(bench: LoaderBench) -> str:
     for r in bench.primary:
         share = bench.of_bound(r) if r.kind == "tokenloom" else None
         if share is not None:
-            lines.append(f"  {r.label} [{r.cache}]: {share:.2f}x of the read bound")
+            like = bench.of_bound(r, like=True)
+            same = (
+                f"; like for like: {like:.2f}x of the read bound (workers={r.workers})"
+                if like is not None
+                else ""
+            )
+            lines.append(
+                f"  {r.label} [{r.cache}]: {share:.2f}x of the read bound (its best run){same}"
+            )
     lines += [f"  [{r.label}, {r.cache}] {r.cache_note}" for r in bench.primary if r.cache_note]
     lines += ["", "goals:"]
     for g in bench.goals():

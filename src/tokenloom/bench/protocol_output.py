@@ -21,8 +21,13 @@ __all__ = ["markdown_table", "plot_throughput", "plot_usage", "write_protocol", 
 
 
 def slug(label: str) -> str:
-    """A file name part from a label: ``tokenloom (workers=2)`` -> ``tokenloom-workers-2``."""
-    return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:60] or "loader"
+    """A file name part from a label: ``tokenloom (workers=2)`` -> ``tokenloom-workers-2``; a
+    long label keeps its start and its end (where ``workers=N`` is), 60 characters at most."""
+    name = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
+    if len(name) > 60:
+        tail = name[-19:]
+        name = f"{name[:40].strip('-')}-{tail[tail.find('-') + 1 :]}"  # the tail's whole words
+    return name or "loader"
 
 
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:

@@ -336,14 +336,15 @@ row groups) and MDS from it.""",
 @click.option(
     "--only",
     default=(
-        "tokenloom,lancedb,mds,mds-shuffle,webdataset,parquet,parquet-order,"
+        "tokenloom,bound-workers,lancedb,mds,mds-shuffle,webdataset,parquet,parquet-order,"
         "parquet-preshuffled,parquet-rows,prepacked,long"
     ),
     show_default=True,
     metavar="LIST",
     help=(
-        "Comma-separated loaders: tokenloom, lancedb, mds, mds-shuffle, webdataset, parquet, "
-        "parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes, "
+        "Comma-separated loaders: tokenloom (with the read bound in-process), bound-workers "
+        "(the read bound with two DataLoader workers), lancedb, mds, mds-shuffle, webdataset, "
+        "parquet, parquet-order, parquet-preshuffled, parquet-rows, prepacked, long, recipes, "
         "ray, ray-shuffle, ray-parquet (Ray Data), litdata "
         "(--store s3: also lance-rows, bare per-row takes: the store's bound)."
     ),
