@@ -149,13 +149,13 @@ def test_lancedb_streaming_dataset_reads_the_tokenloom_table(tmp_path):
     assert result.error is None and result.steps == 3 and result.tokens == 3 * 4 * 256
 
 
-def test_read_bound_takes_each_selected_row_once_per_epoch(tmp_path):
-    """The read bound reads the rows tokenloom's filter selects, every one once per epoch, its
-    tokens flattened as stored (no EOS, no packing), in (B, L) batches."""
+def _bound_case(tmp_path, *, workers: int, take_rows: int):  # noqa: ANN202
+    """A read-bound case over a 300-document table filtered to two rows of three: the case, the
+    selected rows' token lists, and their tokens sorted (what an epoch must deliver)."""
     import lance
     import numpy as np
 
-    from tokenloom.bench.loader_cases import CaseSpec, _Notes, read_bound_batches
+    from tokenloom.bench.loader_cases import CaseSpec
     from tokenloom.bench.loader_data import CorpusSpec, build_table
 
     uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=300)).path
@@ -166,11 +166,22 @@ def test_read_bound_takes_each_selected_row_once_per_epoch(tmp_path):
         label="bound",
         kind="read-bound",
         path=uri,
-        workers=0,
+        workers=workers,
         seq_len=64,
         batch_size=2,
-        options=(("filter", keep), ("take_rows", 50)),
+        options=(("filter", keep), ("take_rows", take_rows)),
     )
+    return spec, rows, want
+
+
+def test_read_bound_takes_each_selected_row_once_per_epoch(tmp_path):
+    """The read bound reads the rows tokenloom's filter selects, every one once per epoch, its
+    tokens flattened as stored (no EOS, no packing), in (B, L) batches."""
+    import numpy as np
+
+    from tokenloom.bench.loader_cases import _Notes, read_bound_batches
+
+    spec, rows, want = _bound_case(tmp_path, workers=0, take_rows=50)
     notes = _Notes()
     it = read_bound_batches(spec, notes)
     got = []
@@ -188,27 +199,13 @@ def test_read_bound_in_workers_takes_each_selected_row_once_per_epoch(tmp_path):
     """With DataLoader workers the read bound takes the same rows as in-process: every selected
     row once per epoch across the workers (each takes every other take), its tokens as stored;
     and the report sets tokenloom with workers against it, like for like, beside the best."""
-    import lance
     import numpy as np
 
     from tokenloom.bench.loader import LoaderBenchConfig, plan_cases
-    from tokenloom.bench.loader_cases import CaseResult, CaseSpec, _Notes, read_bound_batches
-    from tokenloom.bench.loader_data import CorpusSpec, build_table
+    from tokenloom.bench.loader_cases import CaseResult, _Notes, read_bound_batches
     from tokenloom.bench.loader_report import LoaderBench
 
-    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=300)).path
-    keep = "id % 3 != 0"
-    rows = lance.dataset(uri).to_table(columns=["input_ids"], filter=keep).column(0)
-    want = np.sort(np.concatenate([np.asarray(r, dtype=np.int64) for r in rows.to_pylist()]))
-    spec = CaseSpec(
-        label="bound",
-        kind="read-bound",
-        path=uri,
-        workers=2,
-        seq_len=64,
-        batch_size=2,
-        options=(("filter", keep), ("take_rows", 30)),
-    )
+    spec, rows, want = _bound_case(tmp_path, workers=2, take_rows=30)
     notes = _Notes()
     it = read_bound_batches(spec, notes)
     got = []
@@ -221,7 +218,7 @@ def test_read_bound_in_workers_takes_each_selected_row_once_per_epoch(tmp_path):
     assert np.array_equal(np.sort(flat[: len(want)]), want)
 
     config = LoaderBenchConfig(docs=300, steps=1, only=("tokenloom", "bound-workers"))
-    cases = plan_cases(config, {"table": uri})
+    cases = plan_cases(config, {"table": spec.path})
     assert [(c.kind, c.workers) for c in cases] == [
         ("tokenloom", 2),
         ("tokenloom", 0),

@@ -18,7 +18,21 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-__all__ = ["BoundTakes", "worker_takes"]
+__all__ = ["BoundTakes", "bound_order", "flat_take", "worker_takes"]
+
+
+def bound_order(rowids: np.ndarray, epoch: int) -> np.ndarray:
+    """The read bound's fresh random order of ``rowids`` for ``epoch`` (every process alike)."""
+    return rowids[np.random.default_rng([epoch, 7]).permutation(len(rowids))]
+
+
+def flat_take(reader, ids: np.ndarray) -> np.ndarray:  # noqa: ANN001 - a TokenReader
+    """One plain take of ``ids`` (sorted first) through ``reader``: the rows' token lists
+    flattened, as stored (a view of the taken values: no copy, no cast)."""
+    from tokenloom.table.tokens import token_lists
+
+    lists = token_lists(reader._take(np.sort(ids))[0], reader.field)  # (tokens, no mask)
+    return lists.values[lists.offsets[0] : lists.offsets[-1]]
 
 
 class BoundTakes(IterableDataset):
@@ -30,18 +44,15 @@ class BoundTakes(IterableDataset):
         self.take_rows = take_rows
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, int]]:
-        from tokenloom.table.tokens import token_lists
-
         info = get_worker_info()
         me, every = (info.id, info.num_workers) if info is not None else (0, 1)
-        k, field = self.take_rows, self.reader.field
+        k = self.take_rows
         epoch = 0
         while True:
-            order = self.rowids[np.random.default_rng([epoch, 7]).permutation(len(self.rowids))]
+            order = bound_order(self.rowids, epoch)
             for lo in range(me * k, len(order), every * k):
-                ids = np.sort(order[lo : lo + k])
-                lists = token_lists(self.reader._take(ids)[0], field)
-                values = lists.values[lists.offsets[0] : lists.offsets[-1]]
+                ids = order[lo : lo + k]
+                values = flat_take(self.reader, ids)
                 flat = torch.empty(len(values), dtype=torch.int64).share_memory_()
                 flat.numpy()[:] = values  # the cast, into the shared pages
                 yield flat, len(ids)

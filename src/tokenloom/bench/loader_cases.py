@@ -412,10 +412,11 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     import numpy as np
     import torch
 
+    from tokenloom.bench.loader_bound import bound_order, flat_take
+    from tokenloom.bench.loader_bound import worker_takes as from_workers
     from tokenloom.loader.pipeline.planner import Planner
     from tokenloom.loader.pipeline.read import TokenReader
     from tokenloom.loader.plan.spec import LoaderSpec
-    from tokenloom.table.tokens import token_lists
 
     filt = spec.option("filter")
     planner = Planner(
@@ -430,15 +431,13 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         planner.uri, planner.version, planner.spec.token_column,
         storage_options=dict(spec.storage_options) or None,
     )  # fmt: skip
-    field = reader.field
     k = int(spec.option("take_rows", BOUND_TAKE_ROWS))
     in_flight = int(spec.option("takes_in_flight", 1))
     per_batch = spec.batch_size * spec.seq_len
     counts = {"rows": 0, "tokens": 0}
 
     def take(ids: np.ndarray) -> torch.Tensor:
-        lists = token_lists(reader._take(np.sort(ids))[0], field)  # (tokens, no mask)
-        flat = lists.values[lists.offsets[0] : lists.offsets[-1]].astype(np.int64)
+        flat = flat_take(reader, ids).astype(np.int64)
         counts["rows"] += len(ids)
         counts["tokens"] += len(flat)
         return torch.from_numpy(flat)
@@ -448,7 +447,7 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         pool = ThreadPoolExecutor(in_flight, thread_name_prefix="read-bound")
         try:
             while True:
-                order = rowids[np.random.default_rng([epoch, 7]).permutation(len(rowids))]
+                order = bound_order(rowids, epoch)
                 if in_flight == 1:
                     for lo in range(0, len(order), k):
                         yield take(order[lo : lo + k])
@@ -465,8 +464,6 @@ def read_bound_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def worker_takes() -> Iterator[torch.Tensor]:
-        from tokenloom.bench.loader_bound import worker_takes as from_workers
-
         for flat, rows in from_workers(reader, rowids, k, spec.workers):
             counts["rows"] += rows
             counts["tokens"] += len(flat)

@@ -319,20 +319,7 @@ def pack_windows_python(
 ) -> np.ndarray:
     """:func:`tokenloom.loader.plan._bestfit_jit.pack_windows` as a Python loop (a bisect over
     the distinct remaining capacities, a heap of block ids per capacity; ~1 µs per piece): the
-    same blocks, with the same arguments and result, without numba.
-
-    Args:
-        sizes: ``(m,)`` positions of each piece, ``1 <= size <= seq_len``, in visiting order.
-        win_ptr: ``(nw + 1,)`` window ``w`` holds pieces ``[win_ptr[w], win_ptr[w + 1])``.
-        seq_len: ``L``.
-        block_pieces: ``(m,)`` out: piece indices, block by block (windows in order, blocks in
-            opening order), ascending within a block.
-        block_count: ``(m,)`` out: pieces of each block (the first ``sum(result)`` entries).
-            Both empty: only the blocks per window are counted.
-
-    Returns:
-        ``(nw,)`` int64 blocks of each window.
-    """
+    same blocks, with the same arguments and result (documented there), without numba."""
     L = int(seq_len)
     ptr = np.asarray(win_ptr, dtype=np.int64)
     nw = int(ptr.shape[0]) - 1

@@ -28,7 +28,7 @@ import numpy as np
 
 from tokenloom.errors import TokenloomError
 from tokenloom.loader.plan.compact import CompactInts, count_nonzero, nonzero_positions
-from tokenloom.loader.plan.shuffle import epoch_order, order_dtype
+from tokenloom.loader.plan.shuffle import chunk_size, epoch_order, order_dtype
 
 __all__ = [
     "PlanError",
@@ -82,15 +82,13 @@ MARK_EVERY = 64
 are summed on the fly from the lengths, so a lookup costs O(log n + MARK_EVERY)."""
 
 _MARK_CHUNK = MARK_EVERY << 10  # most documents summed per pass when building the marks
-_MARK_CHUNKS = 64  # a pass over n documents takes them in about this many chunks
 
 
 def pass_chunk(n: int) -> int:
-    """Documents per chunk of a pass over ``n``: a sixty-fourth of them in whole
-    :data:`MARK_EVERY` groups, from 16 groups up to :data:`_MARK_CHUNK` (each chunk's temporaries
-    are tens of bytes per document of the chunk: a fixed chunk would outweigh a small plan)."""
-    groups = -(-n // (_MARK_CHUNKS * MARK_EVERY))
-    return MARK_EVERY * min(max(groups, 16), _MARK_CHUNK // MARK_EVERY)
+    """Documents per chunk of a pass over ``n`` (:func:`~tokenloom.loader.plan.shuffle.chunk_size`):
+    whole :data:`MARK_EVERY` groups, from 16 groups up to :data:`_MARK_CHUNK`
+    (each chunk's temporaries are tens of bytes per document of the chunk)."""
+    return chunk_size(n, least=16 * MARK_EVERY, most=_MARK_CHUNK, multiple=MARK_EVERY)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, eq=False)

@@ -373,6 +373,7 @@ def pack_blocks(
 
 
 _RAMP = np.zeros(0, dtype=np.int64)
+_RAMP.flags.writeable = False
 
 
 def _ramp(n: int) -> np.ndarray:
@@ -384,9 +385,6 @@ def _ramp(n: int) -> np.ndarray:
         ramp.flags.writeable = False
         _RAMP = ramp
     return ramp[:n]
-
-
-_RAMP.flags.writeable = False
 
 
 def _pack_numpy(

@@ -46,6 +46,7 @@ import numpy as np
 
 __all__ = [
     "PERMUTATION_ALGORITHM",
+    "chunk_size",
     "epoch_rng",
     "epoch_order",
     "epoch_permutation",
@@ -100,11 +101,18 @@ def order_dtype(n: int) -> type[np.unsignedinteger] | type[np.signedinteger]:
     return np.uint32 if n <= 1 << 32 else np.int64
 
 
+def chunk_size(n: int, *, least: int, most: int, multiple: int = 1) -> int:
+    """Items per chunk of a pass over ``n`` items: a sixty-fourth of them (:data:`_CHUNKS`) in
+    whole multiples of ``multiple``, within ``[least, most]`` (multiples of ``multiple``). A chunk's
+    temporaries are a few bytes per item of the chunk: a fixed chunk would outweigh a small
+    plan, a sixty-fourth stays a small share of it at every size."""
+    units = -(-n // (_CHUNKS * multiple))
+    return multiple * min(max(units, least // multiple), most // multiple)
+
+
 def _chunk(n: int) -> int:
-    """Keys per chunk of a pass over ``n`` keys: a sixty-fourth of them, within
-    ``[_MIN_CHUNK, _CHUNK]`` (each chunk's temporaries are a few bytes per key of the chunk, so
-    they stay a small share of the result at every size)."""
-    return min(_CHUNK, max(_MIN_CHUNK, -(-n // _CHUNKS)))
+    """Keys per chunk of a pass over ``n`` keys (:func:`chunk_size`)."""
+    return chunk_size(n, least=_MIN_CHUNK, most=_CHUNK)
 
 
 def _sort_threads(n: int) -> int:
