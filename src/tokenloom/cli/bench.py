@@ -914,9 +914,10 @@ Examples:
   tokenloom bench rows                          # images, ResNet-18 in the loop, every loader
   tokenloom bench rows --workload image-text --copies 4 --batch-sizes 4,8,16 --epochs 3
   tokenloom bench rows --only tokenloom,parquet --model none --out /tmp/rows
-Loaders: tokenloom, tar shards, parquet, mds, ray, ray-shuffle, litdata. Each at each batch
-size in its own process, --epochs passes over the samples; the results are written as
-rows-bench-<workload>-protocol.json/.md and PNG charts under --out.""",
+Loaders: tokenloom, tokenloom blocks (image-text only), tar shards, parquet, mds, ray,
+ray-shuffle, litdata. Each at each batch size in its own process, --epochs passes over the
+samples; the results are written as rows-bench-<workload>-protocol.json/.md and PNG charts
+under --out.""",
 )
 @click.option(
     "--workload",
@@ -950,10 +951,10 @@ rows-bench-<workload>-protocol.json/.md and PNG charts under --out.""",
 )
 @click.option(
     "--only",
-    default="tokenloom,tar shards,parquet,mds,ray,ray-shuffle,litdata",
-    show_default=True,
+    default=None,
     metavar="LIST",
-    help="Comma-separated loaders.",
+    help="Comma-separated loaders [default: every one; `tokenloom blocks`, the image+text "
+    "loader, runs with the image-text workload only].",
 )
 @click.option(
     "--model",
@@ -977,7 +978,7 @@ def rows_bench(
     threads: int,
     batch_sizes: str,
     epochs: int,
-    only: str,
+    only: str | None,
     model: str,
     out: str | None,
     as_json: bool,
@@ -992,7 +993,7 @@ def rows_bench(
         sizes = parse_sizes(batch_sizes)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--batch-sizes") from None
-    names = tuple(n.strip() for n in only.split(",") if n.strip())
+    names = CASES if only is None else tuple(n.strip() for n in only.split(",") if n.strip())
     unknown = sorted(set(names) - set(CASES))
     if unknown or not names:
         raise click.BadParameter(
