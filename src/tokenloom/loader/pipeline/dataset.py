@@ -85,7 +85,13 @@ _SLOTS_IN_TRANSIT = 4
 # before it, which a training loop may still hold a batch of); past that it copies groups out,
 # so keeping batches never stalls a worker. A slot is a group of ~1,000 rows: tens of MB.
 _SLOTS_LENT = 2
-_GROUP_BYTES = 8 << 20  # packed output of one local group at most (4 int64 fields)
+# Packed output of one read group at most (4 int64 fields): in the training process a group
+# holds about TAKE_ROWS stretches within this (each group costs a fixed ~100 numpy calls in the
+# read threads, which contend for the GIL: measured 400k documents, 1,024-token blocks, batch
+# 8: groups of 32 steps 16.1-17.3M tok/s, of 56 steps 18.9-21.2M, alternating); a DataLoader
+# worker's groups are smaller: its ring holds a slot per group ahead, in transit and lent.
+_GROUP_BYTES = 16 << 20
+_WORKER_GROUP_BYTES = 8 << 20
 _AHEAD_STEPS = 64  # local read-ahead: 4 groups ahead, fewer big ones covering these steps
 _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 # On an object store the fetch spans read (loader/pipeline/fetch.py); the read groups' threads only
@@ -439,17 +445,18 @@ class PackedStream(StreamCursor):
 
     # -- iteration ----------------------------------------------------------------------------
 
-    def _group_steps(self, view: EpochView) -> int:
+    def _group_steps(self, view: EpochView, *, worker: bool = False) -> int:
         """Steps packed together (and, on a local table, read with one ``take``): about
         :data:`~tokenloom.loader.pipeline.readahead.TAKE_ROWS` stretches per group (small takes pay
         a fixed cost each; very large ones lose locality), and at most :data:`_GROUP_BYTES` of
-        packed output (a worker's ring holds a few groups: their size is most of a worker's
-        memory). On an object store the reads are spans of many groups (:meth:`_span_groups`)."""
+        packed output, :data:`_WORKER_GROUP_BYTES` in a DataLoader ``worker`` (its ring holds a
+        few groups: their size is most of a worker's memory). On an object store the reads are
+        spans of many groups (:meth:`_span_groups`)."""
         if self.read_group is not None:
             return self.read_group
         stretches = len(self.inputs.row_ids) + view.plan.num_blocks  # rows + block cuts
         per_step = max(stretches / max(view.steps, 1) / self.world_size, 1.0)
-        fit = _GROUP_BYTES // (self.step_values * 8)
+        fit = (_WORKER_GROUP_BYTES if worker else _GROUP_BYTES) // (self.step_values * 8)
         return int(min(max(TAKE_ROWS // per_step, 1), fit, _MAX_GROUP_STEPS) or 1)
 
     def _token_bytes(self) -> int:
@@ -656,7 +663,7 @@ class PackedStream(StreamCursor):
         epoch, first = self.at.at
         view = self.view(epoch)
         total = view.steps
-        size = self._group_steps(view)
+        size = self._group_steps(view, worker=info is not None)
         # worker w builds groups w, w + W, ...: the DataLoader's round-robin keeps the order
         groups = worker_groups(first, total, size, wid, workers)
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
