@@ -151,3 +151,25 @@ def test_an_unreachable_object_store_is_status_1_naming_the_endpoint():
     assert f"error: the object store at {endpoint} could not be reached" in proc.stderr
     assert "run the same command again" in proc.stderr
     assert "no tokenloom table" not in proc.stderr and "please report" not in proc.stderr
+
+
+def test_train_on_a_missing_table_exits_one_before_importing_the_trainer(tmp_path):
+    # the real command in a real process; an exit hook reports whether torch was imported
+    probe = textwrap.dedent(
+        """
+        import atexit, sys
+        atexit.register(lambda: print("torch imported:", "torch" in sys.modules))
+        from tokenloom.cli.main import main
+        main(sys.argv[1:])
+        """
+    )
+    missing = str(tmp_path / "nothing.lance")
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, "train", "--table", missing, "--steps", "1",
+         "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, env=_env(), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert f"no tokenloom table at {missing}" in proc.stderr
+    assert "torch imported: False" in proc.stdout
+    assert not (tmp_path / "run").exists()

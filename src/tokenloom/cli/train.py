@@ -388,6 +388,9 @@ def train(
     if record is None and image["image_column"] is None:
         _check_slices(cfg)
         check_loss_mask_option(cfg.loader, cfg.storage_options)  # on --resume too
+    from tokenloom.table.core import Table
+
+    Table.require(cfg.loader.table, storage_options=cfg.storage_options)
     # the trainer's imports (torch: seconds of CPU) after the checks, so a refusal is quick
     from tokenloom.loader.pipeline.exclude import ExcludeError
     from tokenloom.loader.plan.reweight import ReweightError

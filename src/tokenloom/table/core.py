@@ -171,12 +171,7 @@ class Table:
             TableNotFoundError: if nothing is at ``uri``.
             TableError: if ``version`` does not exist or the dataset lacks the base columns.
         """
-        norm = normalize_uri(uri)
-        if not cls.exists(norm, storage_options=storage_options):
-            raise TableNotFoundError(
-                f"no tokenloom table at {norm}; create one with "
-                f"`tokenloom ingest FILES --table {norm}`"
-            )
+        norm = cls.require(uri, storage_options=storage_options)
         try:
             ds = lance.dataset(
                 norm,
@@ -187,6 +182,24 @@ class Table:
             raise TableError(f"cannot open {norm} at version {version}: {exc}") from exc
         validate_base_schema(ds.schema, norm)
         return cls(norm, ds, storage_options=storage_options)
+
+    @classmethod
+    def require(
+        cls, uri: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None
+    ) -> str:
+        """The normalised ``uri`` of a table that is there (nothing is opened: a command checks
+        this before its heavy imports).
+
+        Raises:
+            TableNotFoundError: if nothing is at ``uri``.
+        """
+        norm = normalize_uri(uri)
+        if not cls.exists(norm, storage_options=storage_options):
+            raise TableNotFoundError(
+                f"no tokenloom table at {norm}; create one with "
+                f"`tokenloom ingest FILES --table {norm}`"
+            )
+        return norm
 
     @staticmethod
     def exists(uri: str, *, storage_options: Mapping[str, str] | None = None) -> bool:
