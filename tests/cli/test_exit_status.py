@@ -153,7 +153,8 @@ def test_an_unreachable_object_store_is_status_1_naming_the_endpoint():
     assert "no tokenloom table" not in proc.stderr and "please report" not in proc.stderr
 
 
-def test_train_on_a_missing_table_exits_one_before_importing_the_trainer(tmp_path):
+@pytest.mark.parametrize("command", [["train", "--steps", "1"], ["verify"]])
+def test_a_missing_table_exits_one_before_importing_torch(tmp_path, command):
     # the real command in a real process; an exit hook reports whether torch was imported
     probe = textwrap.dedent(
         """
@@ -165,8 +166,8 @@ def test_train_on_a_missing_table_exits_one_before_importing_the_trainer(tmp_pat
     )
     missing = str(tmp_path / "nothing.lance")
     proc = subprocess.run(
-        [sys.executable, "-c", probe, "train", "--table", missing, "--steps", "1",
-         "--out", str(tmp_path / "run")],
+        [sys.executable, "-c", probe, *command, "--table", missing]
+        + (["--out", str(tmp_path / "run")] if command[0] == "train" else []),
         capture_output=True, text=True, env=_env(), timeout=60,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr

@@ -30,14 +30,17 @@ def verify(
     :func:`tokenloom.verify.run.verify`.
 
     Raises:
+        TableNotFoundError: Nothing is at the spec's table (said before torch is imported).
         MissingDependencyError: torch is not installed.
     """
     from tokenloom.errors import require
-
-    require("torch", extra="train")
     from tokenloom.loader.plan.spec import LoaderSpec
-    from tokenloom.verify.run import verify as run
+    from tokenloom.table.core import Table
 
     if not isinstance(spec, LoaderSpec):
         spec = LoaderSpec.from_options(table=spec, **options)
+    Table.require(spec.table, storage_options=storage_options)
+    require("torch", extra="train")
+    from tokenloom.verify.run import verify as run
+
     return run(spec, steps=steps, storage_options=storage_options)
