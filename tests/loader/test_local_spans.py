@@ -42,3 +42,19 @@ def test_long_documents_keep_one_take_per_group(tmp_path):
     ds = PackedStream(uri, seq_len=128, global_batch=2, seed=3, eos_id=0, pad_id=0)
     view = ds.view(0)
     assert ds._local_span_groups(view, ds._group_steps(view)) == 1
+
+
+def test_stable_ids_read_by_place_equal_the_ones_searched_by_table_id(tmp_path):
+    # a concat plan of the loader's own selection reads a group's stable row ids by the
+    # documents' places in it; best-fit (another plan) searches them by table id: both equal
+    # the search, over a filtered selection, every group of the epoch
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=2000)).path
+    for packing in ("concat", "best_fit"):
+        ds = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0,
+                          filter="id % 3 != 0", packing=packing)  # fmt: skip
+        view = ds.view(0)
+        size = ds._group_steps(view)
+        for first in range(0, view.steps, size):
+            spans = view.group(np.arange(first, min(first + size, view.steps))).spans
+            want = ds.inputs.rowids[np.searchsorted(ds.inputs.row_ids, spans.row_id)]
+            np.testing.assert_array_equal(ds._stable_ids(view, spans), want)

@@ -66,6 +66,7 @@ from tokenloom.loader.plan.change import (
     changes_from,
     changes_inputs,
 )
+from tokenloom.loader.plan.epoch import EpochPlan
 from tokenloom.loader.plan.pack import TokenSource
 from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.loader.plan.state import LoaderState, plan_fingerprint
@@ -522,14 +523,23 @@ class PackedStream(StreamCursor):
             )
             rowids = None
             if not layout.sources:
-                ids = layout.spans.row_id
-                rowids = self.inputs.rowids[np.searchsorted(self.inputs.row_ids, ids)]
+                rowids = self._stable_ids(view, layout.spans)
         if keep:
             with self._layouts_lock:
                 self._layouts[key] = (view, layout, rowids)
                 while len(self._layouts) > _LAYOUTS_KEPT:
                     self._layouts.popitem(last=False)
         return layout, rowids
+
+    def _stable_ids(self, view: EpochView, spans: Any) -> np.ndarray:
+        """The stable row ids of ``spans``' rows. A concat plan of this loader's own selection
+        (its ``source_ids`` are the inputs' ``row_ids``) visits documents by their place in the
+        selection: the ids are read there directly; any other plan's rows are found by their
+        table ids (a binary search of the compact selection: ~0.5 ms more a read group)."""
+        plan = view.plan
+        if type(plan) is EpochPlan and plan.source_ids is self.inputs.row_ids:
+            return self.inputs.rowids[plan.order[spans.doc]]
+        return self.inputs.rowids[np.searchsorted(self.inputs.row_ids, spans.row_id)]
 
     def _reader_of(self, source: Any) -> TokenReader:
         """The token reader of a phase's table version (this loader's own, or one per earlier
