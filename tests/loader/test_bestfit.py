@@ -100,6 +100,36 @@ def test_compiled_best_fit_equals_the_former_loop() -> None:
         assert nb == nb_want and np.array_equal(got, want)
 
 
+def test_python_planner_equals_the_former_loop() -> None:
+    """:func:`pack_windows_python` (large pieces placed at once, a bytearray of capacities) gives
+    exactly the former loop's blocks, their order and the blocks per window."""
+    import tokenloom.loader.plan.bestfit as bf
+
+    def packed(fn, sizes, window_of, L):  # noqa: ANN001, ANN202
+        V = sizes.shape[0]
+        win_ptr = np.concatenate([[0], np.flatnonzero(np.diff(window_of)) + 1, [V]]) if V else [0]
+        pieces, count = np.empty(V, np.int64), np.empty(V, np.int64)
+        per_window = fn(sizes, np.asarray(win_ptr), L, pieces, count)
+        nb = int(per_window.sum())
+        return per_window.tolist(), pieces.tolist(), count[:nb].tolist()
+
+    rng = np.random.default_rng(20261203)
+    cases = [_random_case(rng) for _ in range(3000)]
+    for L in (1024, 2048, 2047):  # windows of hundreds of pieces, a third of them over L / 2
+        sizes = np.minimum(rng.lognormal(np.log(L / 3), 1.0, 3000).astype(np.int64) + 1, L)
+        cases.append((sizes, np.sort(rng.integers(0, 4, 3000)), L))
+    for L in (1, 2, 7):  # every piece large, or none: L // 2 at its edges
+        cases.append((rng.integers(1, L + 1, 200), np.sort(rng.integers(0, 3, 200)), L))
+    for sizes, window_of, L in cases:
+        want = packed(bf._pack_windows_reference, sizes, window_of, L)
+        assert packed(bf.pack_windows_python, sizes, window_of, L) == want, (L, sizes.tolist())
+        # counting only (empty outputs), as planning does
+        none = np.empty(0, np.int64)
+        V = sizes.shape[0]
+        win_ptr = np.concatenate([[0], np.flatnonzero(np.diff(window_of)) + 1, [V]]) if V else [0]
+        assert bf.pack_windows_python(sizes, np.asarray(win_ptr), L, none, none).tolist() == want[0]
+
+
 def test_compiled_best_fit_breaks_ties_by_smallest_block_id() -> None:
     # L = 10: 6, 6, 6 open blocks 0, 1, 2 (4 left each); 4 goes to block 0 (now full), 3 to block 1
     # (1 left), 3 to block 2 (1 left): class 1 got block 1 then 2; 1 goes to block 1 first.

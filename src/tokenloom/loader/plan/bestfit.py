@@ -30,10 +30,12 @@ reads the counts (:data:`~tokenloom.loader.plan.epoch.Visit`), so nothing per pi
 whole epoch; the plan keeps the visiting order (:class:`~tokenloom.loader.plan.window.WindowedPlan`,
 shared through the plan store) and the first block of each window. A lookup packs the windows
 of the requested blocks again (the same pieces give the same blocks) and keeps them for the next
-lookups. :func:`pack_windows_python` is the same planner as a Python loop (~1 µs per piece; also
-:func:`best_fit_blocks_reference`, the reference the compiled one is tested against): a selection
-of fewer than :data:`COMPILED_MIN_DOCS` documents is planned with it, so numba (about 49 MiB and
-1 s per process) is never loaded for a plan smaller than that. The first call on a machine
+lookups. :func:`pack_windows_python` is the same planner without numba (a piece of more than
+``L / 2`` positions opens a block, so those are placed at once; the rest go through a Python loop,
+~0.5 µs a piece); :func:`best_fit_blocks_reference`, the former loop over every piece, is the
+reference both are tested against. A selection of fewer than :data:`COMPILED_MIN_DOCS` documents
+is planned without numba, so numba (about 49 MiB and 1 s per process) is never loaded for a plan
+small enough that numba alone would exceed its 12 bytes a document. The first call on a machine
 compiles the loop (seconds) and caches it on disk (numba's ``cache=True``: beside the module, else
 the user's cache directory, else in memory for the process).
 """
@@ -304,10 +306,11 @@ def pack_kernel(docs: int | None = None) -> Any:
 
 _KERNEL: Any = None
 _KERNEL_LOCK = threading.Lock()
-COMPILED_MIN_DOCS = 4_000_000
-"""Documents from which best-fit plans with the compiled planner. Below, the Python loop (~0.85 µs
-a piece against ~0.09, measured at 2M documents) keeps the plan within its time goal, and the
-~49 MiB numba adds to a process would be over 12 bytes per document."""
+COMPILED_MIN_DOCS = 12_000_000
+"""Documents from which best-fit plans with the compiled planner. Below, numba's ~49 MiB is too
+large a share of 12 bytes a document (measured, ``bench plan --recipe-docs N --recipes best_fit``:
+compiled 12.29 B/doc at 10M, 11.82 at 11M, 11.42 at 12M), and :func:`pack_windows_python` keeps
+the plan within its 10 s (7.15 s CPU at 11M, 8.22 s at 12M, 7.8-7.9 B/doc)."""
 
 
 def pack_windows_python(
@@ -317,44 +320,63 @@ def pack_windows_python(
     block_pieces: np.ndarray,
     block_count: np.ndarray,
 ) -> np.ndarray:
-    """:func:`tokenloom.loader.plan._bestfit_jit.pack_windows` as a Python loop (a bisect over
-    the distinct remaining capacities, a heap of block ids per capacity; ~1 µs per piece): the
-    same blocks, with the same arguments and result (documented there), without numba."""
+    """:func:`tokenloom.loader.plan._bestfit_jit.pack_windows` without numba: the same blocks,
+    with the same arguments and result (documented there).
+
+    Per window, the pieces of more than ``L / 2`` positions are placed at once: taken largest
+    first, each finds every open block already holding a piece at least as large, so without
+    room, and opens the next block. The rest go through one Python loop: the capacities some
+    open block has are bytes of a ``bytearray`` (the smallest one that fits: ``find``, a
+    ``memchr``), each with a heap of its blocks' ids."""
     L = int(seq_len)
+    big = L // 2  # a piece of more than L / 2 positions opens a block
     ptr = np.asarray(win_ptr, dtype=np.int64)
     nw = int(ptr.shape[0]) - 1
     per_window = np.empty(nw, dtype=np.int64)
     listing = block_pieces.shape[0] > 0
+    pop, push = heapq.heappop, heapq.heappush
+    has = bytearray(L + 2)  # has[c]: some open block has c positions left; has[L + 1]: none fits
+    has[L + 1] = 1
+    find = has.find
+    heaps: list[list[int]] = [[] for _ in range(L + 1)]  # capacity -> heap of block ids
     out_b = 0
     for w in range(nw):
         a, b = int(ptr[w]), int(ptr[w + 1])
         size = np.asarray(sizes[a:b], dtype=np.int64)
         order = np.argsort(-size, kind="stable")  # largest first, ties in visiting order
-        rems: list[int] = []  # distinct remaining capacities of open blocks, ascending
-        heaps: dict[int, list[int]] = {}  # remaining capacity -> heap of block ids
-        taken = [0] * (b - a)  # block of each piece, in ``order``
-        nb = 0
-        for t, x in enumerate(size[order].tolist()):
-            k = bisect_left(rems, x)
-            if k == len(rems):
-                blk, r = nb, L - x
+        desc = size[order]
+        nb = int(np.count_nonzero(desc > big))  # blocks 0..nb-1, one large piece each
+        if nb:  # each capacity's blocks in opening order (an ascending list is a heap)
+            left = L - desc[:nb]  # ascending
+            cut = np.flatnonzero(np.diff(left)) + 1
+            first, last = np.concatenate(([0], cut)).tolist(), np.append(cut, nb).tolist()
+            for c, i, j in zip(left[first].tolist(), first, last, strict=True):
+                if c:
+                    heaps[c] = list(range(i, j))
+                    has[c] = 1
+        taken = list(range(nb))  # block of each piece, in ``order``
+        put = taken.append
+        for x in desc[nb:].tolist():
+            r0 = find(1, x)
+            if r0 > L:
+                blk = nb
                 nb += 1
+                r = L - x
             else:
-                r0 = rems[k]
                 h = heaps[r0]
-                blk = heapq.heappop(h)
+                blk = pop(h)
                 if not h:
-                    del heaps[r0]
-                    del rems[k]
+                    has[r0] = 0
                 r = r0 - x
             if r:
-                h2 = heaps.get(r)
-                if h2 is None:
-                    heaps[r] = [blk]
-                    insort(rems, r)
-                else:
-                    heapq.heappush(h2, blk)
-            taken[t] = blk
+                h = heaps[r]
+                if not h:
+                    has[r] = 1
+                push(h, blk)
+            put(blk)
+        for c in np.flatnonzero(np.frombuffer(has, np.uint8)[: L + 1]).tolist():  # close all
+            heaps[c] = []
+            has[c] = 0
         per_window[w] = nb
         if listing and b > a:
             blk_of = np.empty(b - a, dtype=np.int64)
@@ -461,10 +483,65 @@ def best_fit_blocks_reference(
     w = np.asarray(window_of)
     win_ptr = np.concatenate([[0], np.flatnonzero(np.diff(w)) + 1, [V]])
     pieces, count = np.empty(V, dtype=np.int64), np.empty(V, dtype=np.int64)
-    nb = int(pack_windows_python(np.asarray(sizes), win_ptr, seq_len, pieces, count).sum())
+    nb = int(_pack_windows_reference(np.asarray(sizes), win_ptr, seq_len, pieces, count).sum())
     block = np.empty(V, dtype=np.int64)
     block[pieces] = np.repeat(np.arange(nb, dtype=np.int64), count[:nb])
     return block, nb
+
+
+def _pack_windows_reference(
+    sizes: np.ndarray,
+    win_ptr: np.ndarray,
+    seq_len: int,
+    block_pieces: np.ndarray,
+    block_count: np.ndarray,
+) -> np.ndarray:
+    """The former :func:`pack_windows_python`, one Python loop over every piece (a bisect over
+    the distinct remaining capacities, a heap of block ids per capacity; ~1 µs per piece): the
+    reference both planners are tested against (:func:`best_fit_blocks_reference`)."""
+    L = int(seq_len)
+    ptr = np.asarray(win_ptr, dtype=np.int64)
+    nw = int(ptr.shape[0]) - 1
+    per_window = np.empty(nw, dtype=np.int64)
+    listing = block_pieces.shape[0] > 0
+    out_b = 0
+    for w in range(nw):
+        a, b = int(ptr[w]), int(ptr[w + 1])
+        size = np.asarray(sizes[a:b], dtype=np.int64)
+        order = np.argsort(-size, kind="stable")  # largest first, ties in visiting order
+        rems: list[int] = []  # distinct remaining capacities of open blocks, ascending
+        heaps: dict[int, list[int]] = {}  # remaining capacity -> heap of block ids
+        taken = [0] * (b - a)  # block of each piece, in ``order``
+        nb = 0
+        for t, x in enumerate(size[order].tolist()):
+            k = bisect_left(rems, x)
+            if k == len(rems):
+                blk, r = nb, L - x
+                nb += 1
+            else:
+                r0 = rems[k]
+                h = heaps[r0]
+                blk = heapq.heappop(h)
+                if not h:
+                    del heaps[r0]
+                    del rems[k]
+                r = r0 - x
+            if r:
+                h2 = heaps.get(r)
+                if h2 is None:
+                    heaps[r] = [blk]
+                    insort(rems, r)
+                else:
+                    heapq.heappush(h2, blk)
+            taken[t] = blk
+        per_window[w] = nb
+        if listing and b > a:
+            blk_of = np.empty(b - a, dtype=np.int64)
+            blk_of[order] = taken
+            block_pieces[a:b] = a + np.argsort(blk_of, kind="stable")  # ascending in a block
+            block_count[out_b : out_b + nb] = np.bincount(blk_of, minlength=nb)
+        out_b += nb
+    return per_window
 
 
 def naive_best_fit_blocks(
