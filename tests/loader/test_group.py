@@ -24,6 +24,7 @@ from tests.loader.helpers import (
 )
 from tokenloom.loader import EpochView, plan_epoch, step_blocks
 from tokenloom.loader.pipeline.buffers import RecycledBuffers
+from tokenloom.loader.pipeline.dataloader import TensorSteps, as_tensors
 from tokenloom.loader.pipeline.read import _gather
 from tokenloom.loader.pipeline.transit import BuiltGroup, SharedSlots
 from tokenloom.loader.plan.bestfit import plan_bestfit
@@ -110,9 +111,10 @@ def test_a_group_of_steps_equals_its_steps_packed_one_by_one(
 def test_group_batches_equal_their_steps_with_either_packer(
     corpus, seed, kind, per_rank, lookahead, drop_last, group
 ):
-    """A handed-out batch (:meth:`BuiltGroup.batch`) is its step's arrays, and a group packed
-    with the numpy reference packs and counts exactly as with the compiled packer (the
-    DataLoader workers pack with the former, the training process with the latter)."""
+    """A handed-out batch (:meth:`BuiltGroup.batch`) is its step's arrays, the torch loader's
+    (:class:`TensorSteps`) the same as tensors, and a group packed with the numpy reference
+    packs and counts exactly as with the compiled packer (the DataLoader workers pack with the
+    former, the training process with the latter)."""
     L, lengths = corpus
     rows = make_rows(lengths)
     view = EpochView(
@@ -128,10 +130,34 @@ def test_group_batches_equal_their_steps_with_either_packer(
     counts, ref_counts = view.count_group(layout, packed, 1), view.count_group(layout, reference, 1)
     np.testing.assert_array_equal(counts.counts, ref_counts.counts)
     np.testing.assert_array_equal(counts.starts, ref_counts.starts)
-    built = BuiltGroup(epoch=0, first=0, packed=packed, counts=counts, pools=None,
-                       read=(0, 0, 0.0), pack_seconds=0.0, seq_len=L)  # fmt: skip
+    pools = np.arange(packed.steps * per_rank, dtype=np.int64) % 3 if seed % 2 else None
+    built = BuiltGroup(epoch=0, first=0, packed=packed, counts=counts, pools=pools,
+                       read=(7, 70, 0.5), pack_seconds=0.25, seq_len=L)  # fmt: skip
+    tensors = TensorSteps(built)
     for i in range(packed.steps):
         want = reference.step(i)
+        # the torch loader's batch: as_tensors of the numpy batch, key by key in the same order
+        expected, got = as_tensors(built.batch(i)), tensors.batch(i)
+        assert list(got) == list(expected)
+        for name, value in expected.items():
+            if isinstance(value, torch.Tensor):
+                assert got[name].dtype == value.dtype and torch.equal(got[name], value), name
+            else:
+                assert got[name] == value and type(got[name]) is type(value), name
+        # what the step adds to the counters: one step, the group's reads with its first
+        assert built.step_stats(i) == {
+            "steps": 1,
+            "rows_read": 7 if i == 0 else 0,
+            "bytes_read": 70 if i == 0 else 0,
+            "read_seconds": 0.5 if i == 0 else 0.0,
+            "rows_packed": int(packed.stretch_bounds[i + 1] - packed.stretch_bounds[i]),
+            "tokens": want.real_tokens,
+            "eos": want.eos_positions,
+            "padding": want.padding_positions,
+            "loss_positions": want.loss_positions,
+            "masked_tokens": 0,
+            "pack_seconds": 0.25 / packed.steps,
+        }
         assert_packed_equal(packed.step(i), want)
         batch = built.batch(i)
         for name in ("input_ids", "labels", "position_ids", "doc_ids", "cu_seqlens", "continues",

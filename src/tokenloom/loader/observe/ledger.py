@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tokenloom.loader.plan.change import SplicedView
-from tokenloom.loader.plan.view import COUNT_FIELDS, StepCounts
+from tokenloom.loader.plan.view import COUNT_FIELDS, GroupCounts, StepCounts
 
 __all__ = ["PoolLedger", "Ledger", "LedgerCounter", "ledger"]
 
@@ -112,8 +112,16 @@ class LedgerCounter:
         once; the documents are kept aside and folded into :attr:`seen` in one vectorised pass
         when it is read (a training process counts every delivered step, and per-step
         ``searchsorted`` + ``unique`` calls were most of its loader time)."""
-        self.counts += step.counts
-        for p, ids in enumerate(step.starts):
+        self._add(step.counts, step.starts)
+
+    def add_step(self, group: GroupCounts, i: int) -> None:
+        """``add(group.step(i))`` without building the :class:`StepCounts` (once per step
+        handed out)."""
+        self._add(*group.parts(i))
+
+    def _add(self, counts: np.ndarray, starts: Sequence[np.ndarray]) -> None:
+        self.counts += counts
+        for p, ids in enumerate(starts):
             if len(ids):
                 self._pending[p].append(ids)
                 self._pending_ids += len(ids)

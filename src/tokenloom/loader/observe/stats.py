@@ -105,6 +105,13 @@ class LoaderStats:
             elif key not in _NOT_SUMMED:
                 mine[key] += value
 
+    def add_counts(self, counts: dict) -> None:
+        """Add counters that are all sums (a step's: :meth:`BuiltGroup.step_stats`), without
+        the checks of :meth:`add` for maxima and fixed figures."""
+        mine = self.__dict__
+        for key, value in counts.items():
+            mine[key] += value
+
     def delta(self, since: LoaderStats) -> dict:
         """The increments since a snapshot, as a dict (what a batch carries); maxima as is."""
         now, then = self.__dict__, since.__dict__

@@ -37,9 +37,68 @@ __all__ = ["DataLoader", "PackedDataset", "as_tensors"]
 def as_tensors(batch: dict[str, Any], *, pin: bool = False) -> dict[str, Any]:
     """The batch's numpy arrays as torch tensors (zero-copy; pinned copies with ``pin``)."""
     out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
-    if pin:
-        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
-    return out
+    return _pinned(out) if pin else out
+
+
+def _pinned(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+class TensorSteps:
+    """A read group's steps as dicts of torch tensors: :meth:`BuiltGroup.batch` field by field
+    (views of the same memory), each field turned into a tensor once per group and cut into its
+    steps in one call (``unbind``, ``split``), so a step is a dict of tensors already made and
+    no torch call at all. Converting each step's seven arrays (``as_tensors``) was the largest
+    part of handing a batch out in-process: a torch call lets go of the interpreter lock, and
+    the read threads that take it meanwhile keep it for up to a switch interval."""
+
+    __slots__ = ("steps", "_blocks", "_cu", "_max", "_continues", "_spans", "_context", "_pools")
+
+    def __init__(self, group: BuiltGroup) -> None:
+        p = group.packed
+        S, B = p.steps, p.blocks_per_step
+        self.steps = S
+        arrays = torch.as_tensor(p.arrays)  # (4, S * B, L), zero-copy
+        L = arrays.shape[2]
+        fields = arrays.reshape(4, S, B, L).unbind(0)
+        self._blocks = tuple(f.unbind(0) for f in fields)  # per field, a (B, L) view a step
+        seg, cu = p.segment_bounds, p.cu_seqlens
+        n = np.diff(seg) + 1  # step i: cu_seqlens[seg[i] : seg[i + 1] + 1], from its own start
+        at = np.cumsum(n) - n
+        take = np.repeat(seg[:-1] - at, n) + np.arange(int(n.sum()))
+        flat = np.repeat(np.arange(S, dtype=np.int64) * (B * L), n)
+        cut = n.tolist()
+        self._cu = torch.from_numpy(cu[take] - flat.astype(cu.dtype)).split(cut)
+        self._max = p.max_seqlen.tolist()
+        self._continues = torch.from_numpy(p.continues).split(B)
+        sb = p.stretch_bounds
+        stretches = np.diff(sb).tolist()
+        self._spans = torch.from_numpy(p.spans[sb[0] : sb[-1]]).split(stretches)
+        self._context = (
+            None
+            if p.context is None
+            else torch.from_numpy(p.context[sb[0] : sb[-1]]).split(stretches)
+        )
+        self._pools = None if group.pools is None else torch.from_numpy(group.pools).split(B)
+
+    def batch(self, i: int) -> dict[str, Any]:
+        """Step ``i`` of the group: the keys, order and values of :meth:`BuiltGroup.batch`."""
+        input_ids, labels, position_ids, doc_ids = self._blocks
+        batch: dict[str, Any] = {
+            "input_ids": input_ids[i],
+            "labels": labels[i],
+            "position_ids": position_ids[i],
+            "doc_ids": doc_ids[i],
+            "cu_seqlens": self._cu[i],
+            "max_seqlen": self._max[i],
+            "continues": self._continues[i],
+            "spans": self._spans[i],
+        }
+        if self._context is not None:
+            batch["context"] = self._context[i]
+        if self._pools is not None:
+            batch["block_pool"] = self._pools[i]
+        return batch
 
 
 class PackedDataset(PackedStream, IterableDataset):
@@ -53,8 +112,11 @@ class PackedDataset(PackedStream, IterableDataset):
                 "of steps out of order; use tokenloom.loader.DataLoader(dataset, num_workers=N), "
                 "whose workers keep the stream exact"
             )
-        for batch in self.batches():
-            yield as_tensors(batch)
+        tensors = None
+        for group, i in self.handed_steps():
+            if tensors is None or i == 0:
+                tensors = TensorSteps(group)
+            yield tensors.batch(i)
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -147,12 +209,15 @@ class DataLoader(torch.utils.data.DataLoader):
             self._transit.arrive(group.sent, asked, last, first=first, stats=self.stats)
             if group.extra:
                 self.stats.add(group.extra)
+            tensors = TensorSteps(group)
             for i in range(group.steps):
-                self.stats.add(group.step_stats(i))
-                self.ledger.add(group.counts.step(i))
+                self.stats.add_counts(group.step_stats(i))
+                self.ledger.add_step(group.counts, i)
                 ds.delivered(group.epoch, group.first + i, total)
                 pool.check()  # a dead worker is noticed here, not when its queue runs dry
-                yield as_tensors(group.batch(i), pin=pin)
+                batch = tensors.batch(i)
+                yield _pinned(batch) if pin else batch
+            del tensors, group  # the group's slot goes back once its batches are dropped
 
     def _workers(self, ds: PackedDataset) -> WorkerPool:
         """This pass's workers: new ones, or with ``persistent_workers`` the ones kept from the
@@ -179,19 +244,25 @@ class DataLoader(torch.utils.data.DataLoader):
         # increments is the increment since the pass began): no per-batch copy of them.
         self.stats  # noqa: B018 - anything pending from a pass before is added first
         self._unfolded = ds.stats.copy()
-        it = ds.batches()
+        it = ds.handed_steps()
         pin = self._pin()
         last: float | None = None
+        tensors = None
         try:
             while True:
                 asked = time.monotonic()
                 try:
-                    batch = next(it)
+                    group, i = next(it)
                 except StopIteration:
                     return
                 last = self._clock(asked, last)
-                self.ledger.add(ds.last_counts)
-                yield as_tensors(batch, pin=pin)
+                self.ledger.add_step(group.counts, i)
+                if tensors is None or i == 0:
+                    tensors = TensorSteps(group)
+                batch = tensors.batch(i)
+                if i + 1 == tensors.steps:
+                    tensors = group = None  # the group's buffer is reused once its batches go
+                yield _pinned(batch) if pin else batch
         finally:
             self.stats  # noqa: B018 - the pass's counts added, then nothing is pending
             self._unfolded = None

@@ -72,7 +72,7 @@ from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.loader.plan.state import LoaderState, plan_fingerprint
 from tokenloom.loader.plan.stream.cursor import Cursor, StreamCursor
 from tokenloom.loader.plan.stream.topology import Topology, worker_groups
-from tokenloom.loader.plan.view import EpochView, StepCounts
+from tokenloom.loader.plan.view import EpochView
 from tokenloom.table.storage import is_remote
 from tokenloom.table.tokens import token_dtype
 
@@ -249,8 +249,6 @@ class PackedStream(StreamCursor):
         """In the training process on an object store: the fetch spans, kept across epochs."""
         self.gauge = PipelineGauge()
         """Queue occupancy of this process's read pipeline (written into :attr:`stats`)."""
-        self.last_counts: StepCounts | None = None
-        """Per-pool counts of the batch built last (the DataLoader adds them up)."""
         self.at = Cursor(epoch)
         """The cursor: the next global step to deliver (:class:`~.stream.cursor.Cursor`)."""
         self._layouts: OrderedDict[tuple, tuple] = OrderedDict()
@@ -657,6 +655,13 @@ class PackedStream(StreamCursor):
     def batches(self) -> Iterator[dict[str, Any]]:
         """The rest of the current epoch in this process: one dict of numpy arrays per step
         (the cursor moves as each is handed out)."""
+        return (group.batch(i) for group, i in self.handed_steps())
+
+    def handed_steps(self) -> Iterator[tuple[BuiltGroup, int]]:
+        """The rest of the current epoch in this process, step by step as ``(group, i)``: step
+        ``i`` of the read group that holds it (:meth:`BuiltGroup.batch` is its batch; the torch
+        loader turns a group's arrays into tensors once, not per step). The cursor moves as each
+        is handed out."""
         return self._iterate(None)
 
     def groups(self, worker: int, workers: int, *, keep: bool = False) -> Iterator[BuiltGroup]:
@@ -734,12 +739,14 @@ class PackedStream(StreamCursor):
                         sent=time.monotonic(),
                     )  # fmt: skip
                     continue
+                last = group.steps - 1
                 for i in range(group.steps):
-                    self.stats.add(group.step_stats(i))
-                    gauge.handed_out(self.stats, steps=1)
-                    self.last_counts = group.counts.step(i)
+                    self.stats.add_counts(group.step_stats(i))
+                    # the queue moves per step; its totals reach the counters with the group's
+                    # last step (a read between two of them sees them as of the group before)
+                    gauge.handed_out(self.stats if i == last else None)
                     self.at.delivered(epoch, group.first + i, total)
-                    yield group.batch(i)
+                    yield group, i
         if fetcher is not None and info is not None and not keep:
             fetcher.close()  # a worker's copy ends with its epoch, unless it is persistent
 

@@ -37,6 +37,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -391,22 +392,43 @@ class BuiltGroup(InTransit):
 
     def step_stats(self, i: int) -> dict[str, float]:
         """What delivering step ``first + i`` adds to :class:`LoaderStats` (the group's read
-        counts with its first step)."""
+        counts with its first step): sums only (:meth:`LoaderStats.add_counts`)."""
+        return self._step_stats[i]
+
+    @cached_property
+    def _step_stats(self) -> list[dict[str, float]]:
+        """:meth:`step_stats` of every step, built at once from the group's per-step arrays."""
         p = self.packed
-        rows, nbytes, seconds = self.read if i == 0 else (0, 0, 0.0)
-        return {
-            "steps": 1,
-            "rows_read": rows,
-            "bytes_read": nbytes,
-            "read_seconds": seconds,
-            "rows_packed": int(p.stretch_bounds[i + 1] - p.stretch_bounds[i]),
-            "tokens": int(p.real_tokens[i]),
-            "eos": int(p.eos_positions[i]),
-            "padding": int(p.padding_positions[i]),
-            "loss_positions": int(p.loss_positions[i]),
-            "masked_tokens": 0 if p.masked_positions is None else int(p.masked_positions[i]),
-            "pack_seconds": self.pack_seconds / p.steps,
-        }
+        k = p.steps
+        rows, nbytes, seconds = self.read
+        masked = [0] * k if p.masked_positions is None else p.masked_positions.tolist()
+        out = [
+            {
+                "steps": 1,
+                "rows_read": 0,
+                "bytes_read": 0,
+                "read_seconds": 0.0,
+                "rows_packed": packed,
+                "tokens": tokens,
+                "eos": eos,
+                "padding": padding,
+                "loss_positions": loss,
+                "masked_tokens": mask,
+                "pack_seconds": self.pack_seconds / k,
+            }
+            for packed, tokens, eos, padding, loss, mask in zip(
+                np.diff(p.stretch_bounds).tolist(),
+                p.real_tokens.tolist(),
+                p.eos_positions.tolist(),
+                p.padding_positions.tolist(),
+                p.loss_positions.tolist(),
+                masked,
+                strict=True,
+            )
+        ]
+        if out:
+            out[0].update(rows_read=rows, bytes_read=nbytes, read_seconds=seconds)
+        return out
 
 
 def _shared(value: Any) -> bool:
