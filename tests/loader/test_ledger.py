@@ -113,3 +113,42 @@ def test_document_counts_folded_in_batches_equal_per_step_counting(monkeypatch, 
         np.testing.assert_array_equal(counter.seen[p], np.minimum(naive[p], 255))
     assert counter.counts.sum() == 40 * 2 * len(COUNT_FIELDS)
     assert counter.seen[0][2] == 255  # id 4
+
+
+@pytest.mark.parametrize("pools", [1, 3])
+def test_steps_added_by_group_equal_steps_added_one_by_one(pools):
+    """A training process adds each step it hands out as ``(group, i)``; consecutive steps of a
+    group are summed together when the ledger is read. Counts and documents read at any point
+    (mid-group too) equal adding every step's :class:`StepCounts` on its own."""
+    import numpy as np
+
+    from tokenloom.loader.observe.ledger import LedgerCounter
+    from tokenloom.loader.plan.view import COUNT_FIELDS, GroupCounts
+
+    rng = np.random.default_rng(pools)
+    universes = [np.arange(p, 60, pools) for p in range(pools)]
+    names = [f"p{p}" for p in range(pools)]
+    lazy, eager = LedgerCounter(names, universes), LedgerCounter(names, universes)
+    for g in range(12):
+        k = int(rng.integers(1, 6))
+        counts = rng.integers(0, 9, (k, pools, len(COUNT_FIELDS)))
+        per = [rng.choice(universes[p], rng.integers(0, 4)) for _ in range(k) for p in range(pools)]
+        bounds = np.concatenate([[0], np.cumsum([len(x) for x in per])]).astype(np.int64)
+        starts = np.concatenate(per).astype(np.int64) if per else np.zeros(0, np.int64)
+        group = GroupCounts(counts=counts, starts=starts, bounds=bounds)
+        first = int(rng.integers(0, k))  # a pass may start (resume) mid-group
+        for i in range(first, k):
+            lazy.add_step(group, i)
+            eager.add(group.step(i))
+            if rng.random() < 0.3:  # read mid-group: what is pending is added first
+                np.testing.assert_array_equal(lazy.counts, eager.counts)
+        if g == 5:  # a step of the group again (the same group object): counted again
+            lazy.add_step(group, k - 1)
+            eager.add(group.step(k - 1))
+    np.testing.assert_array_equal(lazy.counts, eager.counts)
+    for a, b in zip(lazy.seen, eager.seen, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert lazy.pools() == eager.pools()
+    lazy.counts = np.zeros_like(lazy.counts)  # as a resumed run sets them
+    lazy.add_step(group, 0)
+    np.testing.assert_array_equal(lazy.counts, group.counts[0])

@@ -102,10 +102,24 @@ class LedgerCounter:
     def __init__(self, names: Sequence[str], universes: Sequence[np.ndarray]) -> None:
         self.names = list(names)
         self.universes = [np.asarray(u, dtype=np.int64) for u in universes]
-        self.counts = np.zeros((len(self.names), len(COUNT_FIELDS)), dtype=np.int64)
+        self._counts = np.zeros((len(self.names), len(COUNT_FIELDS)), dtype=np.int64)
         self._seen = [np.zeros(len(u), dtype=np.uint8) for u in self.universes]
         self._pending: list[list[np.ndarray]] = [[] for _ in self.universes]
         self._pending_ids = 0
+        self._steps: list | None = None
+        """``[group, a, b]``: steps ``[a, b)`` of a :class:`GroupCounts` counted by
+        :meth:`add_step`, added when the counts are read or another group's step comes."""
+
+    @property
+    def counts(self) -> np.ndarray:
+        """``(P, len(COUNT_FIELDS))`` int64 of the steps counted so far, per pool."""
+        self._fold_steps()
+        return self._counts
+
+    @counts.setter
+    def counts(self, value: np.ndarray) -> None:
+        self._fold_steps()
+        self._counts = value
 
     def add(self, step: StepCounts) -> None:
         """Count one step (or one rank's share of it). The block/token counts are added at
@@ -115,12 +129,34 @@ class LedgerCounter:
         self._add(step.counts, step.starts)
 
     def add_step(self, group: GroupCounts, i: int) -> None:
-        """``add(group.step(i))`` without building the :class:`StepCounts` (once per step
-        handed out)."""
-        self._add(*group.parts(i))
+        """``add(group.step(i))``, once per step handed out: consecutive steps of one group
+        are added together, in one vectorised pass, when the counts are read or a step of
+        another group comes (per step, slicing the group's arrays was most of the training
+        process's ledger time)."""
+        pending = self._steps
+        if pending is not None and pending[0] is group and pending[2] == i:
+            pending[2] = i + 1
+            return
+        self._fold_steps()
+        self._steps = [group, i, i + 1]
+
+    def _fold_steps(self) -> None:
+        if self._steps is None:
+            return
+        group, a, b = self._steps
+        self._steps = None
+        P = group.counts.shape[1]
+        bounds = group.bounds[a * P : b * P + 1]
+        ids = group.starts[bounds[0] : bounds[-1]]  # by step, then pool
+        if P == 1:
+            starts = [ids]
+        else:
+            pool = np.repeat(np.tile(np.arange(P), b - a), np.diff(bounds))
+            starts = [ids[pool == p] for p in range(P)]
+        self._add(group.counts[a:b].sum(axis=0), starts)
 
     def _add(self, counts: np.ndarray, starts: Sequence[np.ndarray]) -> None:
-        self.counts += counts
+        self._counts += counts
         for p, ids in enumerate(starts):
             if len(ids):
                 self._pending[p].append(ids)
@@ -129,6 +165,7 @@ class LedgerCounter:
             self._fold()
 
     def _fold(self) -> None:
+        self._fold_steps()
         for p, pending in enumerate(self._pending):
             if not pending:
                 continue
