@@ -23,8 +23,8 @@ def table(tmp_path_factory):
     return token_table(tmp_path_factory.mktemp("profile"), real_paragraphs(120))
 
 
-def _loader(uri: str) -> DataLoader:
-    ds = PackedDataset(uri, seq_len=64, global_batch=4, seed=0, read_group=1)
+def _loader(uri: str, **read: int) -> DataLoader:
+    ds = PackedDataset(uri, seq_len=64, global_batch=4, seed=0, read_group=1, **read)
     return DataLoader(ds, num_workers=0)
 
 
@@ -63,15 +63,17 @@ def test_a_slow_gpu_hides_the_loader_and_a_fast_one_waits_for_it(table):
 
 
 def test_a_slow_reader_is_named_the_bottleneck(table, monkeypatch):
-    original = TokenReader.read_ranges
+    original = TokenReader._take  # every read of rows goes through it, timed as reading
 
-    def slow_read(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def slow_take(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         time.sleep(0.1)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(TokenReader, "read_ranges", slow_read)
+    monkeypatch.setattr(TokenReader, "_take", slow_take)
     fast = GpuSim(model="fast", flops_per_token=1.0, peak_flops=1e15, mfu=1.0)
-    loader = _loader(table)
+    # one read at a time, two groups ahead: the pipeline sized from a slow probe may otherwise
+    # read every step of the run ahead while the first batch is awaited (start-up, not stall)
+    loader = _loader(table, io_threads=1, read_ahead=2)
     result = simulate(loader, fast, steps=12)
     assert result.bottleneck == "read", result.verdict
     assert result.verdict.startswith("reading is the bottleneck: the packed queue was empty")
