@@ -52,12 +52,12 @@ class TensorSteps:
     part of handing a batch out in-process: a torch call lets go of the interpreter lock, and
     the read threads that take it meanwhile keep it for up to a switch interval."""
 
-    __slots__ = ("steps", "_blocks", "_cu", "_max", "_continues", "_spans", "_context", "_pools")
+    __slots__ = ("group", "_blocks", "_cu", "_max", "_continues", "_spans", "_context", "_pools")
 
     def __init__(self, group: BuiltGroup) -> None:
+        self.group = group
         p = group.packed
         S, B = p.steps, p.blocks_per_step
-        self.steps = S
         arrays = torch.as_tensor(p.arrays)  # (4, S * B, L), zero-copy
         L = arrays.shape[2]
         fields = arrays.reshape(4, S, B, L).unbind(0)
@@ -101,6 +101,22 @@ class TensorSteps:
         return batch
 
 
+def tensor_steps(
+    steps: Iterator[tuple[BuiltGroup, int]],
+) -> Iterator[tuple[BuiltGroup, int, dict[str, Any]]]:
+    """``(group, i, batch)`` for each step handed out as ``(group, i)``: the batch as tensors,
+    through one :class:`TensorSteps` per group, let go after the group's last step (its buffer
+    is reused once its batches are dropped)."""
+    tensors = None
+    for group, i in steps:
+        if tensors is None or tensors.group is not group:
+            tensors = TensorSteps(group)
+        batch = tensors.batch(i)
+        if i + 1 == group.steps:
+            tensors = None
+        yield group, i, batch
+
+
 class PackedDataset(PackedStream, IterableDataset):
     __doc__ = PackedStream.__doc__
 
@@ -112,11 +128,8 @@ class PackedDataset(PackedStream, IterableDataset):
                 "of steps out of order; use tokenloom.loader.DataLoader(dataset, num_workers=N), "
                 "whose workers keep the stream exact"
             )
-        tensors = None
-        for group, i in self.handed_steps():
-            if tensors is None or i == 0:
-                tensors = TensorSteps(group)
-            yield tensors.batch(i)
+        for _, _, batch in tensor_steps(self.handed_steps()):
+            yield batch
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -244,24 +257,19 @@ class DataLoader(torch.utils.data.DataLoader):
         # increments is the increment since the pass began): no per-batch copy of them.
         self.stats  # noqa: B018 - anything pending from a pass before is added first
         self._unfolded = ds.stats.copy()
-        it = ds.handed_steps()
+        it = tensor_steps(ds.handed_steps())
         pin = self._pin()
         last: float | None = None
-        tensors = None
         try:
             while True:
                 asked = time.monotonic()
                 try:
-                    group, i = next(it)
+                    group, i, batch = next(it)
                 except StopIteration:
                     return
                 last = self._clock(asked, last)
                 self.ledger.add_step(group.counts, i)
-                if tensors is None or i == 0:
-                    tensors = TensorSteps(group)
-                batch = tensors.batch(i)
-                if i + 1 == tensors.steps:
-                    tensors = group = None  # the group's buffer is reused once its batches go
+                del group
                 yield _pinned(batch) if pin else batch
         finally:
             self.stats  # noqa: B018 - the pass's counts added, then nothing is pending
