@@ -166,15 +166,12 @@ class GroupCounts:
 
     def step(self, i: int) -> StepCounts:
         """The :class:`StepCounts` of step ``i`` of the group."""
-        counts, starts = self.parts(i)
-        return StepCounts(counts=counts, starts=starts)
-
-    def parts(self, i: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        """Step ``i``'s ``(counts, starts)``, the fields of its :class:`StepCounts` (what a
-        ledger adds per step handed out, without building one)."""
         P = self.counts.shape[1]
         b = self.bounds[i * P : (i + 1) * P + 1].tolist()
-        return self.counts[i], tuple(self.starts[b[p] : b[p + 1]] for p in range(P))
+        return StepCounts(
+            counts=self.counts[i],
+            starts=tuple(self.starts[b[p] : b[p + 1]] for p in range(P)),
+        )
 
 
 class EpochView:
