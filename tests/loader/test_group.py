@@ -24,7 +24,7 @@ from tests.loader.helpers import (
 )
 from tokenloom.loader import EpochView, plan_epoch, step_blocks
 from tokenloom.loader.pipeline.buffers import RecycledBuffers
-from tokenloom.loader.pipeline.dataloader import TensorSteps, as_tensors
+from tokenloom.loader.pipeline.dataloader import TensorSteps, as_tensors, tensor_steps
 from tokenloom.loader.pipeline.read import _gather
 from tokenloom.loader.pipeline.transit import BuiltGroup, SharedSlots
 from tokenloom.loader.plan.bestfit import plan_bestfit
@@ -137,13 +137,7 @@ def test_group_batches_equal_their_steps_with_either_packer(
     for i in range(packed.steps):
         want = reference.step(i)
         # the torch loader's batch: as_tensors of the numpy batch, key by key in the same order
-        expected, got = as_tensors(built.batch(i)), tensors.batch(i)
-        assert list(got) == list(expected)
-        for name, value in expected.items():
-            if isinstance(value, torch.Tensor):
-                assert got[name].dtype == value.dtype and torch.equal(got[name], value), name
-            else:
-                assert got[name] == value and type(got[name]) is type(value), name
+        _same_batch(tensors.batch(i), as_tensors(built.batch(i)))
         # what the step adds to the counters: one step, the group's reads with its first
         assert built.step_stats(i) == {
             "steps": 1,
@@ -168,6 +162,21 @@ def test_group_batches_equal_their_steps_with_either_packer(
         assert ("context" in batch) == (want.context is not None)
         if want.context is not None:
             np.testing.assert_array_equal(batch["context"], want.context)
+    # what the loaders hand out: per group, or step by step for a group of a few steps
+    handed = list(tensor_steps((built, i) for i in range(packed.steps)))
+    assert [i for _, i, _ in handed] == list(range(packed.steps))
+    for _, i, got in handed:
+        _same_batch(got, as_tensors(built.batch(i)))
+
+
+def _same_batch(got: dict, expected: dict) -> None:
+    """The same keys in the same order, tensors equal in dtype and value, the rest equal."""
+    assert list(got) == list(expected)
+    for name, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert got[name].dtype == value.dtype and torch.equal(got[name], value), name
+        else:
+            assert got[name] == value and type(got[name]) is type(value), name
 
 
 @settings(derandomize=True, max_examples=60, deadline=None)

@@ -119,15 +119,12 @@ class PipelineGauge:
             self.starved += waited
         return out
 
-    def handed_out(self, stats: LoaderStats | None, steps: int = 1) -> None:
+    def handed_out(self, stats: LoaderStats, steps: int = 1) -> None:
         """``steps`` packed steps leave the pipeline (0: steps built outside it); the totals so
-        far are written into ``stats`` (``None``: not yet; a training process handing out a
-        group's steps one by one writes them with its last)."""
+        far are written into ``stats``."""
         with self._lock:
             self._advance()
             self._counts[2] -= steps
-            if stats is None:
-                return
             stats.pipelines = self.pipelines
             stats.pipeline_seconds = self.seconds
             stats.planned_area, stats.read_area, stats.packed_area = self.areas

@@ -106,15 +106,23 @@ def tensor_steps(
 ) -> Iterator[tuple[BuiltGroup, int, dict[str, Any]]]:
     """``(group, i, batch)`` for each step handed out as ``(group, i)``: the batch as tensors,
     through one :class:`TensorSteps` per group, let go after the group's last step (its buffer
-    is reused once its batches are dropped)."""
+    is reused once its batches are dropped). A group of fewer than :data:`_TENSOR_STEPS_MIN`
+    steps (``read_group=1``, say) is converted step by step instead: cutting it costs more torch
+    calls than its steps' own seven."""
     tensors = None
     for group, i in steps:
+        if group.steps < _TENSOR_STEPS_MIN:
+            yield group, i, as_tensors(group.batch(i))
+            continue
         if tensors is None or tensors.group is not group:
             tensors = TensorSteps(group)
         batch = tensors.batch(i)
         if i + 1 == group.steps:
             tensors = None
         yield group, i, batch
+
+
+_TENSOR_STEPS_MIN = 4
 
 
 class PackedDataset(PackedStream, IterableDataset):
@@ -222,15 +230,13 @@ class DataLoader(torch.utils.data.DataLoader):
             self._transit.arrive(group.sent, asked, last, first=first, stats=self.stats)
             if group.extra:
                 self.stats.add(group.extra)
-            tensors = TensorSteps(group)
-            for i in range(group.steps):
+            for _, i, batch in tensor_steps((group, i) for i in range(group.steps)):
                 self.stats.add_counts(group.step_stats(i))
                 self.ledger.add_step(group.counts, i)
                 ds.delivered(group.epoch, group.first + i, total)
                 pool.check()  # a dead worker is noticed here, not when its queue runs dry
-                batch = tensors.batch(i)
                 yield _pinned(batch) if pin else batch
-            del tensors, group  # the group's slot goes back once its batches are dropped
+            group = batch = None  # the group's slot goes back once its batches are dropped
 
     def _workers(self, ds: PackedDataset) -> WorkerPool:
         """This pass's workers: new ones, or with ``persistent_workers`` the ones kept from the

@@ -739,12 +739,9 @@ class PackedStream(StreamCursor):
                         sent=time.monotonic(),
                     )  # fmt: skip
                     continue
-                last = group.steps - 1
                 for i in range(group.steps):
                     self.stats.add_counts(group.step_stats(i))
-                    # the queue moves per step; its totals reach the counters with the group's
-                    # last step (a read between two of them sees them as of the group before)
-                    gauge.handed_out(self.stats if i == last else None)
+                    gauge.handed_out(self.stats, steps=1)
                     self.at.delivered(epoch, group.first + i, total)
                     yield group, i
         if fetcher is not None and info is not None and not keep:
