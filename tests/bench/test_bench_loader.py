@@ -104,6 +104,42 @@ def test_loader_bench_smoke(tmp_path):
         assert result.ok and result.cache == "warm" and result.resident in (None, 1.0)
 
 
+def test_rounds_measure_every_loader_in_turn_and_merge(tmp_path):
+    """``rounds=2``: each loader measured twice, each time in turn with the others; one result
+    per loader holding both rounds (their batches summed, each round's rate kept), and every
+    goal that compares two of them reads the median of the rounds' ratios."""
+    from tokenloom.bench.loader_report import round_ratios
+
+    config = LoaderBenchConfig(
+        docs=2000, steps=3, workdir=str(tmp_path), only=("tokenloom",), isolate=False, rounds=2
+    )
+    said: list[str] = []
+    bench = run_loader_bench(config, log=said.append)
+    measuring = [line for line in said if line.startswith("measuring ")]
+    assert [line.split(" [")[1] for line in measuring] == [
+        *("warm, round 1/2] ...",) * 3,
+        *("warm, round 2/2] ...",) * 3,
+    ]  # round 1 runs every loader, then round 2
+    assert measuring[0].startswith("measuring tokenloom (workers=2)")
+    assert measuring[3].startswith("measuring tokenloom (workers=2)")
+    assert [r.label for r in bench.results] == [
+        "tokenloom (workers=2)",
+        "tokenloom (workers=0)",
+        "read bound: Lance take of the same rows, 1,024 per take, no packing (workers=0)",
+    ]
+    for r in bench.results:
+        assert r.ok and r.steps == 6 and r.tokens == 6 * 8 * 1024
+        assert len(r.rounds) == 2 and all(x > 0 for x in r.rounds)
+        assert len(r.windows) == 2
+    goals = {g.name: g for g in bench.goals()}
+    tl0, bound = bench.results[1], bench.results[2]
+    ratios = round_ratios(tl0, bound)
+    goal = goals[">= 0.8x the read bound, in-process"]
+    assert goal.value == round(sum(ratios) / 2, 3)  # the median of two: their mean
+    assert "median of 2 rounds' ratios" in goal.detail
+    assert "2 rounds, every loader once a round" in format_report(bench)
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -117,6 +153,8 @@ def test_loader_bench_smoke(tmp_path):
         (["--store", "gcs"], "--store"),
         (["--store", "s3", "--docs", "1000", "--scale-docs", "1000"], "--scale-docs 100"),
         (["--scale-docs", "100"], "applies to --store s3 only"),
+        (["--store", "s3", "--rounds", "3"], "applies to --store local only"),
+        (["--rounds", "0"], "--rounds"),
     ],
 )
 def test_cli_refuses_bad_options_before_building_anything(tmp_path, args, says):

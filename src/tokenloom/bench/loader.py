@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 
 from tokenloom.bench.loader_baselines import BASELINES, COPIES
 from tokenloom.bench.loader_cache import CACHE_MODES, prepare_cache
-from tokenloom.bench.loader_cases import CaseResult, CaseSpec
+from tokenloom.bench.loader_cases import CaseResult, CaseSpec, merge_rounds
 from tokenloom.bench.loader_data import (
     EOS_ID,
     Built,
@@ -118,6 +118,11 @@ class LoaderBenchConfig:
     epochs: int = 1
     """Measuring windows of the budget per loader and batch size, each one rate
     (:mod:`tokenloom.bench.protocol`)."""
+    rounds: int = 1
+    """Times every loader is measured, in turn: round 1 runs each loader once (each in a fresh
+    process), then round 2, ... A ratio is then the median of its rounds' ratios, each of two
+    loaders measured minutes apart at most (on a shared machine whose speed drifts, one run
+    each can be 20% off either way)."""
     seed: int = 0
     """Seed of the corpus (lengths and token ids)."""
     long_docs: int = 40
@@ -144,8 +149,13 @@ class LoaderBenchConfig:
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
         if not self.cache or set(self.cache) - set(CACHE_MODES):
             raise ValueError(f"cache takes some of {','.join(CACHE_MODES)}; got {self.cache!r}")
-        if self.epochs < 1 or self.batch_size < 1 or any(b < 1 for b in self.batch_sizes):
-            raise ValueError("epochs and batch sizes must be >= 1")
+        if (
+            self.epochs < 1
+            or self.rounds < 1
+            or self.batch_size < 1
+            or any(b < 1 for b in self.batch_sizes)
+        ):
+            raise ValueError("epochs, rounds and batch sizes must be >= 1")
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -378,7 +388,8 @@ def _with_memory(result: CaseResult, sampler: TreeSampler) -> CaseResult:
 def run_loader_bench(
     config: LoaderBenchConfig, *, log: Callable[[str], None] = lambda _msg: None
 ) -> LoaderBench:
-    """Build or reuse the inputs, then measure every selected loader, one after the other."""
+    """Build or reuse the inputs, then measure every selected loader, one after the other,
+    ``config.rounds`` times in turn (each case's rounds merged: :func:`merge_rounds`)."""
     bench = LoaderBench(config=config)
     bench.builds = build_inputs(config, log)
     paths = {name: built.path for name, built in bench.builds.items()}
@@ -389,25 +400,34 @@ def run_loader_bench(
         for spec in plan_cases(config, paths)
         for size in config.sizes
     ]
-    with progress("bench loader", total=len(cases) * len(config.cache), unit="loaders") as bar:
+    runs = [
+        (n, case, mode)
+        for n in range(config.rounds)
+        for case in enumerate(cases)
+        for mode in config.cache
+    ]
+    measured: dict[tuple[int, str], list[CaseResult]] = {}
+    with progress("bench loader", total=len(runs), unit="loaders") as bar:
         say = bar.logger(log)
-        for spec in cases:
-            for mode in config.cache:
-                at = f"B={spec.batch_size}, {mode}" if len(config.sizes) > 1 else mode
-                bar.note(f"{spec.label} [{at}]")
-                say(f"measuring {spec.label} [{at}] ...")
-                state = prepare_cache([spec.path], mode)
-                result = run_case(spec, config)
-                result.data = data.get(spec.path, "")
-                result.cache, result.resident, result.cache_note = mode, state.resident, state.note
-                bench.results.append(result)
-                bar.update()
-                if result.ok:
-                    say(
-                        f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
-                        f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
-                        f"{'; ' + state.note if state.note else ''}"
-                    )
-                else:
-                    say(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
+        for n, (index, spec), mode in runs:
+            at = f"B={spec.batch_size}, {mode}" if len(config.sizes) > 1 else mode
+            if config.rounds > 1:
+                at += f", round {n + 1}/{config.rounds}"
+            bar.note(f"{spec.label} [{at}]")
+            say(f"measuring {spec.label} [{at}] ...")
+            state = prepare_cache([spec.path], mode)
+            result = run_case(spec, config)
+            result.data = data.get(spec.path, "")
+            result.cache, result.resident, result.cache_note = mode, state.resident, state.note
+            measured.setdefault((index, mode), []).append(result)
+            bar.update()
+            if result.ok:
+                say(
+                    f"  {result.tokens_per_s / 1e6:.2f}M tok/s, first batch "
+                    f"{result.first_batch_s:.2f}s, peak RSS {result.peak_rss_mb:,.0f} MB"
+                    f"{'; ' + state.note if state.note else ''}"
+                )
+            else:
+                say(f"  FAILED: {(result.error or 'no batches').splitlines()[0]}")
+    bench.results = [merge_rounds(rounds) for rounds in measured.values()]
     return bench

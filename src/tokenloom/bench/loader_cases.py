@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
-__all__ = ["CaseSpec", "CaseResult", "SOURCES", "measure_case"]
+__all__ = ["CaseSpec", "CaseResult", "SOURCES", "measure_case", "merge_rounds"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +97,9 @@ class CaseResult:
     later passes attach (``model``, ``shuffle``)."""
     windows: list[float] = field(default_factory=list)
     """Tokens/s of each measuring window (epoch) after the first batch."""
+    rounds: list[float] = field(default_factory=list)
+    """Tokens/s of each round (``--rounds``: every loader measured once a round, in a fresh
+    process, the rounds one after another), in order; empty with one round."""
     series: list[dict] = field(default_factory=list)
     """CPU % and RSS/PSS of the process tree over time (set by the orchestrator)."""
     error: str | None = None
@@ -113,6 +116,44 @@ class CaseResult:
         out = asdict(self)
         out["tokens_per_s"] = round(self.tokens_per_s, 1)
         return out
+
+
+def merge_rounds(results: list[CaseResult]) -> CaseResult:
+    """One case's results of several rounds as one: tokens and seconds summed (its rate is the
+    rounds' pooled rate), every window kept, :attr:`CaseResult.rounds` the rate of each round,
+    the peaks the highest, the first batch the mean; series, figures and notes of the first
+    round. A round that failed makes the case failed (its error, with the round's number): a
+    figure is never judged on the rounds that happened to run.
+
+    Raises:
+        ValueError: No results, or results of different cases.
+    """
+    if not results:
+        raise ValueError("no results to merge")
+    first = results[0]
+    if any(r.label != first.label or r.batch_size != first.batch_size for r in results):
+        raise ValueError("merge_rounds takes the rounds of one case")
+    if len(results) == 1:
+        return first
+    failed = next(((i, r) for i, r in enumerate(results) if not r.ok), None)
+    if failed is not None:
+        i, r = failed
+        return replace(r, error=f"round {i + 1} of {len(results)}: {r.error or 'no batches'}")
+    return replace(
+        first,
+        tokens=sum(r.tokens for r in results),
+        steps=sum(r.steps for r in results),
+        seconds=sum(r.seconds for r in results),
+        first_batch_s=sum(r.first_batch_s for r in results) / len(results),
+        baseline_rss_mb=max(r.baseline_rss_mb for r in results),
+        peak_rss_mb=max(r.peak_rss_mb for r in results),
+        peak_pss_mb=None
+        if any(r.peak_pss_mb is None for r in results)
+        else max(r.peak_pss_mb for r in results),  # type: ignore[type-var]
+        processes=max(r.processes for r in results),
+        windows=[w for r in results for w in r.windows],
+        rounds=[r.tokens_per_s for r in results],
+    )
 
 
 class _Notes:

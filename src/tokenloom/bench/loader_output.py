@@ -158,10 +158,11 @@ def _protocol_header(bench: LoaderBench) -> str:
     corpus = f"{built.docs:,} documents, {built.tokens:,} tokens; " if built else ""
     budget = f"{cfg.steps} batches" if cfg.steps else f"{cfg.seconds:g} s"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    rounds = f", in each of {cfg.rounds} rounds" if cfg.rounds > 1 else ""
     return (
         f"Text workload: {corpus}blocks of {cfg.seq_len} tokens (a sample = one block), "
         f"batch sizes {', '.join(map(str, cfg.sizes))}, {cfg.epochs} epoch(s) of {budget} per "
-        f"loader and size, {os.cpu_count()} CPUs, load average at the end {load}."
+        f"loader and size{rounds}, {os.cpu_count()} CPUs, load average at the end {load}."
     )
 
 
@@ -193,7 +194,9 @@ def write_outputs(bench: LoaderBench, out: str) -> dict[str, str]:
         paths["png"] = f"not written: {exc}"
     rows, series = protocol_rows(bench)
     meta = {"workload": "text", "config": {"batch_sizes": list(bench.config.sizes)}}
-    meta["config"].update(epochs=bench.config.epochs, seq_len=bench.config.seq_len)
+    meta["config"].update(
+        epochs=bench.config.epochs, rounds=bench.config.rounds, seq_len=bench.config.seq_len
+    )
     paths.update(
         write_protocol(
             rows,

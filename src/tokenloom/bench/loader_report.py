@@ -7,6 +7,7 @@ one run."""
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,15 @@ from tokenloom.bench.loader_data import Built
 if TYPE_CHECKING:
     from tokenloom.bench.loader import LoaderBenchConfig
 
-__all__ = ["Goal", "LoaderBench", "format_report", "cache_cell", "in_process"]
+__all__ = [
+    "Goal",
+    "LoaderBench",
+    "format_report",
+    "cache_cell",
+    "in_process",
+    "ratio_of",
+    "round_ratios",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,9 +136,9 @@ class LoaderBench:
         bound = (
             self.bound_like(result) if like else self.best_bound(result.cache, result.batch_size)
         )
-        if bound is None or not result.ok or bound.tokens_per_s <= 0:
+        if bound is None or not result.ok:
             return None
-        return result.tokens_per_s / bound.tokens_per_s
+        return ratio_of(result, bound)
 
     def ratio(self, result: CaseResult) -> float | None:
         """tokenloom (workers=2) tokens/s, in the same page-cache state and at the same batch
@@ -137,7 +146,7 @@ class LoaderBench:
         ref = self.find(_TL2, result.cache, result.batch_size)
         if ref is None or not result.ok:
             return None
-        return ref.tokens_per_s / result.tokens_per_s
+        return ratio_of(ref, result)
 
     def build_of(self, result: CaseResult) -> Built | None:
         """The input (table or derived copy) a result read."""
@@ -230,17 +239,41 @@ def in_process(label: str) -> str:
     return label.replace("(workers=2)", "(workers=0)")
 
 
+def round_ratios(a: CaseResult, b: CaseResult) -> list[float]:
+    """``a``'s tokens/s over ``b``'s, round by round (``--rounds``: the two measured in the same
+    round, minutes apart at most); empty unless both ran the same rounds, more than one."""
+    if len(a.rounds) < 2 or len(a.rounds) != len(b.rounds) or not all(b.rounds):
+        return []
+    return [x / y for x, y in zip(a.rounds, b.rounds, strict=True)]
+
+
+def ratio_of(a: CaseResult, b: CaseResult) -> float | None:
+    """``a``'s rate as a multiple of ``b``'s: over several rounds the median of the rounds'
+    ratios (:func:`round_ratios`: a slow spell of a shared machine moves one round, not the
+    figure), else the ratio of the two runs."""
+    ratios = round_ratios(a, b)
+    if ratios:
+        return float(statistics.median(ratios))
+    return a.tokens_per_s / b.tokens_per_s if b.tokens_per_s > 0 else None
+
+
 def _div(a: CaseResult | None, b: CaseResult | None) -> float | None:
-    if a is None or b is None or b.tokens_per_s <= 0:
+    if a is None or b is None:
         return None
-    return round(a.tokens_per_s / b.tokens_per_s, 3)
+    value = ratio_of(a, b)
+    return None if value is None else round(value, 3)
 
 
 def _pair(a: CaseResult | None, b: CaseResult | None) -> str:
     def one(r: CaseResult | None) -> str:
         return f"{r.label} {r.tokens_per_s / 1e6:.2f}M tok/s" if r is not None else "not measured"
 
-    return f"{one(a)} / {one(b)}"
+    text = f"{one(a)} / {one(b)}"
+    ratios = round_ratios(a, b) if a is not None and b is not None else []
+    if ratios:
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        text += f"; median of {len(ratios)} rounds' ratios ({each})"
+    return text
 
 
 def _mb(value: float | None) -> str:
@@ -266,6 +299,12 @@ def format_report(bench: LoaderBench) -> str:
     lines.append(
         f"batches of ({cfg.batch_size}, {cfg.seq_len}) int64, {budget} per loader after its "
         f"first batch, {os.cpu_count()} CPUs, each loader in a fresh process"
+        + (
+            f"; {cfg.rounds} rounds, every loader once a round: a rate is the rounds' pooled "
+            "one, a ratio the median of the rounds' ratios"
+            if cfg.rounds > 1
+            else ""
+        )
     )
     for name, b in bench.builds.items():
         if name != "table":

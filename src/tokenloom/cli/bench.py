@@ -409,6 +409,15 @@ row groups) and MDS from it.""",
     "gives their mean and min-max.",
 )
 @click.option(
+    "--rounds",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Measure every loader this many times in turn (round 1: each loader once, then round "
+    "2, ...); each goal is then the median of its rounds' ratios, so a slow spell of a shared "
+    "machine moves one round, not the figure.",
+)
+@click.option(
     "--seq-len",
     default=1024,
     show_default=True,
@@ -460,6 +469,7 @@ def loader_bench(
     model_steps: int,
     batch_sizes: str,
     epochs: int,
+    rounds: int,
     seq_len: int,
     store: str,
     latency_ms: str,
@@ -469,6 +479,8 @@ def loader_bench(
 ) -> None:
     """Loader tokens/s next to LanceDB, pre-packed MDS/WebDataset and Parquet, as ratios."""
     if store == "s3":
+        if rounds != 1:
+            raise click.BadParameter("applies to --store local only", param_hint="--rounds")
         _loader_s3_bench(
             docs, seconds, steps, workdir, only, latency_ms, scale_docs, token_layout, as_json
         )
@@ -518,6 +530,7 @@ def loader_bench(
         batch_size=8 if 8 in sizes else sizes[0],
         batch_sizes=sizes,
         epochs=epochs,
+        rounds=rounds,
     )
     try:
         sims = parse_gpu_sims(gpu_sim, config.seq_len) if gpu_sim is not None else []
