@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import tokenloom.loader.pipeline.dataset as dataset_module
 from tokenloom.bench.loader_data import CorpusSpec, build_table
 from tokenloom.loader.pipeline.dataset import PackedStream
 
@@ -19,8 +20,10 @@ def _stream(uri: str, steps: int, **kw) -> tuple[list[dict], PackedStream]:
     return out[:steps], ds
 
 
-def test_local_spans_take_groups_together_and_change_nothing(tmp_path):
+def test_local_spans_take_groups_together_and_change_nothing(tmp_path, monkeypatch):
     uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=2000)).path
+    # spans of ~500 rows: several in this small epoch (the training process's own are ~4,000)
+    monkeypatch.setattr(dataset_module, "_LOCAL_SPAN_ROWS", 500)
     probe = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0)
     view = probe.view(0)
     size = probe._group_steps(view)
@@ -35,6 +38,22 @@ def test_local_spans_take_groups_together_and_change_nothing(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_spans_in_the_training_process_are_larger_than_in_workers(tmp_path):
+    """The training process takes ~4,000 rows at once (cheaper per token), a DataLoader worker
+    ~1,000 (its two spans in flight stay small: a worker's memory is most of the tree's)."""
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=6000)).path
+    ds = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0)
+    view = ds.view(0)
+    size = ds._group_steps(view)
+    rows_per_group = len(ds.inputs.row_ids) / view.steps * size
+    here = ds._local_span_groups(view, size) * rows_per_group
+    size_w = ds._group_steps(view, worker=True)
+    rows_per_group_w = len(ds.inputs.row_ids) / view.steps * size_w
+    there = ds._local_span_groups(view, size_w, worker=True) * rows_per_group_w
+    assert dataset_module._LOCAL_SPAN_ROWS <= here < dataset_module._LOCAL_SPAN_ROWS * 1.5
+    assert dataset_module._WORKER_SPAN_ROWS <= there < dataset_module._WORKER_SPAN_ROWS * 1.5
 
 
 def test_long_documents_keep_one_take_per_group(tmp_path):
