@@ -114,7 +114,8 @@ _LOCAL_SPAN_TOKENS = 8 << 20
 # blocks, batch 8, alternating in one process with the read bound between: 0.90-1.04x of the
 # bound against 0.65-0.89x with ~1,000-row spans, 2-10% less CPU a token); a DataLoader worker
 # keeps ~1,000 (each worker holds two spans in flight: ~4,000 there took the loader tree with
-# two workers from 944 to 1,043 MB, past the 1 GB goal).
+# two workers from 944 to 1,043 MB, past the 1 GB goal; ~2,000 to 978 MB for no gain measured
+# through three rounds: 30.0M tok/s against 31.3M).
 _LOCAL_SPAN_ROWS = 4096
 _WORKER_SPAN_ROWS = TAKE_ROWS
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
