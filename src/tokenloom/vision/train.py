@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,6 +101,8 @@ class _VLMRun:
         )
         if state is not None:
             self.ds.load_state_dict(state.record.loader_state)
+            if not dist.is_main:  # the record holds every rank's totals: they continue on rank 0
+                self.ds.counts, self.ds.skipped = Counter(), Counter()
         self.spec = self.ds.spec
         from tokenloom.train.pins import pin_run
 
@@ -287,18 +290,36 @@ class _VLMRun:
         )
         return self.result
 
+    def loader_state(self) -> dict:
+        """The loader's state for the record, its ledger what every rank delivered (summed: a
+        collective; each rank counts its own blocks, and a resume continues the totals on rank
+        0)."""
+        state = self.loader.state_dict()
+        if self.dist.distributed:
+            mine = (dict(self.ds.counts), dict(self.ds.skipped))
+            every: list[Any] = [None] * self.dist.world_size
+            torch.distributed.all_gather_object(every, mine)
+            counts: Counter = Counter()
+            skipped: Counter = Counter()
+            for c, k in every:
+                counts.update(c)
+                skipped.update(k)
+            state["ledger"], state["skipped"] = dict(counts), dict(skipped)
+        return state
+
     def checkpoint(self, started: float) -> None:
         cfg, dist = self.cfg, self.dist
         self.history["topology"][-1].update(
             to_step=self.step, wall_seconds=time.perf_counter() - started
         )
+        loader_state = self.loader_state()  # every rank takes part
         if dist.is_main:
             hist = self.history
             record = RunRecord(
                 out=cfg.out,
                 step=self.step,
                 loader=self.spec,  # type: ignore[arg-type]
-                loader_state=self.loader.state_dict(),
+                loader_state=loader_state,
                 config=cfg.options(),
                 tokenizer=self.ds.tokenizer,
                 topology=hist["topology"],
