@@ -112,7 +112,7 @@ _COMPILED_IN_WORKERS = False
 _LOCAL_SPAN_TOKENS = 8 << 20
 # Rows per local take: in the training process ~4,000 (measured 400k documents, 1,024-token
 # blocks, batch 8, alternating in one process with the read bound between: 0.90-1.04x of the
-# bound against 0.65-0.89x with ~1,000-row spans, 2-10% less CPU a token); a DataLoader worker
+# bound against 0.65-0.89x with ~1,000-row spans, 3-25% less CPU a token); a DataLoader worker
 # keeps ~1,000 (each worker holds two spans in flight: ~4,000 there took the loader tree with
 # two workers from 944 to 1,043 MB, past the 1 GB goal; ~2,000 to 978 MB for no gain measured
 # through three rounds: 30.0M tok/s against 31.3M).
@@ -495,8 +495,8 @@ class PackedStream(StreamCursor):
         per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
         tokens = max(self.step_values // 4 * size, 1)  # positions of a group
         most = max(_LOCAL_SPAN_TOKENS // tokens, 1)
-        rows = _WORKER_SPAN_ROWS if worker else _LOCAL_SPAN_ROWS
-        return int(min(-(-rows // per_group), most))
+        wanted = _WORKER_SPAN_ROWS if worker else _LOCAL_SPAN_ROWS
+        return int(min(-(-wanted // per_group), most))
 
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
         """The stable row ids a read group's stretches come from (no I/O). Its layout is kept
@@ -694,12 +694,12 @@ class PackedStream(StreamCursor):
         snapshot = self.stats.copy()  # a worker sends what it adds from here (sizing included)
         fetcher = None
         remote = is_remote(self.uri)
-        in_worker = info is not None
-        local_spans = not remote and self._local_span_groups(view, size, worker=in_worker) > 1
-        if groups and (remote or local_spans):
+        # read groups per local take (worked out once: the fetcher's spans, when over one)
+        local_span = 1 if remote else self._local_span_groups(view, size, worker=info is not None)
+        if groups and (remote or local_span > 1):
             fetcher = self._start_fetches(
                 view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers),
-                in_worker=in_worker,
+                local_span=local_span,
             )  # fmt: skip
         self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
         assert self.sizing is not None
@@ -780,21 +780,20 @@ class PackedStream(StreamCursor):
         *,
         keep: bool,
         worker: tuple[int, int] = (0, 1),
-        in_worker: bool = False,
+        local_span: int = 1,
     ) -> FetchAhead:
         """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.pipeline.fetch`).
         With ``keep`` (the training process, or a persistent worker) the fetcher outlives the epoch,
         goes on into the next one's first spans of this process's groups (``worker``: its index
         and the number of workers) while this one ends, and the next pass reuses them when it
-        starts where this one ends. ``in_worker``: this process is a DataLoader worker (its
-        local spans are smaller: :data:`_WORKER_SPAN_ROWS`)."""
+        starts where this one ends. ``local_span``: on a local table, the read groups of a span
+        (:meth:`_local_span_groups`, worked out by the caller)."""
         remote = is_remote(self.uri)
         if remote:
             per_span = self._span_groups(view, size)
             depth, parts = self._fetch_depth(), self._fetch_parts()
         else:  # one take per span, the next one taken while this one is packed
-            per_span = self._local_span_groups(view, size, worker=in_worker)
-            depth, parts = _LOCAL_SPANS, 1
+            per_span, depth, parts = local_span, _LOCAL_SPANS, 1
         key = SpanKey(
             epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
         )
