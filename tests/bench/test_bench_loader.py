@@ -131,13 +131,16 @@ def test_rounds_measure_every_loader_in_turn_and_merge(tmp_path):
         assert r.ok and r.steps == 6 and r.tokens == 6 * 8 * 1024
         assert len(r.rounds) == 2 and all(x > 0 for x in r.rounds)
         assert len(r.windows) == 2
+        assert r.cpu_seconds is not None and r.cpu_seconds >= 0  # both rounds' summed
     goals = {g.name: g for g in bench.goals()}
     tl0, bound = bench.results[1], bench.results[2]
     ratios = round_ratios(tl0, bound)
     goal = goals[">= 0.8x the read bound, in-process"]
     assert goal.value == round(sum(ratios) / 2, 3)  # the median of two: their mean
     assert "median of 2 rounds' ratios" in goal.detail
-    assert "2 rounds, every loader once a round" in format_report(bench)
+    text = format_report(bench)
+    assert "2 rounds, every loader once a round" in text
+    assert "CPU ns/tok" in text.splitlines()[text.splitlines().index("") + 1]  # the table's head
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,12 @@ made by hand: no measurement, no timing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tokenloom.bench.loader_cases import CaseResult, merge_rounds
-from tokenloom.bench.loader_report import ratio_of, round_ratios
+from tokenloom.bench.loader_report import LoaderBench, format_report, ratio_of, round_ratios
 
 
 def _run(rate: float, *, seconds: float = 2.0, label: str = "a", **kw: object) -> CaseResult:
@@ -68,3 +70,30 @@ def test_ratio_of_single_runs_or_unequal_rounds_is_the_rates_ratio():
     two = merge_rounds([_run(10e6), _run(30e6)])
     assert round_ratios(three, two) == [] and ratio_of(three, two) == pytest.approx(1.0)
     assert ratio_of(a, _run(0.0)) is None
+
+
+def test_cpu_a_token_sums_the_rounds_and_sits_beside_the_bound():
+    """The tree's CPU time over the measured windows: summed over rounds, per token delivered,
+    shown in the table and beside the like-for-like read bound's on tokenloom's line."""
+    from tokenloom.bench.loader import LoaderBenchConfig
+    from tokenloom.bench.loader_report import _BOUND, _TL0
+
+    tl = merge_rounds(
+        [_run(20e6, label=_TL0, cpu_seconds=2.0), _run(20e6, label=_TL0, cpu_seconds=1.0)]
+    )
+    assert tl.cpu_seconds == 3.0
+    assert tl.cpu_ns_per_token == pytest.approx(3.0 / 80e6 * 1e9)  # 37.5 ns
+    assert merge_rounds([_run(1e6, cpu_seconds=1.0), _run(1e6)]).cpu_seconds is None
+    assert (
+        _run(1e6).cpu_ns_per_token is None and _run(0.0, cpu_seconds=1.0).cpu_ns_per_token is None
+    )
+    bound = replace(
+        merge_rounds([_run(25e6, label=_BOUND, cpu_seconds=1.5)] * 2), kind="read-bound"
+    )
+    bench = LoaderBench(config=LoaderBenchConfig(docs=10, steps=1), results=[tl, bound])
+    text = format_report(bench)
+    assert "CPU 37.5 ns a token against the read bound's 30.0 (workers=0)" in text
+    row = next(line for line in text.splitlines() if line.startswith(_TL0))
+    assert " 37.5 " in row
+    assert _run(1e6).to_json()["cpu_ns_per_token"] is None
+    assert tl.to_json()["cpu_ns_per_token"] == 37.5

@@ -154,6 +154,33 @@ def test_tree_sampler_keeps_a_usage_series():
     assert all(p.cpu_pct >= 0 and p.rss_mb > 0 for p in points)
 
 
+def test_tree_cpu_total_counts_live_and_ended_children():
+    """A child's CPU time counts while it runs (``/proc``) and after it has been waited for
+    (``os.times``): the total never drops when a worker ends."""
+    import subprocess
+    import sys
+    import time
+
+    from tokenloom.bench.loader_rss import tree_cpu_total
+
+    before = tree_cpu_total()
+    busy = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", busy + "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 30
+        live = before
+        while time.monotonic() < deadline:  # until its half second of CPU is seen
+            live = tree_cpu_total()
+            if live - before >= 0.45:
+                break
+            time.sleep(0.05)
+        assert live - before >= 0.45
+    finally:
+        child.kill()
+    child.wait()  # waited for: its time is the children's now
+    assert tree_cpu_total() >= live - 0.02
+
+
 def test_loader_protocol_sweep_and_files(tmp_path):
     """A loader at two batch sizes x two epochs (in this process, workers=0, tiny corpus): a
     rate per epoch per size, then the protocol's rows and files of the run."""

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from tokenloom.bench.loader_rss import tree_cpu_total
+
 __all__ = ["CaseSpec", "CaseResult", "SOURCES", "measure_case", "merge_rounds"]
 
 
@@ -102,11 +104,22 @@ class CaseResult:
     process, the rounds one after another), in order; empty with one round."""
     series: list[dict] = field(default_factory=list)
     """CPU % and RSS/PSS of the process tree over time (set by the orchestrator)."""
+    cpu_seconds: float | None = None
+    """CPU time (user + system) of the process tree over the measured windows (``None``: not
+    measured)."""
     error: str | None = None
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ns_per_token(self) -> float | None:
+        """CPU nanoseconds the whole tree spent per token delivered: what a loader costs the
+        machine, beside what it delivers (``None``: not measured)."""
+        if self.cpu_seconds is None or self.tokens <= 0:
+            return None
+        return self.cpu_seconds / self.tokens * 1e9
 
     @property
     def ok(self) -> bool:
@@ -115,6 +128,8 @@ class CaseResult:
     def to_json(self) -> dict:
         out = asdict(self)
         out["tokens_per_s"] = round(self.tokens_per_s, 1)
+        ns = self.cpu_ns_per_token
+        out["cpu_ns_per_token"] = None if ns is None else round(ns, 2)
         return out
 
 
@@ -151,6 +166,9 @@ def merge_rounds(results: list[CaseResult]) -> CaseResult:
         if any(r.peak_pss_mb is None for r in results)
         else max(r.peak_pss_mb for r in results),  # type: ignore[type-var]
         processes=max(r.processes for r in results),
+        cpu_seconds=None
+        if any(r.cpu_seconds is None for r in results)
+        else sum(r.cpu_seconds for r in results),  # type: ignore[misc]
         windows=[w for r in results for w in r.windows],
         rounds=[r.tokens_per_s for r in results],
     )
@@ -625,10 +643,12 @@ def measure_case(spec: CaseSpec) -> CaseResult:
             raise AssertionError(f"{spec.label}: batch shape {tuple(first.shape)}")
         tokens = steps = 0
         seconds = 0.0
+        cpu = tree_cpu_total()
         for _ in range(spec.epochs):
             got, took, took_s = _window(spec, it)
             tokens, steps, seconds = tokens + got, steps + took, seconds + took_s
             result.windows.append(got / took_s if took_s > 0 else 0.0)
+        result.cpu_seconds = tree_cpu_total() - cpu
         result.seconds = seconds
         result.tokens, result.steps = tokens, steps
     finally:

@@ -16,7 +16,7 @@ import json
 import os
 
 from tokenloom.bench.loader_cases import CaseResult
-from tokenloom.bench.loader_report import LoaderBench, cache_cell
+from tokenloom.bench.loader_report import LoaderBench, cache_cell, fmt_ns
 from tokenloom.bench.protocol import ProtocolRow, usage_summary
 
 __all__ = ["STEM", "markdown_report", "plot_bench", "protocol_rows", "write_outputs"]
@@ -39,9 +39,9 @@ def markdown_report(bench: LoaderBench) -> str:
         f"{corpus}batches of ({cfg.batch_size}, {cfg.seq_len}), {budget} per loader after its "
         f"first batch, {os.cpu_count()} CPUs, page cache: {', '.join(cfg.cache)}.",
         "",
-        "| loader | cache | tok/s | tokenloom w=2 ÷ this | 1st batch | peak RSS MB "
+        "| loader | cache | tok/s | tokenloom w=2 ÷ this | CPU ns/token | 1st batch | peak RSS MB "
         "| peak PSS MB | input | input MB | input build |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     best = bench.best_lancedb
     for r in bench.primary:
@@ -51,13 +51,14 @@ def markdown_report(bench: LoaderBench) -> str:
         )
         if not r.ok:
             error = (r.error or "no batches").splitlines()[0].replace("|", "\\|")
-            lines.append(f"| {r.label} | {cache_cell(r)} | failed: {error} | | | | | {source} |")
+            lines.append(f"| {r.label} | {cache_cell(r)} | failed: {error} | | | | | | {source} |")
             continue
         ratio = bench.ratio(r)
         label = f"{r.label} (best LanceDB)" if r is best else r.label
         lines.append(
             f"| {label} | {cache_cell(r)} | {r.tokens_per_s / 1e6:.2f}M | "
-            f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {r.first_batch_s:.2f} s | "
+            f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {fmt_ns(r.cpu_ns_per_token)} | "
+            f"{r.first_batch_s:.2f} s | "
             f"{_mb(r.peak_rss_mb)} | {_mb(r.peak_pss_mb)} | {source} |"
         )
     notes = [f"- {r.label} ({r.cache}): {r.cache_note}" for r in bench.primary if r.cache_note]

@@ -22,6 +22,7 @@ __all__ = [
     "LoaderBench",
     "format_report",
     "cache_cell",
+    "fmt_ns",
     "in_process",
     "ratio_of",
     "round_ratios",
@@ -313,8 +314,8 @@ def format_report(bench: LoaderBench) -> str:
                 f"{' (earlier run, reused)' if b.cached else ''}"
             )
     head = (
-        f"{'loader':<62} {'cache':>9} {'tok/s':>9} {'ratio':>7} {'1st batch':>9} "
-        f"{'RSS MB':>8} {'PSS MB':>8} {'data MB':>8} {'build':>7}"
+        f"{'loader':<62} {'cache':>9} {'tok/s':>9} {'ratio':>7} {'CPU ns/tok':>10} "
+        f"{'1st batch':>9} {'RSS MB':>8} {'PSS MB':>8} {'data MB':>8} {'build':>7}"
     )
     lines += ["", head, "-" * len(head)]
     best = bench.best_lancedb
@@ -330,7 +331,8 @@ def format_report(bench: LoaderBench) -> str:
         built = bench.build_of(r)
         lines.append(
             f"{(r.label + mark):<62} {cache:>9} {r.tokens_per_s / 1e6:>8.2f}M "
-            f"{_fmt_ratio(ratio):>7} {r.first_batch_s:>8.2f}s {r.peak_rss_mb:>8,.0f} "
+            f"{_fmt_ratio(ratio):>7} {fmt_ns(r.cpu_ns_per_token):>10} "
+            f"{r.first_batch_s:>8.2f}s {r.peak_rss_mb:>8,.0f} "
             f"{(f'{r.peak_pss_mb:,.0f}' if r.peak_pss_mb is not None else 'n/a'):>8} "
             f"{(f'{built.mbytes:,.0f}' if built else 'n/a'):>8} "
             f"{(f'{built.seconds:.1f}s' if built else 'n/a'):>7}"
@@ -338,8 +340,9 @@ def format_report(bench: LoaderBench) -> str:
     lines.append(
         "ratio = tokenloom (workers=2) tok/s / this loader's, same cache state; * = best LanceDB "
         "setting (with workers or in-process); cache = page-cache state (share of the input "
-        "resident) at the start; data MB / build = the input read (table or derived copy): bytes "
-        "on disk and build time"
+        "resident) at the start; CPU ns/tok = CPU time (user + system) of the loader's whole "
+        "process tree per token delivered; data MB / build = the input read (table or derived "
+        "copy): bytes on disk and build time"
     )
     for r in bench.primary:
         share = bench.of_bound(r) if r.kind == "tokenloom" else None
@@ -352,6 +355,7 @@ def format_report(bench: LoaderBench) -> str:
             )
             lines.append(
                 f"  {r.label} [{r.cache}]: {share:.2f}x of the read bound (its best run){same}"
+                f"{_cpu_beside(r, bench.bound_like(r))}"
             )
     lines += [f"  [{r.label}, {r.cache}] {r.cache_note}" for r in bench.primary if r.cache_note]
     lines += ["", "goals:"]
@@ -376,3 +380,22 @@ def cache_cell(result: CaseResult) -> str:
 
 def _fmt_ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
+
+
+def fmt_ns(value: float | None) -> str:
+    """A CPU-nanoseconds-a-token figure for the tables (``n/a``: not measured)."""
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def _cpu_beside(result: CaseResult, bound: CaseResult | None) -> str:
+    """``result``'s CPU a token beside the like-for-like read bound's: where a gap in speed is
+    work the loader adds and where it is the machine's (processes contending for its cores)."""
+    ours = result.cpu_ns_per_token
+    theirs = bound.cpu_ns_per_token if bound is not None else None
+    if ours is None or theirs is None:
+        return ""
+    assert bound is not None
+    return (
+        f"; CPU {ours:.1f} ns a token against the read bound's {theirs:.1f} "
+        f"(workers={bound.workers})"
+    )

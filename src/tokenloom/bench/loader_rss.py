@@ -23,6 +23,7 @@ __all__ = [
     "TreeMemory",
     "UsagePoint",
     "tree_cpu_seconds",
+    "tree_cpu_total",
     "TreeSampler",
     "tree_pids",
     "tree_memory",
@@ -87,6 +88,17 @@ def tree_cpu_seconds(pids: list[int]) -> dict[int, float]:
         except Exception:  # noqa: BLE001 - psutil missing, or the process exited
             continue
     return out
+
+
+def tree_cpu_total() -> float:
+    """CPU seconds (user + system) this process and its descendants have used so far: its own
+    and its waited-for children's (``os.times``), plus its live descendants' (``/proc``). A
+    child's time moves from the second sum to the first when it is waited for, so the total
+    stays continuous across a worker that ends (a DataLoader's workers at an epoch's end)."""
+    me = os.getpid()
+    t = os.times()
+    live = tree_cpu_seconds([p for p in tree_pids(me) if p != me])
+    return t.user + t.system + t.children_user + t.children_system + sum(live.values())
 
 
 def _ppid(pid: int) -> int | None:

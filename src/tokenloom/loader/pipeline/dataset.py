@@ -119,6 +119,14 @@ _LOCAL_SPAN_TOKENS = 8 << 20
 _LOCAL_SPAN_ROWS = 4096
 _WORKER_SPAN_ROWS = TAKE_ROWS
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
+# A DataLoader worker with a core or less (two workers on two cores) packs its local spans' groups
+# on one thread, one group ahead: its spans are taken by the fetcher's threads, so a second
+# packing thread and group only contend with the other worker and the training process for the
+# cores (measured 400k documents, 1,024-token blocks, batch 8, two workers, alternating three
+# rounds: 27.2 / 25.1 / 28.7M tok/s and 67.7-77.1 ns of the tree's CPU a token with two threads
+# and two groups ahead, 30.0 / 29.7 / 30.7M and 63.1-65.5 ns with one; RSS 939-947 -> 916-922 MB,
+# a ring slot fewer). Explicit io_threads / read_ahead still win.
+_WORKER_PACK_THREADS = 1
 # Layouts of read groups kept between their span's fetch and their build (~50 KB each): the
 # groups of the spans in flight, locally two spans of a few groups; past that (a deep remote
 # read-ahead) the oldest are worked out again by their build.
@@ -898,10 +906,11 @@ class PackedStream(StreamCursor):
         workers: int,
     ) -> None:
         """Size the read pipeline (:attr:`sizing`). Locally: the explicit values, else 2
-        threads in-process and in each DataLoader worker (a worker's second thread overlaps one
-        group's take with the next group's pack: measured +7% tok/s with 2 workers on 2 cores)
-        and 4 groups ahead (fewer big ones covering :data:`_AHEAD_STEPS` steps, one per thread
-        at least). On an object store (``fetcher``): ``read_ahead`` is the fetch spans
+        threads and 4 groups ahead (fewer big ones covering :data:`_AHEAD_STEPS` steps, one per
+        thread at least); a DataLoader worker with a core or less whose rows are taken in spans
+        (the fetcher's threads take them: its own threads only pack) builds one group at a
+        time, one ahead (:data:`_WORKER_PACK_THREADS`). On an object store (``fetcher``):
+        ``read_ahead`` is the fetch spans
         in flight and ``io_threads`` the concurrent takes they are cut into; unless both are
         given, they are sized from the first span, fetched here and timed, with the CPU its
         groups will cost to pack (the first one packed and timed, times the span's groups):
@@ -914,6 +923,8 @@ class PackedStream(StreamCursor):
         if explicit or fetcher is None or not remote:
             size = len(groups[0]) if groups else 1
             ahead = max(self.io_threads or floor, min(4, -(-_AHEAD_STEPS // size)))
+            if workers and fetcher is not None and cores < 2:
+                floor = ahead = _WORKER_PACK_THREADS
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or ahead,
