@@ -56,6 +56,33 @@ def test_spans_in_the_training_process_are_larger_than_in_workers(tmp_path):
     assert dataset_module._WORKER_SPAN_ROWS <= there < dataset_module._WORKER_SPAN_ROWS * 1.5
 
 
+def test_a_worker_with_a_core_packs_its_spans_on_one_thread(tmp_path, monkeypatch):
+    """A DataLoader worker's spans are taken by the fetcher's threads: with a core or less it
+    packs on one thread, one group ahead (two threads only contended for the cores), with more
+    as the training process does; either way the counters name what reads, two spans in
+    flight of one take each."""
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=6000)).path
+    for cores, threads in ((1, 1), (2, 2)):
+        monkeypatch.setattr(dataset_module, "available_cores", lambda workers=1, c=cores: c)
+        ds = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0)
+        groups = ds.groups(0, 2)  # worker 0 of 2, as a DataLoader worker runs it
+        first = next(groups)
+        groups.close()
+        assert first.first == 0 and ds.sizing is not None and ds.sizing.span_rows > 0
+        assert ds.sizing.io_threads == threads
+        assert ds.sizing.read_ahead == 1 if cores == 1 else ds.sizing.read_ahead >= 2
+        said = ds.stats.summary()
+        assert f"2 fetch spans of ~{ds.sizing.span_rows} rows ahead, 2 concurrent takes" in said
+    explicit = PackedStream(
+        uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0, io_threads=3, read_ahead=5
+    )
+    groups = explicit.groups(0, 2)
+    next(groups)
+    groups.close()
+    assert explicit.sizing is not None
+    assert (explicit.sizing.io_threads, explicit.sizing.read_ahead) == (3, 5)  # as given
+
+
 def test_long_documents_keep_one_take_per_group(tmp_path):
     uri = build_table(str(tmp_path / "long.lance"), CorpusSpec(docs=4, fixed_len=20_000)).path
     ds = PackedStream(uri, seq_len=128, global_batch=2, seed=3, eos_id=0, pad_id=0)

@@ -163,7 +163,8 @@ class PackedStream(StreamCursor):
             :class:`~tokenloom.loader.plan.change.StreamChange` and finish the epoch with the rows
             not yet delivered that still pass plus the new ones, from this loader's version.
         io_threads: Locally, threads reading and packing ahead (default 2, in-process and in
-            each DataLoader worker); on an object store, concurrent takes of the fetch spans
+            each DataLoader worker; 1 in a worker with a core or less whose rows are taken in
+            spans, with one group ahead); on an object store, concurrent takes of the fetch spans
             (default: sized from the first span's measured wall and CPU time, see
             :mod:`~tokenloom.loader.pipeline.readahead`). Never part of the stream.
         read_ahead: Locally, read groups in flight (default 4); on an object store, fetch
@@ -249,7 +250,8 @@ class PackedStream(StreamCursor):
             )
         self.io_threads = io_threads
         """Locally, threads reading and packing ahead (``take`` and the packer release the
-        GIL; ``None``: 2); on an object store, concurrent takes of the fetch spans (``None``:
+        GIL; ``None``: 2, or 1 in a DataLoader worker with a core or less whose rows are taken
+        in spans); on an object store, concurrent takes of the fetch spans (``None``:
         sized from the first span's measured fetch)."""
         self.read_ahead = read_ahead
         """Locally, read groups in flight (``None``: 4); on an object store, fetch spans in
@@ -923,7 +925,7 @@ class PackedStream(StreamCursor):
         if explicit or fetcher is None or not remote:
             size = len(groups[0]) if groups else 1
             ahead = max(self.io_threads or floor, min(4, -(-_AHEAD_STEPS // size)))
-            if workers and fetcher is not None and cores < 2:
+            if workers and fetcher is not None and not remote and cores < 2:
                 floor = ahead = _WORKER_PACK_THREADS
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
@@ -933,6 +935,11 @@ class PackedStream(StreamCursor):
                 span_rows = len(np.unique(fetcher.span_rows(0)))
                 self.sizing = replace(self.sizing, span_rows=span_rows)
                 fetcher.resize(depth=_LOCAL_SPANS, parts=1)
+                # the counters say what reads, as on an object store: the spans in flight and
+                # their takes (the sizing's threads and depth are the packing's)
+                reads = replace(self.sizing, io_threads=_LOCAL_SPANS, read_ahead=_LOCAL_SPANS)
+                self.stats.record_sizing(reads)
+                return
             elif fetcher is not None:  # spans in flight and their takes, as given
                 assert self.io_threads is not None and self.read_ahead is not None
                 span_rows = len(np.unique(fetcher.span_rows(0)))
