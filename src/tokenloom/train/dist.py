@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as torch_dist
@@ -107,6 +108,15 @@ class Dist:
         if self.distributed:
             torch_dist.all_reduce(value, op=torch_dist.ReduceOp.SUM)
         return value
+
+    def gather_objects(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), in rank order: a collective (``[value]`` on one
+        process)."""
+        if not self.distributed:
+            return [value]
+        out: list[Any] = [None] * self.world_size
+        torch_dist.all_gather_object(out, value)
+        return out
 
     def barrier(self) -> None:
         if self.distributed:

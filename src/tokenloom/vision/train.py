@@ -296,12 +296,9 @@ class _VLMRun:
         0)."""
         state = self.loader.state_dict()
         if self.dist.distributed:
-            mine = (dict(self.ds.counts), dict(self.ds.skipped))
-            every: list[Any] = [None] * self.dist.world_size
-            torch.distributed.all_gather_object(every, mine)
             counts: Counter = Counter()
             skipped: Counter = Counter()
-            for c, k in every:
+            for c, k in self.dist.gather_objects((dict(self.ds.counts), dict(self.ds.skipped))):
                 counts.update(c)
                 skipped.update(k)
             state["ledger"], state["skipped"] = dict(counts), dict(skipped)

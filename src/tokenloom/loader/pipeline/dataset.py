@@ -922,16 +922,18 @@ class PackedStream(StreamCursor):
         floor = 2
         explicit = self.io_threads is not None and self.read_ahead is not None
         remote = is_remote(self.uri)
+        local_spans = fetcher is not None and not remote
         if explicit or fetcher is None or not remote:
             size = len(groups[0]) if groups else 1
             ahead = max(self.io_threads or floor, min(4, -(-_AHEAD_STEPS // size)))
-            if workers and fetcher is not None and not remote and cores < 2:
+            if local_spans and workers and cores < 2:
                 floor = ahead = _WORKER_PACK_THREADS
             self.sizing = size_read_ahead(
                 0.0, 0.0, cores=cores, io_threads=self.io_threads or floor,
                 read_ahead=self.read_ahead or ahead,
             )  # fmt: skip
-            if fetcher is not None and not remote:  # local spans: one take each, 2 in flight
+            if local_spans:  # one take each, 2 in flight
+                assert fetcher is not None
                 span_rows = len(np.unique(fetcher.span_rows(0)))
                 self.sizing = replace(self.sizing, span_rows=span_rows)
                 fetcher.resize(depth=_LOCAL_SPANS, parts=1)
