@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -32,6 +33,7 @@ from tokenloom.loader import (
     steps_in_epoch,
     token_ranges,
 )
+from tokenloom.loader.pipeline import prebuilt as prebuilt_module
 from tokenloom.loader.plan import pack as pack_module
 from tokenloom.loader.plan.pack import TokenSource
 from tokenloom.loader.plan.spans import Spans
@@ -312,11 +314,31 @@ def _compare_packers(spans, tokens, offsets, B: int, L: int, **kw) -> PackedArra
     return got
 
 
+@pytest.fixture(scope="module")
+def prebuilt():
+    """The prebuilt kernel (built once a machine: a fresh clone's first run takes ~15 s)."""
+    assert prebuilt_module.ensure() is not None
+    module = prebuilt_module.load()
+    assert module is not None
+    return module
+
+
+@pytest.mark.parametrize("kernel", ["jit", "prebuilt"])
 @pytest.mark.parametrize("windows", [False, True], ids=["concat", "windows"])
-def test_compiled_packer_equals_numpy_reference_on_adversarial_stretches(windows: bool) -> None:
+def test_compiled_packer_equals_numpy_reference_on_adversarial_stretches(
+    windows: bool, kernel: str, request: pytest.FixtureRequest
+) -> None:
     """Every field, every count, bit for bit: with and without lookahead, loss masks and the
     overlap loss, token ids of several dtypes (-100 among them), tokens gathered or left where
-    they lie (a buffer plus copied ranges, as the reader hands them over)."""
+    they lie (a buffer plus copied ranges, as the reader hands them over), read-only buffers
+    (Arrow's): numba's JIT kernel and the one built ahead of time for DataLoader workers (a
+    token type it has no function for packs with numpy there)."""
+    module = request.getfixturevalue("prebuilt") if kernel == "prebuilt" else None
+    with mock.patch.object(pack_module, "_PREBUILT", module):
+        _compare_on_adversarial_stretches(windows, module)
+
+
+def _compare_on_adversarial_stretches(windows: bool, prebuilt: Any) -> None:
     rng = np.random.default_rng(7 if windows else 3)
     for case in range(250):
         batch = _adversarial_batch(rng, windows=windows)
@@ -326,10 +348,15 @@ def test_compiled_packer_equals_numpy_reference_on_adversarial_stretches(windows
         n = stop - start
         offsets = np.zeros(len(spans) + 1, dtype=np.int64)
         np.cumsum(n, out=offsets[1:])
-        dtype = (np.uint16, np.int32, np.int64)[case % 3]
+        dtype = (np.uint16, np.int32, np.int64, np.uint32, np.int16)[case % 5]
         tokens = rng.integers(0, 500, int(offsets[-1])).astype(dtype)
-        if dtype is not np.uint16 and tokens.size:
+        if prebuilt is not None:  # the prebuilt function of its type, or none (numpy)
+            fn = getattr(prebuilt, f"pack_rows_{np.dtype(dtype).name}", None)
+            assert (fn is None) == (dtype is np.int16)
+            assert pack_module._kernel(TokenSource(values=tokens, at=offsets[:-1])) is fn
+        if np.dtype(dtype).kind == "i" and tokens.size:
             tokens[rng.random(tokens.size) < 0.05] = -100  # an id equal to the ignore index
+        tokens.flags.writeable = bool(case % 3)
         masked = rng.random(tokens.size) < 0.3 if case % 4 < 2 else None
         kw = {"lookahead": lookahead, "masked": masked, "overlap_loss": windows and case % 5 == 0}
         got = _compare_packers(spans, tokens, offsets, B, L, **kw)
@@ -348,6 +375,7 @@ def test_compiled_packer_equals_numpy_reference_on_adversarial_stretches(windows
                 # the same buffer)
                 at[i] = int(rng.integers(0, len(values) - n[i] + 1))
                 values[at[i] : at[i] + n[i]] = tokens[offsets[i] : offsets[i + 1]]
+        values.flags.writeable = bool(case % 3)
         source = TokenSource(values=values, at=at, extra=extra)
         _compare_packers(spans, source, offsets, B, L, **kw)
 

@@ -3,9 +3,11 @@ process left behind (their rings are anonymous shared memory: no file to leave).
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import re
+from unittest import mock
 
 import pytest
 import torch
@@ -14,8 +16,10 @@ from tests.conftest import real_paragraphs
 from tests.loader.tables import token_table
 from tests.loader.worker_hooks import fail_in_worker_1, kill_worker_1
 from tokenloom.loader import DataLoader, PackedDataset
+from tokenloom.loader.pipeline import prebuilt
 from tokenloom.loader.pipeline.read import LoaderError
 from tokenloom.loader.pipeline.workers import WorkerError
+from tokenloom.loader.plan import pack as pack_module
 
 L = 32
 
@@ -36,7 +40,51 @@ def test_workers_import_no_torch_and_keep_the_in_process_stream(table):
     assert len(got) == len(expected) > 6
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
     assert dl.worker_pool.torch_imported is False
+    assert dl.worker_pool.numba_imported is False  # their packer is built ahead of time
     assert not multiprocessing.active_children()
+
+
+def test_a_worker_packs_with_the_kernel_built_ahead_of_time(table):
+    """What a worker runs (its groups of the stream) packs with the prebuilt module's kernel,
+    which the training process builds before it starts workers (numba's JIT stays out)."""
+    assert prebuilt.ensure() is not None
+    module = prebuilt.load()
+    kernels = []
+    real = pack_module._pack_compiled
+
+    def spy(kernel, *args, **kwargs):
+        kernels.append(kernel)
+        return real(kernel, *args, **kwargs)
+
+    with (
+        mock.patch.object(pack_module, "_PREBUILT", None),
+        mock.patch.object(pack_module, "_pack_compiled", spy),
+    ):
+        groups = _ds(table).detached().groups(0, 2)
+        first = list(itertools.islice(groups, 2))
+        groups.close()
+        assert pack_module._PREBUILT is module
+    assert len(first) == 2 and len(kernels) >= 2
+    assert all(k in [getattr(module, f"pack_rows_{t}") for t in prebuilt.DTYPES] for k in kernels)
+
+
+def test_workers_pack_with_numpy_where_the_prebuilt_kernel_cannot_be_built(
+    table, tmp_path, monkeypatch
+):
+    def no_compiler(*args):
+        raise OSError("no C compiler")
+
+    monkeypatch.setenv(prebuilt.CACHE_ENV, str(tmp_path / "kernels"))  # the workers' too
+    monkeypatch.setattr(prebuilt, "_compile", no_compiler)
+    monkeypatch.setattr(prebuilt, "_failed", None)
+    expected = [b["labels"] for b in DataLoader(_ds(table), num_workers=0)]
+    dl = DataLoader(_ds(table), num_workers=2)
+    with pytest.warns(RuntimeWarning, match=r"numpy packer .*no C compiler"):
+        got = [b["labels"] for b in dl]
+    assert len(got) == len(expected) > 6
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert dl.worker_pool.numba_imported is False
+    assert prebuilt.path() is None
 
 
 def test_a_worker_exception_is_raised_with_its_traceback(table):

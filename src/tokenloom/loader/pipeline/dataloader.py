@@ -26,6 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tokenloom.loader.observe.gauge import TransitGauge
 from tokenloom.loader.observe.ledger import LedgerCounter
 from tokenloom.loader.observe.stats import LoaderStats
+from tokenloom.loader.pipeline import prebuilt
 from tokenloom.loader.pipeline.dataset import PackedStream
 from tokenloom.loader.pipeline.read import LoaderError
 from tokenloom.loader.pipeline.transit import BuiltGroup, Rings
@@ -244,11 +245,12 @@ class DataLoader(torch.utils.data.DataLoader):
         with (each pass tells them its cursor: ``set_epoch`` and ``load_state_dict`` reach
         them, and their object-store fetches carry over into the next epoch)."""
         key = (ds.planner, ds.rank, ds.world_size, ds.io_threads, ds.read_ahead, ds.read_group)
-        return self._kept.get(
-            key,
-            lambda persistent: WorkerPool.of_loader(self, ds.detached(), persistent=persistent),
-            persistent=bool(self.persistent_workers),
-        )
+
+        def start(persistent: bool) -> WorkerPool:
+            prebuilt.ensure()  # the workers' packer, built here: they only load it
+            return WorkerPool.of_loader(self, ds.detached(), persistent=persistent)
+
+        return self._kept.get(key, start, persistent=bool(self.persistent_workers))
 
     def close(self) -> None:
         """Stop the workers kept between passes (``persistent_workers``); the next pass

@@ -6,8 +6,9 @@ module reads those tokens (:mod:`~tokenloom.loader.pipeline.read`), packs them
 consecutive steps, their rows taken with those of the next groups of the same process (spans,
 :mod:`~tokenloom.loader.pipeline.fetch`: locally ~1,000 rows a take, in the training process and in
 each DataLoader worker alike; on an object store many groups ahead), one pack into a reused buffer
-(:mod:`~tokenloom.loader.pipeline.buffers`; compiled in the training process, numpy in a DataLoader
-worker; both read the taken rows in place), so per-step Python stays small next to reading.
+(:mod:`~tokenloom.loader.pipeline.buffers`; compiled, by numba's JIT in the training process and
+built ahead of time in a DataLoader worker; both read the taken rows in place), so per-step Python
+stays small next to reading.
 DataLoader worker ``w`` of ``W`` (:mod:`~tokenloom.loader.pipeline.workers`) builds groups ``w, w+W,
 ...`` of this rank's steps into shared-memory slots and sends one message per group; the training
 process takes the workers' messages round-robin, so the stream is the same for any number of
@@ -32,6 +33,7 @@ import numpy as np
 
 from tokenloom.loader.observe.gauge import PipelineGauge
 from tokenloom.loader.observe.stats import LoaderStats
+from tokenloom.loader.pipeline import prebuilt
 from tokenloom.loader.pipeline.buffers import RecycledBuffers
 from tokenloom.loader.pipeline.fetch import FetchAhead, SpanKey
 from tokenloom.loader.pipeline.groups import GroupReader
@@ -67,7 +69,7 @@ from tokenloom.loader.plan.change import (
     changes_inputs,
 )
 from tokenloom.loader.plan.epoch import EpochPlan
-from tokenloom.loader.plan.pack import TokenSource
+from tokenloom.loader.plan.pack import TokenSource, use_prebuilt
 from tokenloom.loader.plan.spec import LoaderSpec
 from tokenloom.loader.plan.state import LoaderState, plan_fingerprint
 from tokenloom.loader.plan.stream.cursor import Cursor, StreamCursor
@@ -101,11 +103,6 @@ _SLOT_WAIT_S = 5.0  # then a group is sent by value instead (slow, never stuck)
 _PACK_THREADS = 2
 _PACK_AHEAD = 4
 _MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
-# DataLoader workers pack with the numpy packer: the compiled one (numba, loader/plan/_pack_jit.py)
-# costs ~6 ns less CPU per token but loading numba and LLVM adds ~115 MB of RSS to each worker
-# (measured at 200k documents: 267 -> 382 MB per worker, 925 -> 1,148 MB for the tree with two
-# workers, past the 1 GB goal). The training process packs with the compiled one.
-_COMPILED_IN_WORKERS = False
 # Locally a take of ~1,000 sorted rows costs a third less CPU per token than one of ~300 (a
 # take pays a fixed cost, then each row): the rows of consecutive groups are taken together
 # (loader/pipeline/fetch.py's spans) once a group holds fewer, up to this many tokens per take.
@@ -134,6 +131,19 @@ _LAYOUTS_KEPT = 64
 # Held token columns shared by DataLoader workers through the plan store (a copy per table
 # version and selection, up to 256 MB each): the newest kept on disk.
 _HELD_KEPT = 2
+
+
+def _worker_kernels() -> bool:
+    """In a DataLoader worker: pack with the compiled packer built ahead of time
+    (:mod:`~tokenloom.loader.pipeline.prebuilt`: numba's kernel without numba and LLVM, which
+    would add ~115 MB of RSS to each worker) where the training process could build it; whether
+    the worker packs compiled (else with numpy: ~5 ns more CPU a token in the loader tree with
+    two workers, measured). The training process packs with numba's JIT."""
+    module = prebuilt.load()
+    if module is None:
+        return False
+    use_prebuilt(module)
+    return True
 
 
 class PackedStream(StreamCursor):
@@ -727,9 +737,9 @@ class PackedStream(StreamCursor):
                     wait_s=_SLOT_WAIT_S,
                 )  # fmt: skip
                 ring.open(len(groups[0]) * self.step_values)
-            # the compiled packer in the training process; a DataLoader worker packs with numpy
-            # (numba and LLVM would add ~115 MB of RSS to each worker: _COMPILED_IN_WORKERS)
-            build = partial(self._build_group, compiled=info is None or _COMPILED_IN_WORKERS)
+            # numba's compiled packer in the training process; a DataLoader worker's is built
+            # ahead of time (no numba there), else it packs with numpy
+            build = partial(self._build_group, compiled=info is None or _worker_kernels())
 
             def submit(i: int) -> Any:
                 g = groups[i]
@@ -962,7 +972,7 @@ class PackedStream(StreamCursor):
         # does not size anything)
         rows = fetcher.span_rows(0)
         warm = None
-        if fetcher.holding and (workers == 0 or _COMPILED_IN_WORKERS):
+        if fetcher.holding and workers == 0:  # (a worker's packer loads no numba)
             warm = ThreadPoolExecutor(1, thread_name_prefix="tokenloom-warm")
             warming = warm.submit(self._warm_packer, view, groups[0])
         fetched, wall, cpu = timed(self.reader.fetch, rows)

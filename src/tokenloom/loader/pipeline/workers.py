@@ -108,7 +108,8 @@ def _worker_main(
                 credits -= 1
                 sent_ring = sent_ring or group.slots is not None
                 conn.send(("group", group))
-            conn.send(("done", {"torch_imported": "torch" in sys.modules}))
+            imported = {f"{m}_imported": m in sys.modules for m in ("torch", "numba")}
+            conn.send(("done", imported))
             if not persistent:
                 break
         while sent_ring and not taken:  # the training process says so, or stops this process
@@ -222,6 +223,9 @@ class WorkerPool:
         self.main_objects = tuple(main_objects)
         self.torch_imported: bool | None = None
         """Whether any worker had torch imported when it finished (``None`` until one did)."""
+        self.numba_imported: bool | None = None
+        """The same for numba (a token stream's workers pack with the prebuilt kernel, without
+        it)."""
         self.persistent = bool(persistent)
         self.passes = 0
         """Passes these processes ran to their end."""
@@ -352,6 +356,7 @@ class WorkerPool:
 
     def _done(self, info: dict) -> None:
         self.torch_imported = bool(self.torch_imported) or info["torch_imported"]
+        self.numba_imported = bool(self.numba_imported) or info["numba_imported"]
 
     def close(self) -> None:
         """Stop the processes (a persistent pool's next :meth:`run` starts new ones). Idle

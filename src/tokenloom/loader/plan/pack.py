@@ -361,10 +361,12 @@ def pack_blocks(
         out = np.empty((4, B, L), dtype=np.int64)
     elif out.shape != (4, B, L) or out.dtype != np.int64 or not out.flags.c_contiguous:
         raise PlanError(f"out must be a C-contiguous (4, {B}, {L}) int64 array")
-    if compiled:
+    kernel = _kernel(source) if compiled else None
+    if kernel is not None:
         return _pack_compiled(
-            spans, source, offs, B, L, eos_id, pad_id, bool(lookahead), out, masked, overlap_loss
-        )
+            kernel, spans, source, offs, B, L, eos_id, pad_id, bool(lookahead), out, masked,
+            overlap_loss,
+        )  # fmt: skip
     plain = None if isinstance(tokens, TokenSource) else source.values
     return _pack_numpy(
         spans, source, plain, offs, B, L, eos_id, pad_id, bool(lookahead), out, masked,
@@ -565,6 +567,7 @@ def _pack_numpy(
 
 
 def _pack_compiled(
+    kernel: Any,
     spans: Spans,
     source: TokenSource,
     offs: np.ndarray,
@@ -577,8 +580,9 @@ def _pack_compiled(
     masked: np.ndarray | None,
     overlap_loss: bool,
 ) -> PackedArrays:
-    """:func:`_pack_numpy`'s output from one pass of the compiled kernel (inputs checked by
-    :func:`pack_blocks`); the per-stretch metadata stays numpy (O(S))."""
+    """:func:`_pack_numpy`'s output from one pass of the compiled kernel ``kernel`` (numba's
+    JIT or the prebuilt module's, :func:`_kernel`; inputs checked by :func:`pack_blocks`); the
+    per-stretch metadata stays numpy (O(S))."""
     S = len(spans)
 
     def i64(a: np.ndarray) -> np.ndarray:
@@ -593,9 +597,12 @@ def _pack_compiled(
     ctx_end = _NO_INTS if spans.ctx_end is None else i64(spans.ctx_end)
     cu = np.empty(S + B + 1, dtype=np.int32)
     per_block = np.empty((3, B), dtype=np.int64)  # filled, loss, dropped by the loss mask
-    n_cu = _kernel()(
-        source.values,
-        source.extra,
+    values, extra = source.values, source.extra
+    if not extra.size and extra.dtype != values.dtype:
+        extra = values[:0]  # one specialisation per token type (the prebuilt one's signature)
+    n_cu = kernel(
+        values,
+        extra,
         i64(source.at),
         i64(offs),
         flag(masked),
@@ -672,13 +679,36 @@ _NO_FLAGS = np.zeros(0, dtype=np.bool_)
 _NO_INTS = np.zeros(0, dtype=np.int64)
 _KERNEL: Any = None
 _KERNEL_LOCK = threading.Lock()
+_PREBUILT: Any = None
+"""The prebuilt kernels' module where this process packs with them (:func:`use_prebuilt`)."""
 
 
-def _kernel() -> Any:
-    """The compiled packer (:func:`tokenloom.loader.plan._pack_jit.pack_rows`), imported on first
-    use: numba is loaded by the first pack, never by ``import tokenloom`` (the first call on a
-    machine compiles it, then numba's on-disk cache serves every process)."""
+def use_prebuilt(module: Any) -> None:
+    """Pack in this process with ``module``'s kernels (the packer built ahead of time,
+    :mod:`~tokenloom.loader.pipeline.prebuilt`: no numba, no LLVM; its ``pack_rows_<dtype>``
+    take the arguments of :func:`tokenloom.loader.plan._pack_jit.pack_rows`) instead of numba's
+    JIT, and with the numpy packer for tokens of a type it has no function for: what a
+    DataLoader worker does."""
+    global _PREBUILT
+    _PREBUILT = module
+
+
+def _kernel(source: TokenSource) -> Any | None:
+    """The compiled packer for ``source``'s tokens: the prebuilt module's in a process that
+    uses it (:func:`use_prebuilt`), where it has one for their type and their buffers are
+    contiguous (``None`` otherwise: the numpy packer then); else
+    :func:`tokenloom.loader.plan._pack_jit.pack_rows`, imported on first use: numba is loaded by
+    the first pack, never by ``import tokenloom`` (the first call on a machine compiles it, then
+    numba's on-disk cache serves every process)."""
     global _KERNEL
+    prebuilt = _PREBUILT
+    if prebuilt is not None:
+        values, extra = source.values, source.extra
+        if not (values.flags.c_contiguous and extra.flags.c_contiguous):
+            return None
+        if extra.dtype != values.dtype and extra.size:
+            return None  # (a TokenSource's ranges copied apart share the column's type)
+        return getattr(prebuilt, f"pack_rows_{values.dtype.name}", None)
     if _KERNEL is None:
         with _KERNEL_LOCK:
             if _KERNEL is None:
