@@ -5,6 +5,7 @@ The object-store pipeline built on them is tested in tests/s3/test_fetch_s3.py."
 
 from __future__ import annotations
 
+import pickle
 import threading
 
 import lance
@@ -57,6 +58,19 @@ def test_spans_cut_consecutive_groups():
     assert cut_spans(2, 5) == [range(0, 2)]
     assert cut_spans(0, 4) == []
     assert cut_spans(3, 0) == [range(0, 1), range(1, 2), range(2, 3)]
+
+
+def test_a_span_key_is_hashed_once_and_compares_by_value():
+    groups = tuple((i * 4, i * 4 + 4) for i in range(5000))  # an epoch's read groups
+    key = SpanKey(epoch=3, groups=groups, per_span=2)
+    same = SpanKey(epoch=3, groups=tuple(list(groups)), per_span=2)
+    assert key == same and hash(key) == hash(same) and {(key, 7): 1}[(same, 7)] == 1
+    assert key != SpanKey(epoch=4, groups=groups, per_span=2)
+    assert key != SpanKey(epoch=3, groups=groups[:-1], per_span=2)
+    assert key != SpanKey(epoch=3, groups=groups, per_span=3)
+    assert "_hash" not in repr(key)
+    assert pickle.loads(pickle.dumps(key)) == key  # (sent to workers with their stream)
+    assert hash(pickle.loads(pickle.dumps(key))) == hash(key)
 
 
 def test_rows_per_fetch_holds_a_share_of_the_epoch_within_bounds():
