@@ -317,6 +317,8 @@ def _compare_packers(spans, tokens, offsets, B: int, L: int, **kw) -> PackedArra
 @pytest.fixture(scope="module")
 def prebuilt():
     """The prebuilt kernel (built once a machine: a fresh clone's first run takes ~15 s)."""
+    if not prebuilt_module.can_build():
+        pytest.skip("no C compiler here: workers pack with numpy (tests/loader/test_workers.py)")
     assert prebuilt_module.ensure() is not None
     module = prebuilt_module.load()
     assert module is not None

@@ -47,6 +47,8 @@ def test_workers_import_no_torch_and_keep_the_in_process_stream(table):
 def test_a_worker_packs_with_the_kernel_built_ahead_of_time(table):
     """What a worker runs (its groups of the stream) packs with the prebuilt module's kernel,
     which the training process builds before it starts workers (numba's JIT stays out)."""
+    if not prebuilt.can_build():
+        pytest.skip("no C compiler here: workers pack with numpy (tested below)")
     assert prebuilt.ensure() is not None
     module = prebuilt.load()
     kernels = []

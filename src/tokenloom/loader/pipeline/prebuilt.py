@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "CACHE_ENV", "ensure", "load", "path"]
+__all__ = ["DTYPES", "CACHE_ENV", "can_build", "ensure", "load", "path"]
 
 DTYPES = ("uint16", "int32", "uint32", "int64")
 """Token types the module packs: what tokenloom's tokenizers write (``uint16``, ``int32`` above
@@ -123,6 +123,16 @@ def load() -> ModuleType | None:
             loader.exec_module(module)
             _loaded[found] = module
     return module
+
+
+def can_build() -> bool:
+    """Whether this machine has the C compiler the build links with (the interpreter's)."""
+    import shlex
+    import shutil
+    import sysconfig
+
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    return bool(cc) and shutil.which(cc[0]) is not None
 
 
 def ensure() -> Path | None:
