@@ -89,6 +89,21 @@ def test_workers_pack_with_numpy_where_the_prebuilt_kernel_cannot_be_built(
     assert prebuilt.path() is None
 
 
+def test_without_a_c_compiler_the_build_is_not_tried(tmp_path, monkeypatch):
+    def compiled(*args):
+        raise AssertionError("no build without a compiler")
+
+    monkeypatch.setenv(prebuilt.CACHE_ENV, str(tmp_path / "kernels"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(prebuilt, "_compile", compiled)
+    monkeypatch.setattr(prebuilt, "_failed", None)
+    assert not prebuilt.can_build()
+    with pytest.warns(RuntimeWarning, match="numpy packer .*no C compiler"):
+        assert prebuilt.ensure() is None
+    assert prebuilt.ensure() is None  # warned once a process
+    assert not (tmp_path / "kernels").exists() and prebuilt.load() is None
+
+
 def test_a_worker_exception_is_raised_with_its_traceback(table):
     dl = DataLoader(_ds(table), num_workers=2, worker_init_fn=fail_in_worker_1)
     with pytest.raises(ValueError, match="worker 1 failed") as info:

@@ -143,8 +143,8 @@ def ensure() -> Path | None:
     if found is not None or _failed is not None:
         return found
     name = _name()
-    errors = []
-    for d in _dirs():
+    errors = [] if can_build() else ["no C compiler (the interpreter's CC, or $CC) on PATH"]
+    for d in _dirs() if not errors else []:
         try:
             d.mkdir(parents=True, exist_ok=True)
             with open(d / f"{name}.lock", "w") as lock:
