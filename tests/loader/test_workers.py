@@ -7,6 +7,9 @@ import itertools
 import multiprocessing
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -87,6 +90,30 @@ def test_workers_pack_with_numpy_where_the_prebuilt_kernel_cannot_be_built(
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
     assert dl.worker_pool.numba_imported is False
     assert prebuilt.path() is None
+
+
+def test_the_kernel_is_built_in_a_child_process_into_its_cache(tmp_path):
+    """From an empty cache: built whole by a child process (the training process never loads
+    numba for it), then loaded without numba."""
+    if not prebuilt.can_build():
+        pytest.skip("no C compiler here")
+    code = (
+        "import sys\n"
+        "from tokenloom.loader.pipeline import prebuilt\n"
+        "built = prebuilt.ensure()\n"
+        "assert built is not None and built == prebuilt.path(), built\n"
+        "assert 'numba' not in sys.modules\n"
+        "module = prebuilt.load()\n"
+        "assert all(hasattr(module, f'pack_rows_{t}') for t in prebuilt.DTYPES)\n"
+        "assert 'numba' not in sys.modules and 'llvmlite' not in sys.modules\n"
+        "print(built)\n"
+    )
+    env = {**os.environ, prebuilt.CACHE_ENV: str(tmp_path / "kernels")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    built = Path(done.stdout.strip())
+    assert built.parent == tmp_path / "kernels" and built.is_file()
+    assert [p.name for p in built.parent.iterdir() if not p.name.endswith(".lock")] == [built.name]
 
 
 def test_without_a_c_compiler_the_build_is_not_tried(tmp_path, monkeypatch):
