@@ -28,6 +28,7 @@ which costs them about twice the compiled one's CPU a token; the prebuilt module
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.machinery
 import importlib.metadata
@@ -73,8 +74,10 @@ def _kernel_file() -> Path:
     return Path(spec.origin)
 
 
+@functools.cache
 def _name() -> str:
-    """The module's name: ``_tokenloom_pack_`` and the key of what it is built from."""
+    """The module's name: ``_tokenloom_pack_`` and the key of what it is built from (worked out
+    once a process: a worker asks at every pass)."""
     h = hashlib.sha256()
     for part in (
         Path(__file__).read_bytes(),  # how it is built
