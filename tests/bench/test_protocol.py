@@ -154,6 +154,26 @@ def test_tree_sampler_keeps_a_usage_series():
     assert all(p.cpu_pct >= 0 and p.rss_mb > 0 for p in points)
 
 
+def test_tree_sampler_reads_pss_within_its_share_of_a_core():
+    """RSS (a counter) at every sample, PSS (a walk of every page of each process, tens of ms
+    for a loader with workers) only as often as its share of a core allows: a small share
+    leaves most samples without a PSS read, and the peaks are still kept."""
+    import time
+
+    from tokenloom.bench.loader_rss import TreeSampler
+
+    if not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"):
+        pytest.skip("no /proc/<pid>/smaps_rollup here: no PSS to read")
+    with TreeSampler(os.getpid(), interval_s=0.005, refresh_s=0.05, pss_share=0.001) as sampler:
+        deadline = time.monotonic() + 30
+        while sampler.samples < 60 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sampler.samples >= 60
+    assert 1 <= sampler.pss_reads < sampler.samples / 4
+    assert sampler.pss_cpu_s > 0
+    assert sampler.peak_pss is not None and 0 < sampler.peak_pss <= sampler.peak_rss
+
+
 def test_tree_cpu_total_counts_live_and_ended_children():
     """A child's CPU time counts while it runs (``/proc``) and after it has been waited for
     (``os.times``): the total never drops when a worker ends."""

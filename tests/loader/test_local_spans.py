@@ -40,9 +40,10 @@ def test_local_spans_take_groups_together_and_change_nothing(tmp_path, monkeypat
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
-def test_spans_in_the_training_process_are_larger_than_in_workers(tmp_path):
+def test_spans_in_the_training_process_are_larger_than_in_workers(tmp_path, monkeypatch):
     """The training process takes ~4,000 rows at once (cheaper per token), a DataLoader worker
-    ~1,000 (its two spans in flight stay small: a worker's memory is most of the tree's)."""
+    ~2,000 (its two spans in flight stay small: a worker's memory is most of the tree's), and
+    a worker's span of longer documents stops at its token budget."""
     uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=6000)).path
     ds = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0)
     view = ds.view(0)
@@ -54,6 +55,11 @@ def test_spans_in_the_training_process_are_larger_than_in_workers(tmp_path):
     there = ds._local_span_groups(view, size_w, worker=True) * rows_per_group_w
     assert dataset_module._LOCAL_SPAN_ROWS <= here < dataset_module._LOCAL_SPAN_ROWS * 1.5
     assert dataset_module._WORKER_SPAN_ROWS <= there < dataset_module._WORKER_SPAN_ROWS * 1.5
+    positions = size_w * ds.step_values // 4  # a worker group's token positions
+    budget = 3 * positions  # as if documents were long: three groups' tokens at most
+    monkeypatch.setattr(dataset_module, "_WORKER_SPAN_TOKENS", budget)
+    assert ds._local_span_groups(view, size_w, worker=True) == 3
+    assert ds._local_span_groups(view, size) * rows_per_group >= here  # not the training process's
 
 
 def test_a_worker_with_a_core_packs_its_spans_on_one_thread(tmp_path, monkeypatch):

@@ -110,11 +110,15 @@ _LOCAL_SPAN_TOKENS = 8 << 20
 # Rows per local take: in the training process ~4,000 (measured 400k documents, 1,024-token
 # blocks, batch 8, alternating in one process with the read bound between: 0.90-1.04x of the
 # bound against 0.65-0.89x with ~1,000-row spans, 3-25% less CPU a token); a DataLoader worker
-# keeps ~1,000 (each worker holds two spans in flight: ~4,000 there took the loader tree with
-# two workers from 944 to 1,043 MB, past the 1 GB goal; ~2,000 to 978 MB for no gain measured
-# through three rounds: 30.0M tok/s against 31.3M).
+# ~2,000, within a token budget (each worker holds two spans in flight, and a take's memory
+# grows with its tokens: the loader tree with two workers peaked at 907-914 MB with ~1,000
+# rows, 939-945 with ~2,000, 966-979 with ~3,000, 1,006-1,014 with ~4,000, past the 1 GB goal).
+# ~2,000 against ~1,000, alternating three rounds, per thread: Lance's threads 22.0-24.9 ns
+# against 24.4-27.5, the fetch threads 19.4-19.7 against 21.5-23.7, the tree 60.7-64.4 ns a
+# token against 65.8-73.7 and 27.2-29.7M tok/s against 24.2-27.4M.
 _LOCAL_SPAN_ROWS = 4096
-_WORKER_SPAN_ROWS = TAKE_ROWS
+_WORKER_SPAN_ROWS = 2 * TAKE_ROWS
+_WORKER_SPAN_TOKENS = 2 << 20  # a worker's span of longer documents: ~2,000 rows' worth
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
 # A DataLoader worker with a core or less (two workers on two cores) packs its local spans' groups
 # on one thread, one group ahead: its spans are taken by the fetcher's threads, so a second
@@ -503,7 +507,8 @@ class PackedStream(StreamCursor):
     def _local_span_groups(self, view: EpochView, size: int, *, worker: bool = False) -> int:
         """Read groups per take on a local table: enough for about :data:`_LOCAL_SPAN_ROWS`
         distinct rows (:data:`_WORKER_SPAN_ROWS` in a DataLoader ``worker``), at most
-        :data:`_LOCAL_SPAN_TOKENS` of tokens. Not with long documents (a mean row longer than
+        :data:`_LOCAL_SPAN_TOKENS` of tokens (:data:`_WORKER_SPAN_TOKENS`). Not with long
+        documents (a mean row longer than
         that over :data:`~tokenloom.loader.pipeline.readahead.TAKE_ROWS`): their groups hold
         few rows, each read once into the long-document cache, which a span fetched ahead would
         read again."""
@@ -514,7 +519,7 @@ class PackedStream(StreamCursor):
             return 1
         per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
         tokens = max(self.step_values // 4 * size, 1)  # positions of a group
-        most = max(_LOCAL_SPAN_TOKENS // tokens, 1)
+        most = max((_WORKER_SPAN_TOKENS if worker else _LOCAL_SPAN_TOKENS) // tokens, 1)
         wanted = _WORKER_SPAN_ROWS if worker else _LOCAL_SPAN_ROWS
         return int(min(-(-wanted // per_group), most))
 
