@@ -1,5 +1,5 @@
 """Local take spans (loader/pipeline/dataset.py): on a local table the rows of consecutive read
-groups are taken together (one take of ~1,000 rows costs less per token than several small ones),
+groups are taken together (one take of ~4,000 rows costs less per token than several small ones),
 and the stream is exactly the one of one take per group, across an epoch boundary; long documents
 keep one take per group."""
 
@@ -41,32 +41,39 @@ def test_local_spans_take_groups_together_and_change_nothing(tmp_path, monkeypat
 
 
 def test_spans_in_the_training_process_are_larger_than_in_workers(tmp_path, monkeypatch):
-    """The training process takes ~4,000 rows at once (cheaper per token), a DataLoader worker
-    ~2,000 (its two spans in flight stay small: a worker's memory is most of the tree's), and
-    a worker's span of longer documents stops at its token budget."""
+    """The training process takes ~4,000 rows at once (cheaper per token); a DataLoader worker's
+    spans in flight hold about as many rows (a worker's memory is most of the tree's): one span
+    of ~4,000 with a core or less, two of ~2,000 with more; and a worker's spans of longer
+    documents stop at its token budget."""
     uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=6000)).path
     ds = PackedStream(uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0)
     view = ds.view(0)
     size = ds._group_steps(view)
     rows_per_group = len(ds.inputs.row_ids) / view.steps * size
     here = ds._local_span_groups(view, size) * rows_per_group
+    assert dataset_module._LOCAL_SPAN_ROWS <= here < dataset_module._LOCAL_SPAN_ROWS * 1.5
     size_w = ds._group_steps(view, worker=True)
     rows_per_group_w = len(ds.inputs.row_ids) / view.steps * size_w
-    there = ds._local_span_groups(view, size_w, worker=True) * rows_per_group_w
-    assert dataset_module._LOCAL_SPAN_ROWS <= here < dataset_module._LOCAL_SPAN_ROWS * 1.5
-    assert dataset_module._WORKER_SPAN_ROWS <= there < dataset_module._WORKER_SPAN_ROWS * 1.5
-    positions = size_w * ds.step_values // 4  # a worker group's token positions
-    budget = 3 * positions  # as if documents were long: three groups' tokens at most
-    monkeypatch.setattr(dataset_module, "_WORKER_SPAN_TOKENS", budget)
-    assert ds._local_span_groups(view, size_w, worker=True) == 3
-    assert ds._local_span_groups(view, size) * rows_per_group >= here  # not the training process's
+    in_flight = dataset_module._WORKER_ROWS_IN_FLIGHT
+    for cores, spans in ((1, 1), (2, 2), (8, 2)):
+        monkeypatch.setattr(dataset_module, "available_cores", lambda workers=1, c=cores: c)
+        assert ds._local_spans(2) == spans and ds._local_spans(0) == 2
+        there = ds._local_span_groups(view, size_w, workers=2) * rows_per_group_w
+        assert in_flight // spans <= there < in_flight // spans * 1.5
+        positions = size_w * ds.step_values // 4  # a worker group's token positions
+        # as if documents were long: three groups' tokens over the spans in flight at most
+        monkeypatch.setattr(dataset_module, "_WORKER_TOKENS_IN_FLIGHT", 3 * positions * spans)
+        assert ds._local_span_groups(view, size_w, workers=2) == 3
+        assert ds._local_span_groups(view, size) * rows_per_group >= here  # not the process's
+        monkeypatch.undo()
 
 
 def test_a_worker_with_a_core_packs_its_spans_on_one_thread(tmp_path, monkeypatch):
     """A DataLoader worker's spans are taken by the fetcher's threads: with a core or less it
     packs on one thread, one group ahead (two threads only contended for the cores), with more
-    as the training process does; either way the counters name what reads, two spans in
-    flight of one take each."""
+    as the training process does; either way the counters name what reads: one take per span,
+    one span in flight with a core or less (the other workers' takes overlap its packing), else
+    two."""
     uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=6000)).path
     for cores, threads in ((1, 1), (2, 2)):
         monkeypatch.setattr(dataset_module, "available_cores", lambda workers=1, c=cores: c)
@@ -78,7 +85,10 @@ def test_a_worker_with_a_core_packs_its_spans_on_one_thread(tmp_path, monkeypatc
         assert ds.sizing.io_threads == threads
         assert ds.sizing.read_ahead == 1 if cores == 1 else ds.sizing.read_ahead >= 2
         said = ds.stats.summary()
-        assert f"2 fetch spans of ~{ds.sizing.span_rows} rows ahead, 2 concurrent takes" in said
+        spans = 1 if cores == 1 else 2  # one in flight with a core or less, else two
+        assert (
+            f"{spans} fetch spans of ~{ds.sizing.span_rows} rows ahead, {spans} concurrent" in said
+        )
     explicit = PackedStream(
         uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0, io_threads=3, read_ahead=5
     )

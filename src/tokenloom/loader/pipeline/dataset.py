@@ -109,17 +109,20 @@ _MAX_GROUP_STEPS = 64  # a group's packed blocks stay in memory until handed out
 _LOCAL_SPAN_TOKENS = 8 << 20
 # Rows per local take: in the training process ~4,000 (measured 400k documents, 1,024-token
 # blocks, batch 8, alternating in one process with the read bound between: 0.90-1.04x of the
-# bound against 0.65-0.89x with ~1,000-row spans, 3-25% less CPU a token); a DataLoader worker
-# ~2,000, within a token budget (each worker holds two spans in flight, and a take's memory
-# grows with its tokens: the loader tree with two workers peaked at 907-914 MB with ~1,000
-# rows, 939-945 with ~2,000, 966-979 with ~3,000, 1,006-1,014 with ~4,000, past the 1 GB goal).
-# ~2,000 against ~1,000, alternating three rounds, per thread: Lance's threads 22.0-24.9 ns
-# against 24.4-27.5, the fetch threads 19.4-19.7 against 21.5-23.7, the tree 60.7-64.4 ns a
-# token against 65.8-73.7 and 27.2-29.7M tok/s against 24.2-27.4M.
+# bound against 0.65-0.89x with ~1,000-row spans, 3-25% less CPU a token).
 _LOCAL_SPAN_ROWS = 4096
-_WORKER_SPAN_ROWS = 2 * TAKE_ROWS
-_WORKER_SPAN_TOKENS = 2 << 20  # a worker's span of longer documents: ~2,000 rows' worth
 _LOCAL_SPANS = 2  # spans in flight: the one being packed and the next being taken
+# A DataLoader worker's spans in flight hold about as many rows as one training-process span,
+# within a token budget (a take's memory grows with its tokens: the loader tree with two workers,
+# two spans in flight each, peaked at 907-914 MB with ~1,000 rows a span, 939-945 with ~2,000,
+# 966-979 with ~3,000, 1,006-1,014 with ~4,000, past the 1 GB goal). With a core or less a
+# worker keeps one span in flight, of ~4,000 rows: the other worker's takes overlap its packing
+# (two workers on two cores, the processes' CPU a token of the stream, alternating three rounds:
+# the tree 77.2-81.2 ns and 22.9-24.5M tok/s, against 84.4-90.0 ns and 20.4-22.5M with one span
+# of ~1,000 rows and 88.3-97.9 ns and 19.4-22.0M with two of ~2,000; peak RSS 938-952 MB against
+# 941-945). With more cores it keeps two of ~2,000.
+_WORKER_ROWS_IN_FLIGHT = 4096
+_WORKER_TOKENS_IN_FLIGHT = 4 << 20  # a worker's spans of longer documents: ~4,000 rows' worth
 # A DataLoader worker with a core or less (two workers on two cores) packs its local spans' groups
 # on one thread, one group ahead: its spans are taken by the fetcher's threads, so a second
 # packing thread and group only contend with the other worker and the training process for the
@@ -504,11 +507,12 @@ class PackedStream(StreamCursor):
         self.reader.use_block_size(ROW_BLOCK_SIZE if per_row_reads(column) else None)
         return int(max(rows_per_fetch(column, rows) // per_group, 1))
 
-    def _local_span_groups(self, view: EpochView, size: int, *, worker: bool = False) -> int:
+    def _local_span_groups(self, view: EpochView, size: int, *, workers: int = 0) -> int:
         """Read groups per take on a local table: enough for about :data:`_LOCAL_SPAN_ROWS`
-        distinct rows (:data:`_WORKER_SPAN_ROWS` in a DataLoader ``worker``), at most
-        :data:`_LOCAL_SPAN_TOKENS` of tokens (:data:`_WORKER_SPAN_TOKENS`). Not with long
-        documents (a mean row longer than
+        distinct rows, at most :data:`_LOCAL_SPAN_TOKENS` of tokens; in one of ``workers``
+        DataLoader workers :data:`_WORKER_ROWS_IN_FLIGHT` rows and
+        :data:`_WORKER_TOKENS_IN_FLIGHT` tokens over its spans in flight
+        (:meth:`_local_spans`). Not with long documents (a mean row longer than
         that over :data:`~tokenloom.loader.pipeline.readahead.TAKE_ROWS`): their groups hold
         few rows, each read once into the long-document cache, which a span fetched ahead would
         read again."""
@@ -519,9 +523,19 @@ class PackedStream(StreamCursor):
             return 1
         per_group = max(rows / max(view.steps, 1) / self.world_size * size, 1.0)
         tokens = max(self.step_values // 4 * size, 1)  # positions of a group
-        most = max((_WORKER_SPAN_TOKENS if worker else _LOCAL_SPAN_TOKENS) // tokens, 1)
-        wanted = _WORKER_SPAN_ROWS if worker else _LOCAL_SPAN_ROWS
+        wanted, budget = _LOCAL_SPAN_ROWS, _LOCAL_SPAN_TOKENS
+        if workers:
+            spans = self._local_spans(workers)
+            wanted, budget = _WORKER_ROWS_IN_FLIGHT // spans, _WORKER_TOKENS_IN_FLIGHT // spans
+        most = max(budget // tokens, 1)
         return int(min(-(-wanted // per_group), most))
+
+    @staticmethod
+    def _local_spans(workers: int) -> int:
+        """Local spans in flight (one take each): the one being packed and the next being
+        taken; in a DataLoader worker (one of ``workers``) with a core or less, one: the other
+        workers' takes overlap its packing."""
+        return 1 if workers and available_cores(workers) < 2 else _LOCAL_SPANS
 
     def _group_rows(self, view: EpochView, steps: range) -> np.ndarray:
         """The stable row ids a read group's stretches come from (no I/O). Its layout is kept
@@ -720,13 +734,14 @@ class PackedStream(StreamCursor):
         fetcher = None
         remote = is_remote(self.uri)
         # read groups per local take (worked out once: the fetcher's spans, when over one)
-        local_span = 1 if remote else self._local_span_groups(view, size, worker=info is not None)
+        in_worker = workers if info is not None else 0
+        local_span = 1 if remote else self._local_span_groups(view, size, workers=in_worker)
         if groups and (remote or local_span > 1):
             fetcher = self._start_fetches(
                 view, epoch, groups, size, keep=info is None or keep, worker=(wid, workers),
-                local_span=local_span,
+                local_span=local_span, local_spans=self._local_spans(in_worker),
             )  # fmt: skip
-        self._size_reads(view, epoch, groups, fetcher, workers if info is not None else 0)
+        self._size_reads(view, epoch, groups, fetcher, in_worker)
         assert self.sizing is not None
         threads, depth = self.sizing.io_threads, self.sizing.read_ahead
         if fetcher is not None and remote:  # reading is the fetcher's; these threads pack
@@ -806,19 +821,21 @@ class PackedStream(StreamCursor):
         keep: bool,
         worker: tuple[int, int] = (0, 1),
         local_span: int = 1,
+        local_spans: int = _LOCAL_SPANS,
     ) -> FetchAhead:
         """The fetch spans of an object-store pipeline (:mod:`~tokenloom.loader.pipeline.fetch`).
         With ``keep`` (the training process, or a persistent worker) the fetcher outlives the epoch,
         goes on into the next one's first spans of this process's groups (``worker``: its index
         and the number of workers) while this one ends, and the next pass reuses them when it
         starts where this one ends. ``local_span``: on a local table, the read groups of a span
-        (:meth:`_local_span_groups`, worked out by the caller)."""
+        (:meth:`_local_span_groups`, worked out by the caller), and ``local_spans`` the spans in
+        flight (:meth:`_local_spans`)."""
         remote = is_remote(self.uri)
         if remote:
             per_span = self._span_groups(view, size)
             depth, parts = self._fetch_depth(), self._fetch_parts()
         else:  # one take per span, the next one taken while this one is packed
-            per_span, depth, parts = local_span, _LOCAL_SPANS, 1
+            per_span, depth, parts = local_span, local_spans, 1
         key = SpanKey(
             epoch=epoch, groups=tuple((g.start, g.stop) for g in groups), per_span=per_span
         )
@@ -951,10 +968,11 @@ class PackedStream(StreamCursor):
                 assert fetcher is not None
                 span_rows = len(np.unique(fetcher.span_rows(0)))
                 self.sizing = replace(self.sizing, span_rows=span_rows)
-                fetcher.resize(depth=_LOCAL_SPANS, parts=1)
+                spans = self._local_spans(workers)
+                fetcher.resize(depth=spans, parts=1)
                 # the counters say what reads, as on an object store: the spans in flight and
                 # their takes (the sizing's threads and depth are the packing's)
-                reads = replace(self.sizing, io_threads=_LOCAL_SPANS, read_ahead=_LOCAL_SPANS)
+                reads = replace(self.sizing, io_threads=spans, read_ahead=spans)
                 self.stats.record_sizing(reads)
                 return
             elif fetcher is not None:  # spans in flight and their takes, as given
