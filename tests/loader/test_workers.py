@@ -109,7 +109,9 @@ def test_the_kernel_is_built_in_a_child_process_into_its_cache(tmp_path):
         "print(built)\n"
     )
     env = {**os.environ, prebuilt.CACHE_ENV: str(tmp_path / "kernels")}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900
+    )  # a hung build fails the test, never hangs the suite
     assert done.returncode == 0, done.stderr[-2000:]
     built = Path(done.stdout.strip())
     assert built.parent == tmp_path / "kernels" and built.is_file()
