@@ -52,10 +52,16 @@ def test_two_ranks_train_the_vlm_as_one_process(tmp_path):
         [x for _, x in a.history["train"]], rel=1e-5
     )
     # the weights too, to float32's sums in another order: gradients are summed over ranks, and
-    # Adam turns a bias's near-zero gradient into a step of lr's size (measured: 1.3e-5 at most,
-    # after 4 steps of lr 1e-2)
+    # Adam divides an element's step by its gradient's size, so where a gradient is near zero the
+    # order of the sums moves the step (measured after 4 steps of lr 1e-2: 1.3e-5 at most on one
+    # CPU, 7e-5 at 2 of 65,536 elements of an MLP weight on another). A rank left out of a sum
+    # moves every element by ~lr a step: every element within 5e-4, and all but 0.1% of each
+    # tensor's within float32's rounding of the sums
     for k, v in a.model.items():
-        torch.testing.assert_close(b.model[k], v, rtol=1e-4, atol=5e-5, msg=k)
+        diff = (b.model[k] - v).abs()
+        assert float(diff.max()) <= 5e-4, k
+        loose = int((diff > 5e-5 + 1e-4 * v.abs()).sum())
+        assert loose <= max(1, v.numel() // 1000), (k, loose, v.numel())
     assert read_record(two).topology[-1]["world_size"] == 2
     # the record counts what both ranks were fed: what the one process was fed
     assert _fed(two) == _fed(one) and _fed(one)["blocks"] == 16
