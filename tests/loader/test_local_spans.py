@@ -85,10 +85,10 @@ def test_a_worker_with_a_core_packs_its_spans_on_one_thread(tmp_path, monkeypatc
         assert ds.sizing.io_threads == threads
         assert ds.sizing.read_ahead == 1 if cores == 1 else ds.sizing.read_ahead >= 2
         said = ds.stats.summary()
-        spans = 1 if cores == 1 else 2  # one in flight with a core or less, else two
-        assert (
-            f"{spans} fetch spans of ~{ds.sizing.span_rows} rows ahead, {spans} concurrent" in said
-        )
+        # one in flight with a core or less, else two (and the words agree with the number)
+        want = "1 fetch span" if cores == 1 else "2 fetch spans"
+        takes = "1 concurrent take " if cores == 1 else "2 concurrent takes "
+        assert f"{want} of ~{ds.sizing.span_rows} rows ahead, {takes}" in said
     explicit = PackedStream(
         uri, seq_len=128, global_batch=8, seed=3, eos_id=0, pad_id=0, io_threads=3, read_ahead=5
     )

@@ -134,13 +134,14 @@ class LoaderStats:
             return ""
         if self.span_rows:
             return (
-                f"{self.read_ahead / n:g} fetch spans of ~{self.span_rows / n:.0f} rows ahead, "
-                f"{self.io_threads / n:g} concurrent takes "
+                f"{_count(self.read_ahead / n, 'fetch span')} of ~{self.span_rows / n:.0f} rows "
+                f"ahead, {_count(self.io_threads / n, 'concurrent take')} "
                 f"(probe {self.probe_wall_seconds / n * 1e3:.1f} ms wall, "
                 f"{self.probe_cpu_seconds / n * 1e3:.1f} ms CPU)"
             )
         return (
-            f"{self.io_threads / n:g} threads, {self.read_ahead / n:g} groups ahead "
+            f"{_count(self.io_threads / n, 'thread')}, "
+            f"{_count(self.read_ahead / n, 'group')} ahead "
             f"(probe {self.probe_wall_seconds / n * 1e3:.1f} ms wall, "
             f"{self.probe_cpu_seconds / n * 1e3:.1f} ms CPU)"
         )
@@ -202,3 +203,8 @@ class LoaderStats:
 
 
 _CARRIED = tuple(f.name for f in fields(LoaderStats) if f.name not in _NOT_SUMMED)
+
+
+def _count(value: float, noun: str) -> str:
+    """``value`` (a mean, so perhaps not whole) and ``noun``, plural unless it is exactly 1."""
+    return f"{value:g} {noun}" if value == 1 else f"{value:g} {noun}s"
