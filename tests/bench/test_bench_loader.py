@@ -292,3 +292,48 @@ def test_read_bound_in_workers_takes_each_selected_row_once_per_epoch(tmp_path):
     assert goals[">= 0.8x the read bound with two workers, workers=2"] == 0.8
     assert goals[">= 0.8x the read bound, workers=2"] == 0.4
     assert goals[">= 0.8x the read bound, in-process"] == 0.3
+
+
+def _children() -> set[int]:
+    """This process's live child processes (from ``/proc``)."""
+    import os
+
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                        out.add(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def test_the_tokenloom_case_keeps_its_workers_across_epochs_and_the_stream(tmp_path):
+    """tokenloom's case with workers runs epoch after epoch on the same worker processes (as the
+    read bound's takes run on; starting them again each epoch was most of an epoch's time on a
+    small table), and delivers what the in-process case does, epoch boundaries included."""
+    import torch
+
+    from tokenloom.bench.loader_cases import CaseSpec, _Notes, tokenloom_batches
+    from tokenloom.bench.loader_data import CorpusSpec, build_table
+    from tokenloom.loader import PackedDataset
+
+    uri = build_table(str(tmp_path / "t.lance"), CorpusSpec(docs=300)).path
+    kw = dict(label="tl", kind="tokenloom", path=uri, seq_len=64, batch_size=2, eos_id=0, pad_id=0)
+    per_epoch = len(
+        PackedDataset(uri, seq_len=64, global_batch=2, block_order="sequential", eos_id=0, pad_id=0)
+    )
+    streams, kept = [], []
+    for workers in (0, 2):
+        it = tokenloom_batches(CaseSpec(workers=workers, **kw), _Notes())
+        got = []
+        for i in range(3 * per_epoch + 1):
+            got.append(next(it))
+            if workers and i % per_epoch == 1:  # early in each epoch: the workers running it
+                kept.append(_children())
+        it.close()
+        streams.append(torch.stack(got))
+    assert kept[0] and kept[0] == kept[1] == kept[2]
+    assert torch.equal(streams[0], streams[1])

@@ -182,9 +182,15 @@ class _Notes:
         self.figures: dict[str, float] = {}
 
 
-def _spawn(workers: int) -> dict:
-    # Lance is not fork-safe, and a fresh interpreter per worker is what training jobs pay too.
-    return {"multiprocessing_context": "spawn"} if workers > 0 else {}
+def worker_args(workers: int, *, kept: bool = False) -> dict:
+    """A bench case's torch ``DataLoader`` keywords with ``workers``: spawned workers (Lance is
+    not fork-safe, and a fresh interpreter per worker is what training jobs pay too), kept from
+    one epoch to the next with ``kept`` (a loader whose one ``DataLoader`` runs epoch after
+    epoch: starting its workers again each epoch, ~1 s here, is not its best configuration, and
+    the read bound's takes run on across epochs)."""
+    if workers == 0:
+        return {}
+    return {"multiprocessing_context": "spawn", **({"persistent_workers": True} if kept else {})}
 
 
 def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
@@ -210,7 +216,9 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         storage_options=dict(spec.storage_options) or None,
         **recipe,
     )
-    dl = DataLoader(ds, num_workers=spec.workers)
+    # workers kept from one epoch to the next, as the read bound's takes run on (on a small table
+    # starting two workers each epoch, ~1 s, was most of an epoch's time)
+    dl = DataLoader(ds, num_workers=spec.workers, persistent_workers=spec.workers > 0)
     first: tuple[int, int] | None = None  # (fetched, taken) token bytes at the first batch
 
     def io() -> tuple[int, int]:
@@ -247,6 +255,7 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             fetched, taken = io()
             notes.figures["reads_fetched"] = fetched - first[0]
             notes.figures["reads_taken"] = taken - first[1]
+        dl.close()  # the workers kept between epochs
 
 
 def _lancedb_blocks_per_epoch(path: str, seq_len: int, num_splits: int) -> int:
@@ -299,7 +308,7 @@ def lancedb_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
             **knobs,
         )
         dl = loader_cls(
-            ds, batch_size=spec.batch_size, num_workers=spec.workers, **_spawn(spec.workers)
+            ds, batch_size=spec.batch_size, num_workers=spec.workers, **worker_args(spec.workers)
         )
         for batch in dl:
             yield batch["input_ids"]
@@ -324,7 +333,7 @@ def mds_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         batch_size=spec.batch_size,
         num_workers=spec.workers,
         collate_fn=collate_blocks,
-        **_spawn(spec.workers),
+        **worker_args(spec.workers, kept=True),
     )
     while True:
         yield from dl
@@ -350,7 +359,8 @@ def _parquet_epochs(spec: CaseSpec, single_rows: bool) -> Iterator[Any]:
             order=spec.option("order", "random"),
             storage_options=dict(spec.storage_options),
         )
-        yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **_spawn(spec.workers))
+        args = worker_args(spec.workers)  # a new dataset (its epoch's order) each epoch
+        yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **args)
         epoch += 1
 
 
@@ -371,7 +381,10 @@ def webdataset_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
     from tokenloom.bench.loader_webdataset import batches
 
     return batches(
-        spec.path, batch_size=spec.batch_size, workers=spec.workers, spawn=_spawn(spec.workers)
+        spec.path,
+        batch_size=spec.batch_size,
+        workers=spec.workers,
+        args=worker_args(spec.workers, kept=True),
     )
 
 

@@ -109,10 +109,14 @@ class PrepackedBlocks(IterableDataset):
 
 
 def prepacked_batches(spec: Any, notes: Any) -> Iterator[Any]:
-    """The bench source: :class:`PrepackedBlocks` through a spawn-context torch DataLoader."""
+    """The bench source: :class:`PrepackedBlocks` through one torch DataLoader, its workers
+    spawned and kept from one epoch to the next (the copy's order is the same every epoch)."""
     from torch.utils.data import DataLoader
 
+    from tokenloom.bench.loader_cases import worker_args
+
+    ds = PrepackedBlocks(spec.path, batch_size=spec.batch_size)
+    args = worker_args(spec.workers, kept=True)
+    dl = DataLoader(ds, batch_size=None, num_workers=spec.workers, **args)
     while True:
-        ds = PrepackedBlocks(spec.path, batch_size=spec.batch_size)
-        extra = {"multiprocessing_context": "spawn"} if spec.workers > 0 else {}
-        yield from DataLoader(ds, batch_size=None, num_workers=spec.workers, **extra)
+        yield from dl

@@ -92,10 +92,13 @@ def wds_blocks(path: str, *, batch_size: int) -> Any:
     )
 
 
-def batches(path: str, *, batch_size: int, workers: int, spawn: dict) -> Iterator[Any]:
-    """``(B, L)`` tensors from a torch DataLoader over :func:`wds_blocks`, epoch after epoch."""
+def batches(path: str, *, batch_size: int, workers: int, args: dict) -> Iterator[Any]:
+    """``(B, L)`` tensors from one torch DataLoader over :func:`wds_blocks` (``args``: its
+    keywords for the workers), epoch after epoch."""
     from torch.utils.data import DataLoader
 
-    ds = wds_blocks(path, batch_size=batch_size)
+    dl = DataLoader(
+        wds_blocks(path, batch_size=batch_size), batch_size=None, num_workers=workers, **args
+    )
     while True:
-        yield from DataLoader(ds, batch_size=None, num_workers=workers, **spawn)
+        yield from dl
