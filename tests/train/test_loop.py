@@ -96,3 +96,27 @@ def test_flex_kernel_off_gpu_is_a_clear_error(table, tmp_path):
 
     with pytest.raises(TrainError, match="--kernel sdpa"):
         train(dataclasses.replace(_cfg(table, tmp_path), kernel="flex"), log=lambda *_: None)
+
+
+def test_workers_are_started_once_for_a_run_of_several_epochs(table, tmp_path, monkeypatch):
+    """With loader workers the run keeps them from one epoch to the next (starting them is ~1 s
+    an epoch), trains as the run without workers does, and stops them when it ends."""
+    from tokenloom.loader.pipeline.workers import WorkerPool
+
+    pools: list[WorkerPool] = []
+    start = WorkerPool.of_loader.__func__
+
+    def counted(cls, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        pools.append(start(cls, *args, **kwargs))
+        return pools[-1]
+
+    monkeypatch.setattr(WorkerPool, "of_loader", classmethod(counted))
+    runs = {}
+    for workers in (0, 2):
+        cfg = dataclasses.replace(
+            _cfg(table, tmp_path / str(workers)), steps=None, epochs=3, workers=workers
+        )
+        runs[workers] = train(cfg, log=lambda *_: None)
+    assert len(runs[2].losses) == len(runs[0].losses) > 6  # three epochs of several steps
+    assert runs[2].losses == pytest.approx(runs[0].losses, rel=1e-6)
+    assert len(pools) == 1 and pools[0].persistent and pools[0].stopped

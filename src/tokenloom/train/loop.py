@@ -495,7 +495,12 @@ class _Trainer:
         self.opt = _optimizer(raw, cfg, fused=dist.device.type == "cuda")
         from tokenloom.loader import DataLoader
 
-        self.loader = DataLoader(ds, num_workers=cfg.workers, pin_memory=dist.device.type == "cuda")
+        self.loader = DataLoader(  # workers kept from one epoch to the next (~1 s an epoch)
+            ds,
+            num_workers=cfg.workers,
+            persistent_workers=cfg.workers > 0,
+            pin_memory=dist.device.type == "cuda",
+        )
         if state is not None:
             self._restore(state)
         elif source is not None:
@@ -582,15 +587,18 @@ class _Trainer:
         self.tokens_since = 0
         self.model.train()
         batches = self._batches()
-        while self.step < self.end:
-            batch, waited = next(batches)
-            value = self.one_step(batch, waited)
-            self.check_stop()
-            self.record_step(value)
-            self.maybe_log(value)
-            new_best = self.maybe_eval()
-            self.maybe_checkpoint(new_best)
-        batches.close()  # the loader's iterator (and its workers) end here
+        try:
+            while self.step < self.end:
+                batch, waited = next(batches)
+                value = self.one_step(batch, waited)
+                self.check_stop()
+                self.record_step(value)
+                self.maybe_log(value)
+                new_best = self.maybe_eval()
+                self.maybe_checkpoint(new_best)
+        finally:
+            batches.close()  # the loader's iterator ends here
+            self.loader.close()  # and the workers it kept between epochs
         return self._finish()
 
     def _batches(self) -> Iterator[tuple[dict, float]]:
