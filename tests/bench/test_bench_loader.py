@@ -295,19 +295,12 @@ def test_read_bound_in_workers_takes_each_selected_row_once_per_epoch(tmp_path):
 
 
 def _children() -> set[int]:
-    """This process's live child processes (from ``/proc``)."""
+    """This process's live descendants."""
     import os
 
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                        out.add(int(entry))
-            except OSError:
-                pass
-    return out
+    from tokenloom.bench.loader_rss import tree_pids
+
+    return set(tree_pids(os.getpid())) - {os.getpid()}
 
 
 def test_the_tokenloom_case_keeps_its_workers_across_epochs_and_the_stream(tmp_path):

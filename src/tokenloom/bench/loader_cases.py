@@ -190,7 +190,10 @@ def worker_args(workers: int, *, kept: bool = False) -> dict:
     the read bound's takes run on across epochs)."""
     if workers == 0:
         return {}
-    return {"multiprocessing_context": "spawn", **({"persistent_workers": True} if kept else {})}
+    args: dict = {"multiprocessing_context": "spawn"}
+    if kept:
+        args["persistent_workers"] = True
+    return args
 
 
 def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
@@ -217,7 +220,8 @@ def tokenloom_batches(spec: CaseSpec, notes: _Notes) -> Iterator[Any]:
         **recipe,
     )
     # workers kept from one epoch to the next, as the read bound's takes run on (on a small table
-    # starting two workers each epoch, ~1 s, was most of an epoch's time)
+    # starting two workers each epoch, ~1 s, was most of an epoch's time); not worker_args: this
+    # DataLoader chooses its workers' start method itself
     dl = DataLoader(ds, num_workers=spec.workers, persistent_workers=spec.workers > 0)
     first: tuple[int, int] | None = None  # (fetched, taken) token bytes at the first batch
 

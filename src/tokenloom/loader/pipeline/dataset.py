@@ -968,8 +968,7 @@ class PackedStream(StreamCursor):
                 assert fetcher is not None
                 span_rows = len(np.unique(fetcher.span_rows(0)))
                 self.sizing = replace(self.sizing, span_rows=span_rows)
-                spans = self._local_spans(workers)
-                fetcher.resize(depth=spans, parts=1)
+                spans = fetcher.depth  # started at the pass's spans in flight (_local_spans)
                 # the counters say what reads, as on an object store: the spans in flight and
                 # their takes (the sizing's threads and depth are the packing's)
                 reads = replace(self.sizing, io_threads=spans, read_ahead=spans)
